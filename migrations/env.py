@@ -1,0 +1,61 @@
+"""alembic environment for spoolctl.
+
+The CLI hands its own connection (already inside a BEGIN IMMEDIATE
+transaction) through `config.attributes["connection"]`; run by hand, alembic
+opens `sqlalchemy.url` from alembic.ini. The offline branch serves
+`spoolctl migrate --sql`.
+"""
+
+from __future__ import annotations
+
+from logging.config import fileConfig
+
+from alembic import context
+from sqlalchemy import Connection, create_engine
+
+from spoolctl.db.tables import metadata
+
+config = context.config
+if config.config_file_name is not None:
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = metadata
+
+
+def _configure_and_run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_offline() -> None:
+    context.configure(
+        url=config.get_main_option("sqlalchemy.url") or "sqlite://",
+        target_metadata=target_metadata,
+        literal_binds=True,
+        render_as_batch=True,
+        dialect_opts={"paramstyle": "named"},
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure_and_run(connection)
+        return
+    engine = create_engine(config.get_main_option("sqlalchemy.url") or "sqlite://")
+    with engine.connect() as conn:
+        _configure_and_run(conn)
+        conn.commit()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,3 @@
+from spoolctl.cli import main
+
+main()

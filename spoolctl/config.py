@@ -1,0 +1,174 @@
+"""Where the database is, and the tunables read from the environment.
+
+Resolution order for the database: `--db` flag, `SPOOLCTL_DB`, `db_path` in
+`.spoolctl/config.json` of the current directory, `./.spoolctl/queue.db`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spoolctl.errors import InvalidInput
+
+CONFIG_RELPATH = Path(".spoolctl") / "config.json"
+DEFAULT_DB_RELPATH = Path(".spoolctl") / "queue.db"
+CONFIG_VERSION = 1
+CONFIG_KEYS = ("version", "db_path")
+PRECEDENCE = ("flag --db", "env SPOOLCTL_DB", "config file db_path", "default")
+
+DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
+MIN_REAP_THRESHOLD_S = 30.0
+DEFAULT_HANG_THRESHOLD_S = 600.0
+DEFAULT_BUSY_TIMEOUT_S = 5.0
+MAX_KNOB_S = 86_400.0
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    """What a config file says, and what is wrong with it."""
+
+    path: Path
+    exists: bool
+    valid: bool
+    data: dict[str, Any] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+
+    @property
+    def unknown_keys(self) -> list[str]:
+        return sorted(k for k in self.data if k not in CONFIG_KEYS)
+
+
+@dataclass(frozen=True)
+class DbLocation:
+    path: Path
+    source: str
+    config: ConfigFile
+
+
+def read_config(path: Path) -> ConfigFile:
+    """Parse a config file without raising: problems are reported, not thrown."""
+    if not path.exists():
+        return ConfigFile(path, exists=False, valid=True)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return ConfigFile(path, exists=True, valid=False, problems=(f"unreadable: {exc}",))
+    if not isinstance(data, dict):
+        return ConfigFile(path, exists=True, valid=False, problems=("not a JSON object",))
+    problems = []
+    if "version" in data and data["version"] != CONFIG_VERSION:
+        problems.append(f"version must be {CONFIG_VERSION}")
+    db_path = data.get("db_path")
+    if "db_path" in data and (not isinstance(db_path, str) or not 1 <= len(db_path) <= 4096):
+        problems.append("db_path must be a string of 1 to 4096 characters")
+    return ConfigFile(path, exists=True, valid=not problems, data=data, problems=tuple(problems))
+
+
+def resolve_db(flag: str | None, cwd: Path | None = None) -> DbLocation:
+    """Find the database path by the documented precedence; opens nothing."""
+    base = cwd or Path.cwd()
+    config = read_config(base / CONFIG_RELPATH)
+    if flag is not None:
+        return DbLocation(_absolute(Path(flag), base), "flag", config)
+    env = os.environ.get("SPOOLCTL_DB")
+    if env:
+        return DbLocation(_absolute(Path(env), base), "env", config)
+    if config.exists and not config.valid:
+        raise InvalidInput(
+            f"config file {config.path} is invalid: {'; '.join(config.problems)}",
+            config_path=str(config.path),
+        )
+    if config.exists and "db_path" in config.data:
+        return DbLocation(
+            _absolute(Path(config.data["db_path"]), config.path.parent), "config", config
+        )
+    return DbLocation(base / DEFAULT_DB_RELPATH, "default", config)
+
+
+def _absolute(path: Path, base: Path) -> Path:
+    path = path.expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def env_seconds(name: str, default: float, *, allow_zero: bool = False) -> float:
+    """A duration from the environment: finite, > 0 (or 0 where it means 'never')."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidInput(f"{name} must be a number of seconds, got {raw!r}", name=name) from None
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (math.isfinite(value) and low_ok and value <= MAX_KNOB_S):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise InvalidInput(
+            f"{name} must be finite, {bound} and <= {MAX_KNOB_S:g}, got {raw!r}", name=name
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Heartbeat, reap and hang thresholds in seconds."""
+
+    heartbeat_interval_s: float
+    reap_threshold_s: float
+    hang_threshold_s: float
+
+    @classmethod
+    def from_env(cls) -> Timing:
+        beat = env_seconds("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", DEFAULT_HEARTBEAT_INTERVAL_S)
+        reap = env_seconds("SPOOLCTL_TEST_REAP_THRESHOLD", max(4 * beat, MIN_REAP_THRESHOLD_S))
+        hang = env_seconds("SPOOLCTL_HANG_THRESHOLD", DEFAULT_HANG_THRESHOLD_S, allow_zero=True)
+        return cls(beat, reap, hang)
+
+
+def busy_timeout_s() -> float:
+    return env_seconds("SPOOLCTL_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT_S, allow_zero=True)
+
+
+ENV_VARS: dict[str, dict[str, Any]] = {
+    "SPOOLCTL_DB": {"description": "database path (after --db)", "type": "path"},
+    "SPOOLCTL_BUSY_TIMEOUT": {
+        "description": "seconds to wait for SQLite's write lock before LOCKED",
+        "type": "seconds",
+        "default": DEFAULT_BUSY_TIMEOUT_S,
+        "min": 0,
+        "max": MAX_KNOB_S,
+    },
+    "SPOOLCTL_AUTO_MIGRATE": {
+        "description": "1 upgrades an outdated database on open instead of refusing",
+        "type": "flag",
+        "default": "0",
+    },
+    "SPOOLCTL_HANG_THRESHOLD": {
+        "description": "seconds of silence after which a live worker is fenced (0 = never)",
+        "type": "seconds",
+        "default": DEFAULT_HANG_THRESHOLD_S,
+        "min": 0,
+        "max": MAX_KNOB_S,
+    },
+    "SPOOLCTL_TEST_HEARTBEAT_INTERVAL": {
+        "description": "test knob: heartbeat interval in seconds",
+        "type": "seconds",
+        "default": DEFAULT_HEARTBEAT_INTERVAL_S,
+        "min_exclusive": 0,
+        "max": MAX_KNOB_S,
+        "test_knob": True,
+    },
+    "SPOOLCTL_TEST_REAP_THRESHOLD": {
+        "description": "test knob: reap threshold in seconds (default max(4 * heartbeat, 30))",
+        "type": "seconds",
+        "default": MIN_REAP_THRESHOLD_S,
+        "min_exclusive": 0,
+        "max": MAX_KNOB_S,
+        "test_knob": True,
+    },
+    "NO_COLOR": {"description": "disables colour in text output", "type": "flag"},
+}

@@ -1,0 +1,47 @@
+"""JSON columns in and out. A damaged value is reported, never followed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class DamagedValue(ValueError):
+    """A stored JSON value is not what the schema promises."""
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+def load_argv(raw: str | None) -> list[str]:
+    try:
+        value = json.loads(raw) if raw is not None else None
+    except ValueError:
+        raise DamagedValue(f"argv is not JSON: {raw!r:.80}") from None
+    if not isinstance(value, list) or not value or not all(isinstance(a, str) for a in value):
+        raise DamagedValue(f"argv is not a non-empty list of strings: {raw!r:.80}")
+    return value
+
+
+def load_str_map(raw: str | None) -> dict[str, str]:
+    if raw is None or raw == "":
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise DamagedValue(f"not JSON: {raw!r:.80}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise DamagedValue(f"not an object of strings: {raw!r:.80}")
+    return value
+
+
+def load_detail(raw: str | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return {"raw": raw}

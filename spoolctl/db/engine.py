@@ -1,0 +1,136 @@
+"""Engine factory: WAL, busy timeout, foreign keys, and BEGIN IMMEDIATE.
+
+Every write transaction is opened with a raw `BEGIN IMMEDIATE` from a
+connection event hook (the pysqlite recipe: the driver's own transaction
+handling is disabled on connect, our BEGIN is emitted on begin). Taking the
+write lock when the transaction opens, not when it first writes, is what makes
+concurrent claimants queue up instead of racing to upgrade a read lock.
+Read-only engines open plain deferred transactions and never take the lock.
+
+Every transaction also re-reads the schema revision under its own lock, so a
+worker of an older or newer spoolctl stops with a clear error at its next
+transaction instead of writing into a schema it does not know.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
+
+from spoolctl.errors import Locked, SpoolError
+
+Synchronous = Literal["OFF", "NORMAL", "FULL"]
+SPOOL_DIR_MODE = 0o700
+DB_FILE_MODE = 0o600
+
+
+class RevisionMismatch(SpoolError):
+    """Raised from the begin hook; revision.py turns it into the public error."""
+
+
+def ensure_spool(db_path: Path) -> None:
+    """Create the spool folder (0700) and an empty database file (0600) if missing."""
+    folder = db_path.parent
+    if not folder.exists():
+        folder.mkdir(mode=SPOOL_DIR_MODE, parents=True, exist_ok=True)
+    if not db_path.exists():
+        fd = os.open(db_path, os.O_CREAT | os.O_WRONLY, DB_FILE_MODE)
+        os.close(fd)
+
+
+def make_engine(
+    db_path: Path,
+    *,
+    write: bool,
+    busy_timeout_s: float,
+    synchronous: Synchronous = "NORMAL",
+    expected_revision: str | None = None,
+) -> Engine:
+    """An engine on one queue file.
+
+    write: transactions open with BEGIN IMMEDIATE (else plain deferred BEGIN).
+    expected_revision: when set, every transaction checks alembic_version.
+    """
+    engine = create_engine(
+        f"sqlite:///{db_path}",
+        connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
+    )
+    begin_sql = "BEGIN IMMEDIATE" if write else "BEGIN"
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        if write:
+            cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(begin_sql)
+        if expected_revision is not None:
+            _check_revision(conn, expected_revision)
+
+    return engine
+
+
+def _check_revision(conn: Connection, expected: str) -> None:
+    raw: Any = conn.connection.driver_connection
+    cursor = raw.cursor()
+    try:
+        row = cursor.execute("SELECT version_num FROM alembic_version").fetchone()
+        found = None if row is None else row[0]
+    except sqlite3.OperationalError:
+        found = None
+    finally:
+        cursor.close()
+    if found != expected:
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")
+        raise RevisionMismatch(
+            f"schema revision changed underneath: expected {expected}, found {found}",
+            expected=expected,
+            found=found,
+        )
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True when SQLite gave up waiting for a lock."""
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "database is locked" in text or "database is busy" in text or "locked" in text
+
+
+@contextmanager
+def write_tx(engine: Engine) -> Iterator[Connection]:
+    """One BEGIN IMMEDIATE transaction; a busy timeout becomes `Locked`."""
+    with translate_busy(), engine.begin() as conn:
+        yield conn
+
+
+@contextmanager
+def read_tx(engine: Engine) -> Iterator[Connection]:
+    """One consistent read snapshot (a deferred transaction, no write lock)."""
+    with translate_busy(), engine.begin() as conn:
+        yield conn
+
+
+@contextmanager
+def translate_busy() -> Iterator[None]:
+    try:
+        yield
+    except OperationalError as exc:
+        if is_busy(exc):
+            raise Locked(
+                "the queue database stayed locked beyond the busy timeout; try again",
+                sqlite_error=str(exc.orig),
+            ) from None
+        raise

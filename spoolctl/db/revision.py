@@ -1,0 +1,151 @@
+"""Schema revisions: what the code expects, what a file has, and upgrading it.
+
+The check on open is cheap and never imports alembic: the head revision is a
+constant here (a test keeps it equal to the revision scripts' head), and the
+file's revision is one SELECT. alembic is imported lazily, only to create a
+new database or to migrate one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Engine
+
+from spoolctl.errors import SchemaOutdated, SchemaTooNew
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+HEAD_REVISION = "0001_initial"
+KNOWN_REVISIONS: tuple[str, ...] = ("0001_initial",)
+"""Every revision this code knows, oldest first."""
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """What a database file holds, told without changing it."""
+
+    current: str | None
+    legacy_version: int | None
+    has_tables: bool
+
+    @property
+    def is_head(self) -> bool:
+        return self.current == HEAD_REVISION
+
+    @property
+    def is_legacy(self) -> bool:
+        return self.current is None and self.legacy_version is not None
+
+    @property
+    def is_blank(self) -> bool:
+        return not self.has_tables
+
+    @property
+    def is_known(self) -> bool:
+        return self.current in KNOWN_REVISIONS
+
+    @property
+    def pending(self) -> list[str]:
+        if self.current is None:
+            return list(KNOWN_REVISIONS)
+        if not self.is_known:
+            return []
+        return list(KNOWN_REVISIONS[KNOWN_REVISIONS.index(self.current) + 1 :])
+
+
+def inspect_schema(conn: Connection) -> SchemaStatus:
+    """Read the revision (alembic) or schema_version (legacy) of a file."""
+    tables = {
+        row[0]
+        for row in conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+    current = None
+    if "alembic_version" in tables:
+        current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    legacy = None
+    if "meta" in tables and current is None:
+        raw = conn.exec_driver_sql("SELECT value FROM meta WHERE key = 'schema_version'").scalar()
+        legacy = int(raw) if raw is not None and str(raw).isdigit() else 0
+    return SchemaStatus(current=current, legacy_version=legacy, has_tables=bool(tables))
+
+
+def refuse_unless_current(status: SchemaStatus, db_path: Path) -> None:
+    """Raise the public error for a file this code must not use as it is."""
+    if status.is_head:
+        return
+    migrate_cmd = f"spoolctl migrate --db {db_path}"
+    if status.is_legacy:
+        raise SchemaOutdated(
+            f"{db_path} was written by the original spoolctl (schema_version "
+            f"{status.legacy_version}); code head is {HEAD_REVISION}. "
+            f"Back it up and adopt it with: {migrate_cmd}",
+            current=None,
+            legacy_version=status.legacy_version,
+            head=HEAD_REVISION,
+            command=migrate_cmd,
+        )
+    if status.current is not None and not status.is_known:
+        raise SchemaTooNew(
+            f"{db_path} is at schema revision {status.current}, newer than this spoolctl "
+            f"knows (head {HEAD_REVISION}); upgrade spoolctl. Nothing was written.",
+            current=status.current,
+            head=HEAD_REVISION,
+        )
+    raise SchemaOutdated(
+        f"{db_path} is at schema revision {status.current or 'none'}, older than this "
+        f"spoolctl's head {HEAD_REVISION}; run: {migrate_cmd} "
+        "(or set SPOOLCTL_AUTO_MIGRATE=1)",
+        current=status.current,
+        head=HEAD_REVISION,
+        command=migrate_cmd,
+    )
+
+
+def auto_migrate_enabled() -> bool:
+    return os.environ.get("SPOOLCTL_AUTO_MIGRATE", "") == "1"
+
+
+def migrations_dir() -> Path:
+    """The shipped revision scripts: inside the wheel, or the repository's folder."""
+    spec = importlib.util.find_spec("spoolctl._migrations")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    return Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(connection: Connection | None = None, **attributes: Any) -> Config:
+    """alembic's Config built in code: no ini file is needed at run time."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    config.set_main_option("sqlalchemy.url", "sqlite://")
+    if connection is not None:
+        config.attributes["connection"] = connection
+    config.attributes.update(attributes)
+    return config
+
+
+def upgrade_in(conn: Connection, target: str = "head") -> None:
+    """Run revision scripts on a connection already inside a write transaction."""
+    from alembic import command
+
+    command.upgrade(alembic_config(conn), target)
+
+
+def create_at_head(engine: Engine) -> bool:
+    """Create a blank file's schema at head; False if someone else already did."""
+    with engine.begin() as conn:
+        status = inspect_schema(conn)
+        if status.has_tables:
+            return False
+        upgrade_in(conn)
+        return True

@@ -1,0 +1,137 @@
+"""The schema: the single definition of every table, column and index.
+
+alembic revisions in `migrations/` create and evolve it; a test checks that the
+migrated DDL matches these definitions. Timestamps are float epoch seconds.
+JSON values (argv, tags, env, detail) are stored as TEXT and decoded by
+`spoolctl.db.codec`, so a damaged row is reported rather than followed.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("argv", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("queue", String(64), nullable=False, server_default="default"),
+    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("next_run_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("crashes", Integer, nullable=False, server_default="0"),
+    Column("max_retries", Integer, nullable=False, server_default="3"),
+    Column("max_crashes", Integer),
+    Column("timeout_seconds", Integer, nullable=False, server_default="300"),
+    Column("idempotency_key", Text),
+    Column("tags", Text, nullable=False, server_default="{}"),
+    Column("note", Text),
+    Column("cwd", Text),
+    Column("env", Text, nullable=False, server_default="{}"),
+    Column("locked_by", Text),
+    Column("locked_pid", Integer),
+    Column("locked_at", Float),
+    Column("heartbeat_at", Float),
+    Column("last_exit_code", Integer),
+    Column("last_error", Text),
+    Column("last_failure_reason", String(32)),
+    sqlite_autoincrement=True,
+)
+
+Index(
+    "ix_jobs_claim",
+    jobs.c.state,
+    jobs.c.queue,
+    jobs.c.priority.desc(),
+    jobs.c.next_run_at,
+    jobs.c.id,
+)
+Index("ix_jobs_state_heartbeat", jobs.c.state, jobs.c.heartbeat_at)
+Index("ix_jobs_state_finished", jobs.c.state, jobs.c.finished_at)
+Index(
+    "uq_jobs_active_key",
+    jobs.c.idempotency_key,
+    unique=True,
+    sqlite_where=text("idempotency_key IS NOT NULL AND state IN ('queued', 'running')"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("attempt_no", Integer, nullable=False),
+    Column("worker_id", Text, nullable=False),
+    Column("worker_pid", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("finished_at", Float),
+    Column("exit_code", Integer),
+    Column("error", Text),
+    Column("failure_reason", String(32)),
+    Column("stdout_path", Text, nullable=False),
+    Column("stderr_path", Text, nullable=False),
+    Column("job_pid", Integer),
+    Column("job_pgid", Integer),
+    Column("job_started_at", Float),
+    UniqueConstraint("job_id", "attempt_no"),
+    sqlite_autoincrement=True,
+)
+
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("hostname", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("process_started_at", Float),
+    Column("boot_id", Text),
+    Column("queue", String(64), nullable=False),
+    Column("slots", Integer),
+    Column("concurrency", Integer, nullable=False, server_default="1"),
+    Column("started_at", Float, nullable=False),
+    Column("heartbeat_at", Float, nullable=False),
+    Column("stopped_at", Float),
+    Column("state", String(16), nullable=False),
+    Column("jobs_run", Integer, nullable=False, server_default="0"),
+)
+Index("ix_workers_state_heartbeat", workers.c.state, workers.c.heartbeat_at)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("event", String(16), nullable=False),
+    Column("worker_id", Text),
+    Column("detail", Text),
+    sqlite_autoincrement=True,
+)
+Index("ix_job_events_job_id", job_events.c.job_id, job_events.c.id)

@@ -1,0 +1,131 @@
+"""Typed errors: each knows its contract error code and process exit code.
+
+Layers below the CLI raise these; `cli/render.py` turns them into envelopes in
+one place, so an error code is defined exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+EXIT_OK = 0
+EXIT_USER = 1
+EXIT_SAFETY = 2
+EXIT_TOOL = 3
+EXIT_TRANSIENT = 4
+EXIT_CONFLICT = 5
+EXIT_JOB_UNSUCCESSFUL = 6
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success (also empty results)",
+    EXIT_USER: "user input error",
+    EXIT_SAFETY: "safety block: refused, confirm with --yes/--force",
+    EXIT_TOOL: "tool or environment error",
+    EXIT_TRANSIENT: "transient: retry later",
+    EXIT_CONFLICT: "conflict: state changed underneath",
+    EXIT_JOB_UNSUCCESSFUL: "an awaited job ended without success (wait)",
+}
+
+
+class SpoolError(Exception):
+    """Root of every error spoolctl reports on purpose."""
+
+    code: ClassVar[str] = "INTERNAL"
+    exit_code: ClassVar[int] = EXIT_TOOL
+
+    def __init__(self, message: str, **detail: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail: dict[str, Any] = detail
+
+
+class InvalidInput(SpoolError):
+    code = "INVALID_INPUT"
+    exit_code = EXIT_USER
+
+
+class MissingRequired(SpoolError):
+    code = "MISSING_REQUIRED"
+    exit_code = EXIT_USER
+
+
+class NotFound(SpoolError):
+    code = "NOT_FOUND"
+    exit_code = EXIT_USER
+
+
+class UnknownCommand(SpoolError):
+    code = "UNKNOWN_COMMAND"
+    exit_code = EXIT_USER
+
+
+class UnknownFlag(SpoolError):
+    code = "UNKNOWN_FLAG"
+    exit_code = EXIT_USER
+
+
+class SafetyBlock(SpoolError):
+    code = "SAFETY_BLOCK"
+    exit_code = EXIT_SAFETY
+
+
+class Internal(SpoolError):
+    code = "INTERNAL"
+    exit_code = EXIT_TOOL
+
+
+class SchemaOutdated(SpoolError):
+    code = "SCHEMA_OUTDATED"
+    exit_code = EXIT_TOOL
+
+
+class SchemaTooNew(SpoolError):
+    code = "SCHEMA_TOO_NEW"
+    exit_code = EXIT_TOOL
+
+
+class Locked(SpoolError):
+    code = "LOCKED"
+    exit_code = EXIT_TRANSIENT
+
+
+class WaitTimeout(SpoolError):
+    code = "TIMEOUT"
+    exit_code = EXIT_TRANSIENT
+
+
+class Conflict(SpoolError):
+    code = "CONFLICT"
+    exit_code = EXIT_CONFLICT
+
+
+class IdempotencyConflict(SpoolError):
+    code = "IDEMPOTENCY_CONFLICT"
+    exit_code = EXIT_CONFLICT
+
+
+ERROR_CLASSES: tuple[type[SpoolError], ...] = (
+    InvalidInput,
+    MissingRequired,
+    NotFound,
+    UnknownCommand,
+    UnknownFlag,
+    SafetyBlock,
+    Internal,
+    SchemaOutdated,
+    SchemaTooNew,
+    Locked,
+    WaitTimeout,
+    Conflict,
+    IdempotencyConflict,
+)
+
+ERROR_CODES: dict[str, int] = {cls.code: cls.exit_code for cls in ERROR_CLASSES}
+
+WARNING_CODES: dict[str, str] = {
+    "IDEMPOTENCY_METADATA_DIFFERS": (
+        "an active job with this key was reused; only tags/note/schedule differ"
+    ),
+    "KILL_ASYNC": "the owning worker kills the process group at its next heartbeat",
+    "NO_ATTEMPTS_YET": "the job has not run yet",
+}

@@ -1,0 +1,186 @@
+"""claim_next: the atomic hand-over of one queued job to one worker.
+
+Runs inside the caller's BEGIN IMMEDIATE transaction, so the select, the
+update to running and the attempt insert happen under SQLite's write lock:
+two workers can never both see the job as queued.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection, func, insert, select, update
+
+from spoolctl.db import codec
+from spoolctl.db.tables import attempts, jobs
+from spoolctl.services.events import record_event
+from spoolctl.states import AttemptState, EventKind, JobState
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Everything a worker needs to run one attempt, fixed at claim time."""
+
+    job_id: int
+    attempt_id: int
+    attempt_no: int
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    timeout_seconds: int
+    queue: str
+    stdout_path: str
+    stderr_path: str
+
+
+def output_paths(output_root: Path, job_id: int, attempt_no: int) -> tuple[str, str]:
+    folder = output_root / str(job_id) / str(attempt_no)
+    return str(folder / "stdout"), str(folder / "stderr")
+
+
+def _claimable(queue: str, now: float):  # type: ignore[no-untyped-def]
+    return (
+        select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds)
+        .where(
+            jobs.c.state == JobState.QUEUED.value,
+            jobs.c.queue == queue,
+            jobs.c.next_run_at <= now,
+        )
+        .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
+        .limit(1)
+    )
+
+
+def running_in_queue(conn: Connection, queue: str) -> int:
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(jobs)
+            .where(jobs.c.state == JobState.RUNNING.value, jobs.c.queue == queue)
+        ).scalar_one()
+    )
+
+
+def claim_next(
+    conn: Connection,
+    *,
+    worker_id: str,
+    worker_pid: int,
+    queue: str,
+    slots: int | None,
+    output_root: Path,
+    now: float,
+) -> Claim | None:
+    """Claim the highest-priority due job of `queue`, or None.
+
+    Order: priority (high first), then next_run_at, then id. With `slots`, no
+    claim is made while that many jobs of the queue are running fleet-wide.
+    A job whose stored argv is damaged is skipped here and left for an
+    operator (it is reported by the inspection verbs), never executed.
+    """
+    if slots is not None and running_in_queue(conn, queue) >= slots:
+        return None
+    while True:
+        row = conn.execute(_claimable(queue, now)).first()
+        if row is None:
+            return None
+        try:
+            argv = codec.load_argv(row.argv)
+            env = codec.load_str_map(row.env)
+            break
+        except codec.DamagedValue as exc:
+            _quarantine(conn, row.id, str(exc), now)
+    attempt_no = _next_attempt_no(conn, row.id)
+    stdout_path, stderr_path = output_paths(output_root, row.id, attempt_no)
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == row.id, jobs.c.state == JobState.QUEUED.value)
+        .values(
+            state=JobState.RUNNING.value,
+            locked_by=worker_id,
+            locked_pid=worker_pid,
+            locked_at=now,
+            heartbeat_at=now,
+            started_at=now,
+            finished_at=None,
+        )
+    )
+    attempt_id = conn.execute(
+        insert(attempts).values(
+            job_id=row.id,
+            attempt_no=attempt_no,
+            worker_id=worker_id,
+            worker_pid=worker_pid,
+            state=AttemptState.RUNNING.value,
+            started_at=now,
+            stdout_path=stdout_path,
+            stderr_path=stderr_path,
+        )
+    ).inserted_primary_key[0]  # type: ignore[index]
+    record_event(
+        conn, row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": attempt_no}
+    )
+    return Claim(
+        job_id=row.id,
+        attempt_id=int(attempt_id),
+        attempt_no=attempt_no,
+        argv=argv,
+        cwd=row.cwd,
+        env=env,
+        timeout_seconds=row.timeout_seconds,
+        queue=queue,
+        stdout_path=stdout_path,
+        stderr_path=stderr_path,
+    )
+
+
+def _next_attempt_no(conn: Connection, job_id: int) -> int:
+    """Monotonic per job: a manual retry never reuses a number or its output."""
+    last = conn.execute(
+        select(func.max(attempts.c.attempt_no)).where(attempts.c.job_id == job_id)
+    ).scalar()
+    return int(last or 0) + 1
+
+
+def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None:
+    """A job whose stored command cannot be trusted goes to dead, unexecuted."""
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED.value)
+        .values(
+            state=JobState.DEAD.value,
+            finished_at=now,
+            last_error=f"damaged row, not executed: {problem}",
+        )
+    )
+    record_event(conn, job_id, EventKind.DEAD, now, detail={"reason": "damaged_row"})
+
+
+def next_due_at(conn: Connection, queue: str) -> float | None:
+    """When the earliest queued job of the lane becomes due (None: nothing queued)."""
+    found = conn.execute(
+        select(func.min(jobs.c.next_run_at)).where(
+            jobs.c.state == JobState.QUEUED.value, jobs.c.queue == queue
+        )
+    ).scalar()
+    return None if found is None else float(found)
+
+
+def lane_settled(conn: Connection, queue: str, now: float) -> bool:
+    """The drain rule: nothing running in the lane, nothing due, and no retry
+    backoff pending. Jobs delayed by their submitter that never ran yet
+    (attempts 0, due later) do not hold the lane open."""
+    busy = conn.execute(
+        select(jobs.c.id)
+        .where(
+            jobs.c.queue == queue,
+            (jobs.c.state == JobState.RUNNING.value)
+            | (
+                (jobs.c.state == JobState.QUEUED.value)
+                & ((jobs.c.next_run_at <= now) | (jobs.c.attempts > 0))
+            ),
+        )
+        .limit(1)
+    ).first()
+    return busy is None

@@ -1,0 +1,140 @@
+"""Where an unsuccessful execution leads: back to the queue with backoff, or to
+`dead`; and the manual way back from dead with a fresh budget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, update
+
+from spoolctl.db.tables import attempts, jobs
+from spoolctl.errors import Conflict, NotFound, SafetyBlock
+from spoolctl.services.backoff import (
+    backoff_seconds,
+    crash_budget_exhausted,
+    failure_budget_exhausted,
+)
+from spoolctl.services.events import record_event
+from spoolctl.services.query import get_job_row, running_attempt_id
+from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
+
+RELEASE_LOCK: dict[str, Any] = {
+    "locked_by": None,
+    "locked_pid": None,
+    "locked_at": None,
+    "heartbeat_at": None,
+}
+
+
+def requeue_or_dead(
+    conn: Connection,
+    job: Any,
+    *,
+    crashed: bool,
+    now: float,
+    worker_id: str | None,
+    failure: dict[str, Any],
+) -> JobState:
+    """Count one unsuccessful execution of `job` (a row read in this transaction)
+    and move it to queued-with-backoff or to dead. `failure` holds
+    last_exit_code, last_error and last_failure_reason for the job row."""
+    attempts_now = job.attempts + 1
+    crashes_now = job.crashes + (1 if crashed else 0)
+    if crashed:
+        exhausted = crash_budget_exhausted(crashes_now, job.max_crashes)
+    else:
+        exhausted = failure_budget_exhausted(attempts_now - crashes_now, job.max_retries)
+    values: dict[str, Any] = {
+        **RELEASE_LOCK,
+        **failure,
+        "attempts": attempts_now,
+        "crashes": crashes_now,
+    }
+    if exhausted:
+        values.update(state=JobState.DEAD.value, finished_at=now)
+    else:
+        values.update(
+            state=JobState.QUEUED.value,
+            next_run_at=now + backoff_seconds(attempts_now),
+            finished_at=None,
+        )
+    conn.execute(update(jobs).where(jobs.c.id == job.id).values(**values))
+    if exhausted:
+        record_event(
+            conn,
+            job.id,
+            EventKind.DEAD,
+            now,
+            worker_id=worker_id,
+            detail={"attempts": attempts_now, "crashes": crashes_now},
+        )
+        return JobState.DEAD
+    return JobState.QUEUED
+
+
+def dead_letter(conn: Connection, job_id: int, reason: str, now: float) -> None:
+    """Send a queued job to dead without running it (damaged or unrunnable)."""
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == JobState.QUEUED.value)
+        .values(state=JobState.DEAD.value, finished_at=now, last_error=reason)
+    )
+    record_event(conn, job_id, EventKind.DEAD, now, detail={"reason": reason})
+
+
+RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELED})
+
+
+def requeue(conn: Connection, job_id: int, *, force: bool, now: float) -> str:
+    """Manual retry: dead, failed or canceled jobs go back to queued with a fresh
+    budget (attempts and crashes from zero; history kept). A running job needs
+    force: its attempt is marked canceled and its worker kills the group at its
+    next heartbeat. Returns the job's previous state."""
+    job = get_job_row(conn, job_id)
+    if job is None:
+        raise NotFound(f"no job {job_id}", job_id=job_id)
+    state = job.state
+    if state == JobState.RUNNING:
+        if not force:
+            raise SafetyBlock(
+                f"job {job_id} is running; retry --force cancels the running attempt",
+                job_id=job_id,
+            )
+        _abandon_running_attempt(conn, job_id, now)
+    elif state not in RETRYABLE:
+        raise Conflict(
+            f"job {job_id} is {state}; only dead, failed, canceled or running "
+            "(with --force) jobs can be retried",
+            job_id=job_id,
+            state=state,
+        )
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == state)
+        .values(
+            **RELEASE_LOCK,
+            state=JobState.QUEUED.value,
+            attempts=0,
+            crashes=0,
+            next_run_at=now,
+            finished_at=None,
+        )
+    )
+    record_event(conn, job_id, EventKind.RETRIED, now, detail={"from": state, "force": force})
+    return str(state)
+
+
+def _abandon_running_attempt(conn: Connection, job_id: int, now: float) -> None:
+    attempt_id = running_attempt_id(conn, job_id)
+    if attempt_id is None:
+        return
+    conn.execute(
+        update(attempts)
+        .where(attempts.c.id == attempt_id, attempts.c.state == AttemptState.RUNNING.value)
+        .values(
+            state=AttemptState.ABANDONED.value,
+            failure_reason=FailureReason.CANCELED.value,
+            finished_at=now,
+            error="force-retried while running",
+        )
+    )

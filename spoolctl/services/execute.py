@@ -1,0 +1,204 @@
+"""One attempt of one job: output files, the process group, and its timeout.
+
+stdout and stderr are files opened before the spawn and handed to the child:
+no pipes, nothing buffered in the worker, so output outlives the worker. The
+child leads its own session (and process group); a timeout sends SIGTERM to
+the whole group, waits up to the grace period, then SIGKILLs the group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection, update
+
+from spoolctl import procs
+from spoolctl.db.tables import attempts
+from spoolctl.services.claim import Claim
+from spoolctl.services.outcome import Outcome
+from spoolctl.states import FailureReason
+
+TERM_GRACE_S = 5.0
+OUTPUT_DIR_MODE = 0o700
+
+
+def job_environment(claim: Claim, worker_id: str, slot: int) -> dict[str, str]:
+    """The worker's environment, then the job's --env, then spoolctl's own."""
+    env = dict(os.environ)
+    env.update(claim.env)
+    env.update(
+        SPOOLCTL_JOB_ID=str(claim.job_id),
+        SPOOLCTL_ATTEMPT=str(claim.attempt_no),
+        SPOOLCTL_QUEUE=claim.queue,
+        SPOOLCTL_WORKER_ID=worker_id,
+        SPOOLCTL_SLOT=str(slot),
+    )
+    return env
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exit {returncode}"
+
+
+@dataclass
+class Execution:
+    """A running attempt, advanced by `poll` from the worker's loop."""
+
+    claim: Claim
+    slot: int
+    proc: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    deadline: float = 0.0
+    term_sent_at: float | None = None
+    kill_sent: bool = False
+    timed_out: bool = False
+    forced: FailureReason | None = None
+    forced_error: str | None = None
+    spawn_error: str | None = None
+    pidfd: int | None = None
+
+    def start(self, worker_id: str, now: float) -> None:
+        """Open the output files and spawn; a failure is kept as the outcome."""
+        self.started_at = now
+        self.deadline = now + self.claim.timeout_seconds
+        try:
+            _make_private_dirs(Path(self.claim.stdout_path).parent)
+            with (
+                open(self.claim.stdout_path, "ab") as out,
+                open(self.claim.stderr_path, "ab") as err,
+            ):
+                self.proc = procs.spawn_group(
+                    self.claim.argv,
+                    cwd=self.claim.cwd,
+                    env=job_environment(self.claim, worker_id, self.slot),
+                    stdout=out,
+                    stderr=err,
+                )
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            self.spawn_error = f"spawn failed: {exc}"
+            return
+        self.pidfd = _pidfd(self.proc.pid)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def poll(self, now: float) -> Outcome | None:
+        """The outcome once the attempt is over; drives the timeout kill."""
+        if self.proc is None:
+            return Outcome(None, FailureReason.SPAWN_FAILED, self.spawn_error)
+        returncode = self.proc.poll()
+        if returncode is None:
+            self._enforce_timeout(now)
+            return None
+        if self.term_sent_at is not None and not self.kill_sent:
+            # The leader is gone; grandchildren of the group must not outlive it.
+            procs.signal_group(self.proc.pid, signal.SIGKILL)
+            self.kill_sent = True
+        self._close_pidfd()
+        return self._outcome(returncode)
+
+    def _outcome(self, returncode: int) -> Outcome:
+        if self.forced is not None:
+            return Outcome(returncode, self.forced, self.forced_error)
+        if self.timed_out:
+            return Outcome(
+                returncode,
+                FailureReason.TIMEOUT,
+                f"timed out after {self.claim.timeout_seconds}s",
+            )
+        if returncode == 0:
+            return Outcome(0, None, None)
+        return Outcome(returncode, FailureReason.PROCESS_EXIT, describe_exit(returncode))
+
+    def _enforce_timeout(self, now: float) -> None:
+        assert self.proc is not None
+        if self.term_sent_at is None and now >= self.deadline:
+            self.timed_out = True
+            self.terminate(now)
+        elif (
+            self.term_sent_at is not None
+            and not self.kill_sent
+            and now >= self.term_sent_at + TERM_GRACE_S
+        ):
+            self.kill_now()
+
+    def terminate(self, now: float) -> None:
+        """SIGTERM the group; poll() SIGKILLs it after the grace period."""
+        if self.proc is not None and self.term_sent_at is None:
+            self.term_sent_at = now
+            procs.signal_group(self.proc.pid, signal.SIGTERM)
+
+    def kill_now(self) -> None:
+        if self.proc is not None:
+            procs.signal_group(self.proc.pid, signal.SIGKILL)
+            self.kill_sent = True
+            if self.term_sent_at is None:
+                self.term_sent_at = self.started_at
+
+    def force_end(self, reason: FailureReason, error: str) -> None:
+        """Kill the group now and report `reason` as the outcome (hard shutdown)."""
+        self.forced = reason
+        self.forced_error = error
+        self.kill_now()
+
+    def next_wakeup(self) -> float:
+        if self.term_sent_at is not None and not self.kill_sent:
+            return self.term_sent_at + TERM_GRACE_S
+        return self.deadline
+
+    def wait_blocking(self) -> None:
+        """Reap the leader after a kill (it cannot ignore SIGKILL)."""
+        if self.proc is not None:
+            self.proc.wait()
+        self._close_pidfd()
+
+    def _close_pidfd(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _make_private_dirs(folder: Path) -> None:
+    """Create folder and any missing parents 0700: output may hold secrets."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for path in reversed(missing):
+        path.mkdir(mode=OUTPUT_DIR_MODE, exist_ok=True)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A file descriptor that becomes readable when pid exits (Linux 5.3+)."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd: int = opener(pid)
+    except OSError:
+        return None
+    return fd
+
+
+def record_spawn(conn: Connection, execution: Execution) -> None:
+    """Store the job's pid, group and start time on its attempt, so a reaper can
+    later kill an orphaned group after checking it is still the same process."""
+    if execution.proc is None:
+        return
+    pid = execution.proc.pid
+    conn.execute(
+        update(attempts)
+        .where(attempts.c.id == execution.claim.attempt_id)
+        .values(job_pid=pid, job_pgid=pid, job_started_at=procs.process_start_time(pid))
+    )

@@ -1,0 +1,95 @@
+"""Worker registration and heartbeats.
+
+A heartbeat that matches zero rows for a job is proof that this worker no
+longer owns it (canceled, reaped or force-retried): the caller must kill that
+job's process group and record nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, exists, select, update
+from sqlalchemy.dialects.sqlite import insert
+
+from spoolctl.db.tables import attempts, jobs, workers
+from spoolctl.states import AttemptState, JobState, WorkerState
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    id: str
+    hostname: str
+    pid: int
+    process_started_at: float | None
+    boot_id: str
+    queue: str
+    slots: int | None
+    concurrency: int
+
+
+def register_worker(conn: Connection, info: WorkerInfo, now: float) -> None:
+    """Insert the worker row, or take over a row of a stopped or dead worker that
+    used the same --worker-id (the caller checks that one is not alive)."""
+    values = dict(
+        id=info.id,
+        hostname=info.hostname,
+        pid=info.pid,
+        process_started_at=info.process_started_at,
+        boot_id=info.boot_id,
+        queue=info.queue,
+        slots=info.slots,
+        concurrency=info.concurrency,
+        started_at=now,
+        heartbeat_at=now,
+        state=WorkerState.RUNNING.value,
+        stopped_at=None,
+    )
+    stmt = insert(workers).values(**values)
+    conn.execute(stmt.on_conflict_do_update(index_elements=[workers.c.id], set_=values))
+
+
+def get_worker(conn: Connection, worker_id: str) -> Any:
+    return conn.execute(select(workers).where(workers.c.id == worker_id)).first()
+
+
+def retire_worker(conn: Connection, worker_id: str, now: float) -> None:
+    conn.execute(
+        update(workers)
+        .where(workers.c.id == worker_id)
+        .values(state=WorkerState.STOPPED.value, stopped_at=now, heartbeat_at=now)
+    )
+
+
+def beat(
+    conn: Connection, worker_id: str, running: Iterable[tuple[int, int]], now: float
+) -> list[int]:
+    """Refresh the worker row and each (job_id, attempt_id) it runs.
+
+    Returns the job ids whose ownership was lost.
+    """
+    conn.execute(
+        update(workers)
+        .where(workers.c.id == worker_id)
+        .values(heartbeat_at=now, state=WorkerState.RUNNING.value)
+    )
+    lost = []
+    for job_id, attempt_id in running:
+        still_ours = exists().where(
+            attempts.c.id == attempt_id, attempts.c.state == AttemptState.RUNNING.value
+        )
+        result = conn.execute(
+            update(jobs)
+            .where(
+                jobs.c.id == job_id,
+                jobs.c.state == JobState.RUNNING.value,
+                jobs.c.locked_by == worker_id,
+                still_ours,
+            )
+            .values(heartbeat_at=now)
+        )
+        if result.rowcount == 0:
+            lost.append(job_id)
+    return lost

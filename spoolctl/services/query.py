@@ -1,0 +1,167 @@
+"""Read-only views of the queue: one job, lists, and the status summary.
+
+Every query here is served by an index; none takes the write lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, select
+
+from spoolctl.db import codec
+from spoolctl.db.tables import attempts, job_events, jobs, workers
+from spoolctl.states import AttemptState, JobState, WorkerState
+
+JOB_JSON_FIELDS = ("argv", "tags", "env")
+
+
+def get_job_row(conn: Connection, job_id: int) -> Row[Any] | None:
+    return conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+
+
+def running_attempt_id(conn: Connection, job_id: int) -> int | None:
+    found = conn.execute(
+        select(attempts.c.id)
+        .where(attempts.c.job_id == job_id, attempts.c.state == AttemptState.RUNNING.value)
+        .order_by(attempts.c.attempt_no.desc())
+        .limit(1)
+    ).scalar()
+    return None if found is None else int(found)
+
+
+def decode_job(row: Any) -> dict[str, Any]:
+    """A job row as plain data; a damaged JSON column is reported in `damaged`."""
+    job = dict(row._mapping)
+    damaged: list[str] = []
+    loaders = {"argv": codec.load_argv, "tags": codec.load_str_map, "env": codec.load_str_map}
+    for name, loader in loaders.items():
+        try:
+            job[name] = loader(job[name])
+        except codec.DamagedValue as exc:
+            damaged.append(f"{name}: {exc}")
+            job[name] = None
+    if job["state"] not in {s.value for s in JobState}:
+        damaged.append(f"state: unknown value {job['state']!r}")
+    if damaged:
+        job["damaged"] = damaged
+    return job
+
+
+def job_detail(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    """The job with every column, its attempts and its events."""
+    row = get_job_row(conn, job_id)
+    if row is None:
+        return None
+    attempt_rows = conn.execute(
+        select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.attempt_no)
+    ).mappings()
+    event_rows = conn.execute(
+        select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.id)
+    ).mappings()
+    return {
+        "job": decode_job(row),
+        "attempts": [dict(a) for a in attempt_rows],
+        "events": [{**dict(e), "detail": codec.load_detail(e["detail"])} for e in event_rows],
+    }
+
+
+def state_counts(conn: Connection, queue: str | None = None) -> dict[str, int]:
+    counts = {s.value: 0 for s in JobState}
+    query = select(jobs.c.state, func.count()).group_by(jobs.c.state)
+    if queue is not None:
+        query = query.where(jobs.c.queue == queue)
+    for state, count in conn.execute(query):
+        counts[state] = count
+    return counts
+
+
+def scheduled_count(conn: Connection, now: float) -> int:
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(jobs)
+            .where(jobs.c.state == JobState.QUEUED.value, jobs.c.next_run_at > now)
+        ).scalar_one()
+    )
+
+
+def queue_summary(conn: Connection, now: float) -> dict[str, dict[str, Any]]:
+    """Per-queue counts for the active states plus the scheduled count."""
+    summary: dict[str, dict[str, Any]] = {}
+    rows = conn.execute(
+        select(jobs.c.queue, jobs.c.state, func.count(), func.sum(jobs.c.next_run_at > now))
+        .where(jobs.c.state.in_([JobState.QUEUED.value, JobState.RUNNING.value]))
+        .group_by(jobs.c.queue, jobs.c.state)
+    )
+    for queue, state, count, future in rows:
+        entry = summary.setdefault(
+            queue, {"counts": {s.value: 0 for s in JobState}, "scheduled": 0}
+        )
+        entry["counts"][state] = count
+        if state == JobState.QUEUED.value:
+            entry["scheduled"] = int(future or 0)
+    return summary
+
+
+def recent_dead(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    query = (
+        select(jobs).where(jobs.c.state == JobState.DEAD.value).order_by(jobs.c.finished_at.desc())
+    )
+    if limit:
+        query = query.limit(limit)
+    result = []
+    for row in conn.execute(query):
+        last = conn.execute(
+            select(attempts.c.stdout_path, attempts.c.stderr_path)
+            .where(attempts.c.job_id == row.id)
+            .order_by(attempts.c.attempt_no.desc())
+            .limit(1)
+        ).first()
+        job = decode_job(row)
+        result.append(
+            {
+                "id": row.id,
+                "command": job["argv"],
+                "attempts": row.attempts,
+                "crashes": row.crashes,
+                "last_error": row.last_error,
+                "finished_at": row.finished_at,
+                "stdout_path": last.stdout_path if last else None,
+                "stderr_path": last.stderr_path if last else None,
+            }
+        )
+    return result
+
+
+def live_workers(
+    conn: Connection, now: float, *, include_all: bool = False
+) -> list[dict[str, Any]]:
+    query = select(workers).order_by(workers.c.started_at)
+    if not include_all:
+        query = query.where(workers.c.state == WorkerState.RUNNING.value)
+    result = []
+    for row in conn.execute(query).mappings():
+        running = conn.execute(
+            select(jobs.c.id).where(
+                jobs.c.state == JobState.RUNNING.value, jobs.c.locked_by == row["id"]
+            )
+        ).scalars()
+        result.append(
+            {
+                **dict(row),
+                "heartbeat_age_s": round(max(0.0, now - row["heartbeat_at"]), 3),
+                "running_jobs": list(running),
+            }
+        )
+    return result
+
+
+def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dict[str, Any]:
+    return {
+        "counts": state_counts(conn),
+        "scheduled": scheduled_count(conn, now),
+        "queues": queue_summary(conn, now),
+        "recent_dead": recent_dead(conn, dead_limit),
+        "workers": live_workers(conn, now),
+    }

@@ -1,0 +1,154 @@
+"""Submitting jobs: one, or a batch in one all-or-nothing transaction.
+
+Values arrive validated (spoolctl.validate); this module decides what the
+queue does with them: idempotency-key deduplication and insertion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, insert, select
+
+from spoolctl.db import codec
+from spoolctl.db.tables import jobs
+from spoolctl.errors import IdempotencyConflict
+from spoolctl.services.events import record_event
+from spoolctl.states import ACTIVE_JOB_STATES, EventKind, JobState
+
+DEFAULT_TIMEOUT_S = 300
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_QUEUE = "default"
+
+IDENTITY_FIELDS = (
+    "argv",
+    "cwd",
+    "env",
+    "timeout_seconds",
+    "max_retries",
+    "max_crashes",
+    "queue",
+    "priority",
+)
+"""Fields that make two submissions under one key the same job."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    argv: list[str]
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    timeout_seconds: int = DEFAULT_TIMEOUT_S
+    max_retries: int = DEFAULT_MAX_RETRIES
+    max_crashes: int | None = None
+    run_at: float | None = None
+    idempotency_key: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def row(self, now: float) -> dict[str, Any]:
+        return {
+            "argv": codec.dumps(self.argv),
+            "state": JobState.QUEUED.value,
+            "queue": self.queue,
+            "priority": self.priority,
+            "next_run_at": now if self.run_at is None else max(self.run_at, now),
+            "created_at": now,
+            "timeout_seconds": self.timeout_seconds,
+            "max_retries": self.max_retries,
+            "max_crashes": self.max_crashes,
+            "idempotency_key": self.idempotency_key,
+            "tags": codec.dumps(self.tags),
+            "note": self.note,
+            "cwd": self.cwd,
+            "env": codec.dumps(self.env),
+        }
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: int
+    state: str
+    deduplicated: bool
+    next_run_at: float
+    priority: int
+    queue: str
+    cwd: str | None
+    env_keys: list[str]
+    metadata_differences: list[str] = field(default_factory=list)
+
+
+def submit(conn: Connection, spec: JobSpec, now: float) -> Submitted:
+    """Add one job, or return the active job already holding its key."""
+    row = spec.row(now)
+    if spec.idempotency_key is not None:
+        existing = _active_with_key(conn, spec.idempotency_key)
+        if existing is not None:
+            return _deduplicate(existing, row, spec)
+    job_id = _insert(conn, row, now)
+    return Submitted(
+        job_id=job_id,
+        state=JobState.QUEUED.value,
+        deduplicated=False,
+        next_run_at=row["next_run_at"],
+        priority=spec.priority,
+        queue=spec.queue,
+        cwd=spec.cwd,
+        env_keys=sorted(spec.env),
+    )
+
+
+def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list[int]:
+    """Insert every spec in the caller's one transaction; keys deduplicate as in submit."""
+    return [submit(conn, spec, now).job_id for spec in specs]
+
+
+def _insert(conn: Connection, row: dict[str, Any], now: float) -> int:
+    job_id = conn.execute(insert(jobs).values(**row)).inserted_primary_key[0]  # type: ignore[index]
+    record_event(conn, int(job_id), EventKind.ADDED, now)
+    return int(job_id)
+
+
+def _active_with_key(conn: Connection, key: str) -> dict[str, Any] | None:
+    found = (
+        conn.execute(
+            select(jobs).where(
+                jobs.c.idempotency_key == key,
+                jobs.c.state.in_([s.value for s in ACTIVE_JOB_STATES]),
+            )
+        )
+        .mappings()
+        .first()
+    )
+    return dict(found) if found is not None else None
+
+
+def _deduplicate(existing: dict[str, Any], row: dict[str, Any], spec: JobSpec) -> Submitted:
+    key = spec.idempotency_key
+    differing = [f for f in IDENTITY_FIELDS if existing[f] != row[f]]
+    if differing:
+        raise IdempotencyConflict(
+            f"job {existing['id']} is active under key {key!r} with a different "
+            f"{', '.join(differing)}",
+            job_id=existing["id"],
+            key=key,
+            differences=differing,
+        )
+    meta_diff = [f for f in ("tags", "note") if existing[f] != row[f]]
+    if spec.run_at is not None and row["next_run_at"] != existing["next_run_at"]:
+        meta_diff.append("next_run_at")
+    return Submitted(
+        job_id=existing["id"],
+        state=existing["state"],
+        deduplicated=True,
+        next_run_at=existing["next_run_at"],
+        priority=existing["priority"],
+        queue=existing["queue"],
+        cwd=existing["cwd"],
+        env_keys=sorted(codec.load_str_map(existing["env"])),
+        metadata_differences=meta_diff,
+    )

@@ -1,0 +1,57 @@
+"""The vocabulary of the queue: job and attempt states, failure reasons, events.
+
+Published in this order by `capabilities`; the database stores the values.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"  # part of the contract for compatibility; never written
+    DEAD = "dead"
+    CANCELED = "canceled"
+
+
+TERMINAL_JOB_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELED})
+ACTIVE_JOB_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
+
+
+class AttemptState(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    ABANDONED = "abandoned"
+    CANCELED = "canceled"
+
+
+class FailureReason(StrEnum):
+    PROCESS_EXIT = "process_exit"
+    TIMEOUT = "timeout"
+    SPAWN_FAILED = "spawn_failed"
+    WORKER_CRASH = "worker_crash"
+    CANCELED = "canceled"
+    UNKNOWN = "unknown"
+
+
+class EventKind(StrEnum):
+    ADDED = "added"
+    CLAIMED = "claimed"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    REAPED = "reaped"
+    DEAD = "dead"
+    RETRIED = "retried"
+    CANCELED = "canceled"
+
+
+class WorkerState(StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"
+    DEAD = "dead"

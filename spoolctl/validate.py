@@ -1,0 +1,181 @@
+"""Grammars and limits of every user-supplied value (SPEC section 4).
+
+Pure functions raising InvalidInput; the click parameter types and the
+`add --batch` reader both call these, so each rule is written once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from datetime import datetime
+from typing import Any
+
+from spoolctl.errors import InvalidInput
+
+MAX_DURATION_S = 31_536_000_000
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+MAX_TIMEOUT_S = 2**63 - 1
+QUEUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+QUEUE_MAX = 64
+ENV_KEY_MAX, ENV_VALUE_MAX = 128, 4096
+TAG_MAX_COUNT, TAG_KEY_MAX, TAG_VALUE_MAX = 16, 128, 1024
+NOTE_MAX = 10_000
+KEY_MAX = 256
+CWD_MAX = 4096
+WORKER_ID_MAX = 256
+DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([smhd]?)\s*$")
+UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+LIMITS: dict[str, Any] = {
+    "duration_seconds": {"min": 0, "max": MAX_DURATION_S},
+    "priority": {"min": INT32_MIN, "max": INT32_MAX},
+    "timeout_seconds": {"min": 1, "max": MAX_TIMEOUT_S},
+    "max_retries": {"min": 0},
+    "max_crashes": {"min": 0},
+    "queue": {"min_length": 1, "max_length": QUEUE_MAX, "pattern": QUEUE_RE.pattern},
+    "env": {"key_max": ENV_KEY_MAX, "value_max": ENV_VALUE_MAX},
+    "tags": {"max_count": TAG_MAX_COUNT, "key_max": TAG_KEY_MAX, "value_max": TAG_VALUE_MAX},
+    "note": {"max_length": NOTE_MAX},
+    "key": {"min_length": 1, "max_length": KEY_MAX},
+    "cwd": {"min_length": 1, "max_length": CWD_MAX},
+    "db": {"min_length": 1, "max_length": 4096},
+    "worker_id": {"min_length": 1, "max_length": WORKER_ID_MAX},
+    "list_limit": {"min": 0, "max": 1000},
+    "events_limit": {"min": 0, "max": 10_000},
+    "tail_bytes": {"min": 1, "max": 65_536},
+    "wait_seconds": {"min": 0, "max": 86_400},
+    "poll_interval_seconds": {"min_exclusive": 0, "max": 3600},
+}
+
+
+def duration(raw: str, *, what: str = "duration", maximum: float = MAX_DURATION_S) -> float:
+    """`<number>[s|m|h|d]` or bare seconds; finite, 0 .. maximum."""
+    match = DURATION_RE.match(raw)
+    if not match:
+        raise InvalidInput(f"{what} must look like 30, 30s, 5m, 2h or 1d, got {raw!r}", value=raw)
+    value = float(match.group(1)) * UNIT_S[match.group(2)]
+    if not math.isfinite(value) or value > maximum:
+        raise InvalidInput(f"{what} must be between 0 and {maximum:g} seconds, got {raw!r}")
+    return value
+
+
+def timestamp(raw: str, *, now: float | None = None) -> float:
+    """Epoch seconds or ISO-8601 (naive means local time); a past time means now."""
+    current = time.time() if now is None else now
+    try:
+        value = float(raw)
+    except ValueError:
+        try:
+            value = datetime.fromisoformat(raw.strip()).timestamp()
+        except ValueError:
+            raise InvalidInput(
+                f"time must be epoch seconds or ISO-8601, got {raw!r}", value=raw
+            ) from None
+    if not math.isfinite(value) or value > current + MAX_DURATION_S:
+        raise InvalidInput(f"time is out of range: {raw!r}")
+    return max(value, current)
+
+
+def int_in_range(value: Any, what: str, low: int | None = None, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = int(str(value).strip(), 10)
+        except ValueError:
+            raise InvalidInput(f"{what} must be a whole number, got {value!r}") from None
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{'' if low is None else low} .. {'' if high is None else high}".strip()
+        raise InvalidInput(f"{what} must be in {bounds}, got {value}", value=value)
+    return int(value)
+
+
+def queue_name(raw: str) -> str:
+    if not (1 <= len(raw) <= QUEUE_MAX) or not QUEUE_RE.match(raw):
+        raise InvalidInput(
+            f"queue must be 1-{QUEUE_MAX} characters of letters, digits, '.', '_', '-', "
+            f"starting with a letter or digit; got {raw!r}",
+            value=raw,
+        )
+    return raw
+
+
+def key_value(raw: str, what: str) -> tuple[str, str]:
+    if "=" not in raw:
+        raise InvalidInput(f"{what} must be KEY=VALUE, got {raw!r}", value=raw)
+    key, value = raw.split("=", 1)
+    return key, value
+
+
+def env_map(pairs: dict[str, str]) -> dict[str, str]:
+    for key, value in pairs.items():
+        if not 1 <= len(key) <= ENV_KEY_MAX:
+            raise InvalidInput(f"env key must be 1-{ENV_KEY_MAX} characters, got {key!r:.40}")
+        if len(value) > ENV_VALUE_MAX:
+            raise InvalidInput(f"env value of {key} is longer than {ENV_VALUE_MAX} characters")
+        if "\0" in key or "\0" in value:
+            raise InvalidInput(f"env {key!r:.40} contains a NUL character")
+    return pairs
+
+
+def tag_map(pairs: dict[str, str]) -> dict[str, str]:
+    if len(pairs) > TAG_MAX_COUNT:
+        raise InvalidInput(f"at most {TAG_MAX_COUNT} tags, got {len(pairs)}")
+    for key, value in pairs.items():
+        if not 1 <= len(key) <= TAG_KEY_MAX:
+            raise InvalidInput(f"tag key must be 1-{TAG_KEY_MAX} characters, got {key!r:.40}")
+        if len(value) > TAG_VALUE_MAX:
+            raise InvalidInput(f"tag {key} value is longer than {TAG_VALUE_MAX} characters")
+        if "\0" in key or "\0" in value:
+            raise InvalidInput(f"tag {key!r:.40} contains a NUL character")
+    return pairs
+
+
+def note(raw: str) -> str:
+    if len(raw) > NOTE_MAX:
+        raise InvalidInput(f"note is longer than {NOTE_MAX} characters")
+    if "\0" in raw:
+        raise InvalidInput("note contains a NUL character")
+    return raw
+
+
+def idempotency_key(raw: str) -> str:
+    if not 1 <= len(raw) <= KEY_MAX or not raw.isprintable():
+        raise InvalidInput(
+            f"key must be 1-{KEY_MAX} printable characters without control characters"
+        )
+    return raw
+
+
+def bounded_text(raw: str, what: str, maximum: int) -> str:
+    if not 1 <= len(raw) <= maximum or "\0" in raw:
+        raise InvalidInput(f"{what} must be 1-{maximum} characters without NUL")
+    return raw
+
+
+def cwd(raw: str) -> str:
+    """Made absolute at submit time, without collapsing symlinks."""
+    bounded_text(raw, "cwd", CWD_MAX)
+    return os.path.abspath(raw)
+
+
+def argv(value: Any) -> list[str]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(a, str) for a in value)
+        or value[0] == ""
+    ):
+        raise InvalidInput("argv must be a non-empty list of strings with a program first")
+    if any("\0" in a for a in value):
+        raise InvalidInput("argv contains a NUL character")
+    return value
+
+
+def shell_string(raw: str) -> list[str]:
+    if not raw.strip():
+        raise InvalidInput("-c needs a non-empty shell string")
+    if "\0" in raw:
+        raise InvalidInput("-c string contains a NUL character")
+    return ["sh", "-c", raw]
