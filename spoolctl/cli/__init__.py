@@ -1,0 +1,134 @@
+"""The spoolctl command line: a click group whose verbs load lazily, so that
+`spoolctl add` imports only what adding needs."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from typing import Any
+
+import click
+
+from spoolctl import __version__
+from spoolctl.cli.render import emit_error, from_click, unknown_command
+from spoolctl.errors import Internal, MissingRequired, SpoolError
+
+VERBS: dict[str, str] = {
+    "add": "spoolctl.cli.jobs:add",
+    "work": "spoolctl.cli.work:work",
+    "wait": "spoolctl.cli.inspect:wait",
+    "status": "spoolctl.cli.inspect:status",
+    "list": "spoolctl.cli.inspect:list_jobs",
+    "show": "spoolctl.cli.inspect:show",
+    "output": "spoolctl.cli.inspect:output",
+    "feedback": "spoolctl.cli.inspect:feedback",
+    "events": "spoolctl.cli.inspect:events",
+    "workers": "spoolctl.cli.inspect:workers",
+    "retry": "spoolctl.cli.steer:retry",
+    "cancel": "spoolctl.cli.steer:cancel",
+    "prune": "spoolctl.cli.steer:prune",
+    "migrate": "spoolctl.cli.migrate:migrate",
+    "doctor": "spoolctl.cli.admin:doctor",
+    "config-show": "spoolctl.cli.admin:config_show",
+    "config-validate": "spoolctl.cli.admin:config_validate",
+    "brief": "spoolctl.cli.contract:brief",
+    "robot-docs": "spoolctl.cli.contract:robot_docs",
+    "capabilities": "spoolctl.cli.contract:capabilities",
+    "schema": "spoolctl.cli.contract:schema",
+}
+
+
+def available_verbs() -> list[str]:
+    """Verbs whose module is present (all of them in a complete build)."""
+    found = []
+    for name, target in VERBS.items():
+        module = target.split(":")[0]
+        if importlib.util.find_spec(module) is not None:
+            found.append(name)
+    return sorted(found)
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return available_verbs()
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = VERBS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                return None
+            raise
+        command: click.Command = getattr(module, attr)
+        return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        command = self.get_command(ctx, name)
+        if command is None:
+            raise unknown_command(name, self.list_commands(ctx))
+        return name, command, args[1:]
+
+
+@click.group(
+    cls=LazyGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(__version__, "--version", prog_name="spoolctl")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """spoolctl: a durable job queue for shell commands on one machine.
+
+    Submit with `add`, run with `work`, inspect with `status`, `list`, `show`,
+    `output` and `feedback`. Every verb takes --json.
+
+    \b
+    Example:
+      spoolctl add -- make test
+      spoolctl work --drain
+      spoolctl status
+    """
+    if ctx.invoked_subcommand is None:
+        click.echo("verbs: " + ", ".join(ctx.command.list_commands(ctx)), err=True)  # type: ignore[attr-defined]
+        raise MissingRequired(
+            "no verb given; run `spoolctl --help`", verbs=available_verbs()
+        )
+
+
+def _wants_json(args: list[str]) -> bool:
+    head = args[: args.index("--")] if "--" in args else args
+    return "--json" in head
+
+
+def main(argv: list[str] | None = None) -> None:
+    sys.exit(run(sys.argv[1:] if argv is None else argv))
+
+
+def run(args: list[str]) -> int:
+    """Parse and run one command line; return the exit code. Never raises."""
+    as_json = _wants_json(args)
+    try:
+        result: Any = cli.main(args, prog_name="spoolctl", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        return emit_error(Internal("aborted"), as_json)
+    except click.ClickException as exc:
+        return emit_error(from_click(exc), as_json)
+    except SpoolError as exc:
+        return emit_error(exc, as_json)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - totality: no traceback ever reaches a user
+        return emit_error(Internal(f"unexpected {type(exc).__name__}: {exc}"), as_json)
+    return int(result) if isinstance(result, int) else 0

@@ -1,0 +1,244 @@
+"""`add`: submitting jobs, one from the command line or many from NDJSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from typing import Any
+
+import click
+
+from spoolctl import validate
+from spoolctl.cli.options import (
+    BoundedInt,
+    Duration,
+    KeyValue,
+    QueueName,
+    Rule,
+    Timestamp,
+    db_option,
+    json_option,
+    verb,
+)
+from spoolctl.cli.queues import open_write
+from spoolctl.cli.render import Reply, emit
+from spoolctl.errors import InvalidInput, MissingRequired
+from spoolctl.services.submit import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_QUEUE,
+    DEFAULT_TIMEOUT_S,
+    JobSpec,
+    Submitted,
+    submit,
+    submit_batch,
+)
+
+
+def timeout_seconds(raw: str) -> int:
+    """Whole seconds 1 .. 2**63-1, or a duration like 5m (rounded up)."""
+    if raw.strip().isdigit():
+        return validate.int_in_range(raw, "timeout", 1, validate.MAX_TIMEOUT_S)
+    seconds = math.ceil(validate.duration(raw, what="timeout"))
+    return validate.int_in_range(seconds, "timeout", 1, validate.MAX_TIMEOUT_S)
+
+
+TIMEOUT = Rule("timeout", timeout_seconds, {"min": 1, "max": validate.MAX_TIMEOUT_S})
+KEY = Rule("key", validate.idempotency_key, validate.LIMITS["key"])
+NOTE = Rule("note", validate.note, validate.LIMITS["note"])
+CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
+BATCH_FIELDS = {
+    "argv", "cmd", "timeout", "max_retries", "max_crashes", "priority", "queue",
+    "after", "at", "key", "tags", "note", "cwd", "env",
+}  # fmt: skip
+
+
+@verb(
+    "add",
+    exclusive=(("after", "at"), ("command", "batch")),
+    mutates=True,
+    idempotent=False,
+    examples=(
+        "spoolctl add -- make test",
+        "spoolctl add --timeout 10m --max-retries 5 -c 'curl -fsS https://example.org'",
+        "spoolctl add --key nightly --after 1h -- ./nightly.sh",
+    ),
+    context_settings={"allow_interspersed_args": False},
+)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+@click.option("-c", "--command", "command", default=None, help="A shell string, run as sh -c.")
+@click.option("--batch", default=None, help="NDJSON file of jobs ('-' for stdin); all or none.")
+@click.option("--timeout", "timeout_seconds", type=TIMEOUT, default=str(DEFAULT_TIMEOUT_S), show_default=True,
+              help="Seconds (or a duration) before the job's process group is killed.")  # fmt: skip
+@click.option("--max-retries", type=BoundedInt(0, None), default=DEFAULT_MAX_RETRIES,
+              show_default=True, help="Job-owned failures retried before dead.")  # fmt: skip
+@click.option("--max-crashes", type=BoundedInt(0, None), default=None,
+              help="Worker crashes tolerated before dead (default: unbounded).")  # fmt: skip
+@click.option("--priority", type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX), default=0,
+              show_default=True, help="Higher runs first.")  # fmt: skip
+@click.option("--queue", type=QueueName(), default=DEFAULT_QUEUE, show_default=True,
+              help="The lane the job waits in.")  # fmt: skip
+@click.option("--after", type=Duration(), default=None, help="Run no sooner than this from now.")
+@click.option("--at", type=Timestamp(), default=None, help="Run no sooner than this time.")
+@click.option("--key", "idempotency_key", type=KEY, default=None, help="Idempotency key among active jobs.")
+@click.option("--tag", "tags", type=KeyValue(), multiple=True, help="K=V label (repeatable).")
+@click.option("--note", type=NOTE, default=None, help="Free text for people.")
+@click.option("--cwd", type=CWD, default=None, help="Working directory of the job.")
+@click.option("--env", "env", type=KeyValue(), multiple=True,
+              help="K=V added to the job's environment (repeatable).")  # fmt: skip
+@db_option
+@json_option
+def add(
+    argv: tuple[str, ...],
+    command: str | None,
+    batch: str | None,
+    after: float | None,
+    at: float | None,
+    tags: tuple[tuple[str, str], ...],
+    env: tuple[tuple[str, str], ...],
+    db: str | None,
+    as_json: bool,
+    **options: Any,
+) -> int:
+    """Submit a command to the queue.
+
+    Give the command after `--` (run as is, never through a shell) or as a
+    shell string with -c. The job is durable once this returns.
+    """
+    now = time.time()
+    if batch is not None:
+        if argv or command is not None:
+            raise InvalidInput("--batch cannot be combined with a command")
+        specs = read_batch(batch, now)
+        queue = open_write(db, synchronous="FULL")
+        ids = queue.write(lambda conn: submit_batch(conn, specs, now))
+        return emit(
+            Reply({"count": len(ids), "job_ids": ids}, text=f"Added {len(ids)} jobs"), as_json
+        )
+    spec = JobSpec(
+        argv=command_argv(argv, command),
+        run_at=None if after is None and at is None else (at if at is not None else now + after),  # type: ignore[operator]
+        tags=validate.tag_map(dict(tags)),
+        env=validate.env_map(dict(env)),
+        **options,
+    )
+    queue = open_write(db, synchronous="FULL")
+    result = queue.write(lambda conn: submit(conn, spec, now))
+    return emit(added_reply(result, spec), as_json)
+
+
+def command_argv(argv: tuple[str, ...], command: str | None) -> list[str]:
+    if command is not None and argv:
+        raise InvalidInput("give the command either with -c or after --, not both")
+    if command is not None:
+        return validate.shell_string(command)
+    if not argv:
+        raise MissingRequired("no command given: use `add -- PROGRAM ARGS...` or `add -c STRING`")
+    return validate.argv(list(argv))
+
+
+def added_reply(result: Submitted, spec: JobSpec) -> Reply:
+    data: dict[str, Any] = {
+        "job_id": result.job_id,
+        "state": result.state,
+        "deduplicated": result.deduplicated,
+        "next_run_at": result.next_run_at,
+        "priority": result.priority,
+        "queue": result.queue,
+        "cwd": result.cwd,
+        "env_keys": result.env_keys,
+    }
+    text = f"Added job {result.job_id}"
+    reply = Reply(data)
+    if spec.idempotency_key is not None:
+        data["idempotency"] = {
+            "key": spec.idempotency_key,
+            "metadata_differs": bool(result.metadata_differences),
+            "metadata_differences": result.metadata_differences,
+        }
+    if result.deduplicated:
+        text = f"Job {result.job_id} is already {result.state} under key {spec.idempotency_key!r}"
+        if result.metadata_differences:
+            reply.warn(
+                "IDEMPOTENCY_METADATA_DIFFERS",
+                f"job {result.job_id} kept its {', '.join(result.metadata_differences)}",
+            )
+    reply.text = text
+    return reply
+
+
+def read_batch(source: str, now: float) -> list[JobSpec]:
+    """Every line validated before anything is inserted."""
+    try:
+        if source == "-":
+            lines = sys.stdin.read().splitlines()
+        else:
+            with open(source, encoding="utf-8") as handle:
+                lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read batch {source!r}: {exc}") from None
+    specs = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            specs.append(spec_from_object(json.loads(line), now))
+        except (ValueError, InvalidInput, MissingRequired) as exc:
+            message = getattr(exc, "message", str(exc))
+            raise InvalidInput(f"batch line {number}: {message}", line=number) from None
+    return specs
+
+
+def spec_from_object(obj: Any, now: float) -> JobSpec:
+    """One NDJSON line: the same fields and rules as the flags of `add`."""
+    if not isinstance(obj, dict):
+        raise InvalidInput("each line must be a JSON object")
+    unknown = set(obj) - BATCH_FIELDS
+    if unknown:
+        raise InvalidInput(f"unknown fields {sorted(unknown)}")
+    if ("argv" in obj) == ("cmd" in obj):
+        raise InvalidInput("give exactly one of argv or cmd")
+    if "after" in obj and "at" in obj:
+        raise InvalidInput("after and at cannot be used together")
+    argv = validate.argv(obj["argv"]) if "argv" in obj else validate.shell_string(_str(obj["cmd"]))
+    run_at = None
+    if "after" in obj:
+        run_at = now + validate.duration(str(obj["after"]))
+    elif "at" in obj:
+        run_at = validate.timestamp(str(obj["at"]), now=now)
+    max_crashes = obj.get("max_crashes")
+    return JobSpec(
+        argv=argv,
+        queue=validate.queue_name(_str(obj.get("queue", DEFAULT_QUEUE))),
+        priority=validate.int_in_range(
+            obj.get("priority", 0), "priority", validate.INT32_MIN, validate.INT32_MAX
+        ),
+        timeout_seconds=timeout_seconds(str(obj.get("timeout", DEFAULT_TIMEOUT_S))),
+        max_retries=validate.int_in_range(
+            obj.get("max_retries", DEFAULT_MAX_RETRIES), "max_retries", 0
+        ),
+        max_crashes=None
+        if max_crashes is None
+        else validate.int_in_range(max_crashes, "max_crashes", 0),
+        run_at=run_at,
+        idempotency_key=None if obj.get("key") is None else validate.idempotency_key(_str(obj["key"])),
+        tags=validate.tag_map(_str_map(obj.get("tags", {}), "tags")),
+        note=None if obj.get("note") is None else validate.note(_str(obj["note"])),
+        cwd=None if obj.get("cwd") is None else validate.cwd(_str(obj["cwd"])),
+        env=validate.env_map(_str_map(obj.get("env", {}), "env")),
+    )
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput(f"expected a string, got {value!r:.40}")
+    return value
+
+
+def _str_map(value: Any, what: str) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise InvalidInput(f"{what} must be an object of strings")
+    return value

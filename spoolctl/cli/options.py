@@ -1,0 +1,239 @@
+"""Shared options, parameter types and the command class of every verb.
+
+Parameter types call the rules in `spoolctl.validate`, and describe their
+bounds through `to_info_dict`, so `capabilities` and the docs are generated
+from the same objects that parse the command line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from spoolctl import validate
+from spoolctl.cli.render import SpoolUsage
+from spoolctl.errors import InvalidInput
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class SpoolCommand(click.Command):
+    """A verb: click's command plus the annotations the contract publishes.
+
+    exclusive: pairs of parameter names that cannot be given together.
+    traits: mutates / destructive / idempotent.
+    examples: command lines shown in --help and the docs.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        exclusive: tuple[tuple[str, str], ...] = (),
+        traits: dict[str, bool] | None = None,
+        examples: tuple[str, ...] = (),
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("context_settings", {}).setdefault("help_option_names", ["-h", "--help"])
+        super().__init__(*args, **kwargs)
+        self.exclusive = exclusive
+        self.traits = traits or {"mutates": False, "destructive": False, "idempotent": True}
+        self.examples = examples
+        if examples and self.help is not None:
+            self.help = self.help + "\n\n\b\nExamples:\n" + "\n".join(f"  {e}" for e in examples)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        for first, second in self.exclusive:
+            if _given(ctx, first) and _given(ctx, second):
+                raise SpoolUsage(
+                    InvalidInput(
+                        f"{_flag(self, first)} and {_flag(self, second)} cannot be used together",
+                        conflicting=[_flag(self, first), _flag(self, second)],
+                    )
+                )
+        return rest
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    if source is not ParameterSource.COMMANDLINE:
+        return False
+    value = ctx.params.get(name)
+    return value not in (None, False, ())
+
+
+def _flag(command: click.Command, name: str) -> str:
+    for param in command.params:
+        if param.name == name and isinstance(param, click.Option):
+            return max(param.opts, key=len)
+    return name
+
+
+def verb(
+    name: str | None = None,
+    *,
+    exclusive: tuple[tuple[str, str], ...] = (),
+    mutates: bool = False,
+    destructive: bool = False,
+    idempotent: bool = True,
+    examples: tuple[str, ...] = (),
+    **kwargs: Any,
+) -> Callable[[F], SpoolCommand]:
+    """Declare a verb with its contract annotations."""
+    return click.command(  # type: ignore[return-value]
+        name,
+        cls=SpoolCommand,
+        exclusive=exclusive,
+        traits={"mutates": mutates, "destructive": destructive, "idempotent": idempotent},
+        examples=examples,
+        **kwargs,
+    )
+
+
+def json_option(fn: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON envelope on stdout."
+    )(fn)
+
+
+def db_option(fn: F) -> F:
+    return click.option(
+        "--db",
+        "db",
+        type=BoundedText("path", 4096),
+        default=None,
+        help="Queue database (default: SPOOLCTL_DB, .spoolctl/config.json, ./.spoolctl/queue.db).",
+    )(fn)
+
+
+class _Validated(click.ParamType):
+    """Turns InvalidInput from a validate rule into click's usage error."""
+
+    def check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.check(value)
+        except InvalidInput as exc:
+            self.fail(exc.message, param, ctx)
+
+
+class Duration(_Validated):
+    """`<number>[s|m|h|d]` or bare seconds."""
+
+    name = "duration"
+
+    def __init__(self, maximum: float = validate.MAX_DURATION_S) -> None:
+        self.maximum = maximum
+
+    def check(self, value: str) -> float:
+        return validate.duration(value, maximum=self.maximum)
+
+    def to_info_dict(self) -> dict[str, Any]:
+        return {**super().to_info_dict(), "min": 0, "max": self.maximum, "units": "s|m|h|d"}
+
+
+class Timestamp(_Validated):
+    """Epoch seconds or ISO-8601; a past time means now."""
+
+    name = "timestamp"
+
+    def check(self, value: str) -> float:
+        return validate.timestamp(value)
+
+
+class Seconds(_Validated):
+    """A plain float of seconds in (low, high]; finite."""
+
+    name = "seconds"
+
+    def __init__(self, low: float, high: float, *, low_inclusive: bool = False) -> None:
+        self.low, self.high, self.low_inclusive = low, high, low_inclusive
+
+    def check(self, value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise InvalidInput(f"expected a number of seconds, got {value!r}") from None
+        low_ok = number >= self.low if self.low_inclusive else number > self.low
+        if not (math.isfinite(number) and low_ok and number <= self.high):
+            bound = ">=" if self.low_inclusive else ">"
+            raise InvalidInput(
+                f"must be finite, {bound} {self.low:g} and <= {self.high:g}, got {value!r}"
+            )
+        return number
+
+    def to_info_dict(self) -> dict[str, Any]:
+        key = "min" if self.low_inclusive else "min_exclusive"
+        return {**super().to_info_dict(), key: self.low, "max": self.high}
+
+
+class BoundedInt(_Validated):
+    name = "integer"
+
+    def __init__(self, low: int | None = None, high: int | None = None) -> None:
+        self.low, self.high = low, high
+
+    def check(self, value: str) -> int:
+        return validate.int_in_range(value, "value", self.low, self.high)
+
+    def to_info_dict(self) -> dict[str, Any]:
+        return {**super().to_info_dict(), "min": self.low, "max": self.high}
+
+
+class BoundedText(_Validated):
+    name = "text"
+
+    def __init__(self, what: str, maximum: int) -> None:
+        self.what, self.maximum = what, maximum
+
+    def check(self, value: str) -> str:
+        return validate.bounded_text(value, self.what, self.maximum)
+
+    def to_info_dict(self) -> dict[str, Any]:
+        return {**super().to_info_dict(), "min_length": 1, "max_length": self.maximum}
+
+
+class QueueName(_Validated):
+    name = "queue"
+
+    def check(self, value: str) -> str:
+        return validate.queue_name(value)
+
+    def to_info_dict(self) -> dict[str, Any]:
+        return {**super().to_info_dict(), **validate.LIMITS["queue"]}
+
+
+class KeyValue(_Validated):
+    """KEY=VALUE, split on the first '='."""
+
+    name = "key=value"
+
+    def check(self, value: str) -> tuple[str, str]:
+        return validate.key_value(value, "value")
+
+
+class Rule(_Validated):
+    """A string checked by one rule of spoolctl.validate."""
+
+    def __init__(self, name: str, rule: Callable[[str], Any], info: dict[str, Any]) -> None:
+        self.name = name
+        self.rule = rule
+        self.info = info
+
+    def check(self, value: str) -> Any:
+        return self.rule(value)
+
+    def to_info_dict(self) -> dict[str, Any]:
+        return {**super().to_info_dict(), **self.info}
+
+
+JOB_ID = BoundedInt(1, None)
+JOB_ID.name = "id"

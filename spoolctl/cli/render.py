@@ -1,0 +1,182 @@
+"""The envelope and text output, and the single map from exceptions to error
+codes and exit codes. Every verb's output passes through `emit` or
+`emit_error`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from spoolctl import __version__
+from spoolctl.errors import (
+    InvalidInput,
+    MissingRequired,
+    SpoolError,
+    UnknownCommand,
+    UnknownFlag,
+)
+
+CONTRACT_VERSION = "2"
+_STARTED = time.monotonic()
+
+
+@dataclass
+class Reply:
+    """What a verb answers: data for --json, text for people, and its exit code."""
+
+    data: Any
+    text: str | Callable[[], str] | None = None
+    warnings: list[dict[str, str]] = field(default_factory=list)
+    exit_code: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def warn(self, code: str, message: str) -> None:
+        self.warnings.append({"code": code, "message": message})
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def envelope(
+    data: Any,
+    *,
+    errors: list[dict[str, Any]] | None = None,
+    warnings: list[dict[str, str]] | None = None,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    errors = errors or []
+    payload = None if errors else data
+    return {
+        "ok": not errors,
+        "tool_version": __version__,
+        "data": payload,
+        "meta": {
+            "request_id": uuid.uuid4().hex,
+            "ts_iso": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "elapsed_ms": round((time.monotonic() - _STARTED) * 1000, 3),
+            "contract_version": CONTRACT_VERSION,
+            "data_hash": hashlib.sha256(canonical_json(payload).encode()).hexdigest(),
+            **(meta or {}),
+        },
+        "warnings": warnings or [],
+        "commands": [],
+        "errors": errors,
+    }
+
+
+def write_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def emit(reply: Reply, as_json: bool) -> int:
+    if as_json:
+        write_json(envelope(reply.data, warnings=reply.warnings, meta=reply.meta))
+        return reply.exit_code
+    text = reply.text() if callable(reply.text) else reply.text
+    if text:
+        click.echo(text)
+    for warning in reply.warnings:
+        click.echo(f"spoolctl: warning: {warning['code']}: {warning['message']}", err=True)
+    return reply.exit_code
+
+
+def error_object(exc: SpoolError) -> dict[str, Any]:
+    return {
+        "code": exc.code,
+        "message": exc.message,
+        "exit_code": exc.exit_code,
+        "detail": exc.detail,
+    }
+
+
+def emit_error(exc: SpoolError, as_json: bool) -> int:
+    if as_json:
+        write_json(envelope(None, errors=[error_object(exc)]))
+    else:
+        click.echo(f"spoolctl: {exc.code}: {exc.message}", err=True)
+    return exc.exit_code
+
+
+def from_click(exc: click.ClickException) -> SpoolError:
+    """Translate click's parse errors into the contract's codes."""
+    message = exc.format_message()
+    if isinstance(exc, click.NoSuchOption):
+        detail: dict[str, Any] = {"flag": exc.option_name}
+        if exc.possibilities:
+            detail["did_you_mean"] = sorted(exc.possibilities)[0]
+        return UnknownFlag(message, **detail)
+    if isinstance(exc, click.MissingParameter):
+        return MissingRequired(message)
+    if isinstance(exc, SpoolUsage):
+        return exc.error
+    return InvalidInput(message)
+
+
+class SpoolUsage(click.UsageError):
+    """Carries one of our errors through click's parsing machinery."""
+
+    def __init__(self, error: SpoolError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def unknown_command(name: str, choices: list[str]) -> SpoolError:
+    import difflib
+
+    close = difflib.get_close_matches(name, choices, n=1)
+    detail: dict[str, Any] = {"command": name}
+    hint = ""
+    if close:
+        detail["did_you_mean"] = close[0]
+        hint = f" (did you mean {close[0]!r}?)"
+    return UnknownCommand(f"no such command {name!r}{hint}", **detail)
+
+
+def use_color() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def style(text: str, **kwargs: Any) -> str:
+    return click.style(text, **kwargs) if use_color() else text
+
+
+def local_time(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def age(ts: float | None, now: float | None = None) -> str:
+    if ts is None:
+        return "-"
+    seconds = (time.time() if now is None else now) - ts
+    suffix = "ago" if seconds >= 0 else "from now"
+    seconds = abs(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} {suffix}"
+    return f"{seconds:.0f}s {suffix}"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """Aligned columns for people."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines[0] = style(lines[0], bold=True)
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)

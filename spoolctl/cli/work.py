@@ -1,0 +1,118 @@
+"""`work`: run jobs of one queue until told to stop (or once, or to drain)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from spoolctl.cli.options import BoundedInt, BoundedText, QueueName, Seconds, db_option, json_option, verb
+from spoolctl.cli.queues import open_write
+from spoolctl.cli.render import Reply, emit
+from spoolctl.config import Timing
+from spoolctl.db.engine import RevisionMismatch
+from spoolctl.db.queue import diagnose, prepare
+from spoolctl.worker import Worker, WorkerOptions, WorkReport
+
+MAX_CONCURRENCY = 256
+
+
+@verb(
+    "work",
+    exclusive=(("once", "drain"),),
+    mutates=True,
+    idempotent=False,
+    examples=(
+        "spoolctl work",
+        "spoolctl work --drain --concurrency 4",
+        "spoolctl work --queue gpu --slots 1",
+    ),
+)
+@click.option("--once", is_flag=True, help="Run at most one job, then exit.")
+@click.option("--drain", is_flag=True, help="Run until the queue's lane is settled, then exit.")
+@click.option("--queue", type=QueueName(), default="default", show_default=True,
+              help="The one queue this worker serves.")  # fmt: skip
+@click.option("--slots", type=BoundedInt(1, None), default=None,
+              help="Cap on running jobs of this queue across all workers.")  # fmt: skip
+@click.option("--worker-id", type=BoundedText("worker id", 256), default=None,
+              help="Name of this worker (default: host-pid-random).")  # fmt: skip
+@click.option("--poll-interval", type=Seconds(0, 3600), default=1.0, show_default=True,
+              help="Longest idle wait between full claim attempts; new jobs wake it sooner.")  # fmt: skip
+@click.option("--concurrency", type=BoundedInt(1, MAX_CONCURRENCY), default=1, show_default=True,
+              help="Jobs this one worker process runs at once.")  # fmt: skip
+@db_option
+@json_option
+def work(
+    once: bool,
+    drain: bool,
+    queue: str,
+    slots: int | None,
+    worker_id: str | None,
+    poll_interval: float,
+    concurrency: int,
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """Claim and run jobs of one queue.
+
+    Without --once or --drain it runs until SIGINT/SIGTERM: the first signal
+    lets running jobs finish and be recorded, a second kills their process
+    groups. Before each claim the worker reaps jobs of workers that died.
+    """
+    timing = Timing.from_env()
+    mode = "once" if once else "drain" if drain else "loop"
+    queue_file = open_write(db)
+    prepare_schema(queue_file.path)
+    options = WorkerOptions(
+        queue=queue,
+        mode=mode,
+        slots=slots,
+        worker_id=worker_id,
+        poll_interval_s=poll_interval,
+        concurrency=concurrency,
+    )
+    worker = Worker(queue_file.engine, queue_file.output_root, options, timing)
+    try:
+        report = worker.run()
+    except RevisionMismatch:
+        diagnose(queue_file.path)
+        raise
+    return emit(Reply(report_data(report, mode), text=lambda: report_text(report, mode)), as_json)
+
+
+def prepare_schema(path: Any) -> None:
+    prepare(path)
+
+
+def report_data(report: WorkReport, mode: str) -> dict[str, Any]:
+    executed = len(report.results)
+    if mode == "once":
+        if not report.results:
+            return {"claimed": False}
+        last = report.results[-1]
+        return {
+            "claimed": True,
+            "job_id": last.job_id,
+            "attempt_no": last.attempt_no,
+            "result": last.result,
+            "job_state": last.job_state,
+        }
+    data: dict[str, Any] = {"executed": executed, "worker_id": report.worker_id}
+    if mode == "drain":
+        data["drained"] = report.drained
+    else:
+        data["stopped"] = True
+    data["stopped_by_signal"] = report.stopped_by_signal
+    return data
+
+
+def report_text(report: WorkReport, mode: str) -> str:
+    lines = [
+        f"job {r.job_id} attempt {r.attempt_no}: {r.result} -> {r.job_state or '-'}"
+        for r in report.results
+    ]
+    if mode == "once" and not report.results:
+        lines.append("nothing to run")
+    elif mode == "drain":
+        lines.append(f"drained: {len(report.results)} attempts executed")
+    return "\n".join(lines)
