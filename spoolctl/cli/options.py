@@ -1,7 +1,7 @@
 """Shared options, parameter types and the command class of every verb.
 
 Parameter types call the rules in `spoolctl.validate`, and describe their
-bounds through `to_info_dict`, so `capabilities` and the docs are generated
+bounds through `contract_info`, so `capabilities` and the docs are generated
 from the same objects that parse the command line.
 """
 
@@ -84,7 +84,7 @@ def verb(
     **kwargs: Any,
 ) -> Callable[[F], SpoolCommand]:
     """Declare a verb with its contract annotations."""
-    return click.command(  # type: ignore[return-value]
+    return click.command(
         name,
         cls=SpoolCommand,
         exclusive=exclusive,
@@ -110,11 +110,15 @@ def db_option(fn: F) -> F:
     )(fn)
 
 
-class _Validated(click.ParamType):
+class _Validated(click.ParamType[Any, Any]):
     """Turns InvalidInput from a validate rule into click's usage error."""
 
     def check(self, value: Any) -> Any:
         raise NotImplementedError
+
+    def contract_info(self) -> dict[str, Any]:
+        """click's description of the type plus our bounds, for `capabilities`."""
+        return dict(self.to_info_dict())
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):
@@ -136,8 +140,8 @@ class Duration(_Validated):
     def check(self, value: str) -> float:
         return validate.duration(value, maximum=self.maximum)
 
-    def to_info_dict(self) -> dict[str, Any]:
-        return {**super().to_info_dict(), "min": 0, "max": self.maximum, "units": "s|m|h|d"}
+    def contract_info(self) -> dict[str, Any]:
+        return {**super().contract_info(), "min": 0, "max": self.maximum, "units": "s|m|h|d"}
 
 
 class Timestamp(_Validated):
@@ -170,9 +174,9 @@ class Seconds(_Validated):
             )
         return number
 
-    def to_info_dict(self) -> dict[str, Any]:
+    def contract_info(self) -> dict[str, Any]:
         key = "min" if self.low_inclusive else "min_exclusive"
-        return {**super().to_info_dict(), key: self.low, "max": self.high}
+        return {**super().contract_info(), key: self.low, "max": self.high}
 
 
 class BoundedInt(_Validated):
@@ -184,8 +188,8 @@ class BoundedInt(_Validated):
     def check(self, value: str) -> int:
         return validate.int_in_range(value, "value", self.low, self.high)
 
-    def to_info_dict(self) -> dict[str, Any]:
-        return {**super().to_info_dict(), "min": self.low, "max": self.high}
+    def contract_info(self) -> dict[str, Any]:
+        return {**super().contract_info(), "min": self.low, "max": self.high}
 
 
 class BoundedText(_Validated):
@@ -197,8 +201,8 @@ class BoundedText(_Validated):
     def check(self, value: str) -> str:
         return validate.bounded_text(value, self.what, self.maximum)
 
-    def to_info_dict(self) -> dict[str, Any]:
-        return {**super().to_info_dict(), "min_length": 1, "max_length": self.maximum}
+    def contract_info(self) -> dict[str, Any]:
+        return {**super().contract_info(), "min_length": 1, "max_length": self.maximum}
 
 
 class QueueName(_Validated):
@@ -207,8 +211,8 @@ class QueueName(_Validated):
     def check(self, value: str) -> str:
         return validate.queue_name(value)
 
-    def to_info_dict(self) -> dict[str, Any]:
-        return {**super().to_info_dict(), **validate.LIMITS["queue"]}
+    def contract_info(self) -> dict[str, Any]:
+        return {**super().contract_info(), **validate.LIMITS["queue"]}
 
 
 class KeyValue(_Validated):
@@ -231,8 +235,8 @@ class Rule(_Validated):
     def check(self, value: str) -> Any:
         return self.rule(value)
 
-    def to_info_dict(self) -> dict[str, Any]:
-        return {**super().to_info_dict(), **self.info}
+    def contract_info(self) -> dict[str, Any]:
+        return {**super().contract_info(), **self.info}
 
 
 JOB_ID = BoundedInt(1, None)

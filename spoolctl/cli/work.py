@@ -6,13 +6,21 @@ from typing import Any
 
 import click
 
-from spoolctl.cli.options import BoundedInt, BoundedText, QueueName, Seconds, db_option, json_option, verb
+from spoolctl.cli.options import (
+    BoundedInt,
+    BoundedText,
+    QueueName,
+    Seconds,
+    db_option,
+    json_option,
+    verb,
+)
 from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
 from spoolctl.db.queue import diagnose, prepare
-from spoolctl.worker import Worker, WorkerOptions, WorkReport
+from spoolctl.worker import Mode, Worker, WorkerOptions, WorkReport
 
 MAX_CONCURRENCY = 256
 
@@ -60,9 +68,9 @@ def work(
     groups. Before each claim the worker reaps jobs of workers that died.
     """
     timing = Timing.from_env()
-    mode = "once" if once else "drain" if drain else "loop"
+    mode: Mode = "once" if once else "drain" if drain else "loop"
     queue_file = open_write(db)
-    prepare_schema(queue_file.path)
+    prepare(queue_file.path)
     options = WorkerOptions(
         queue=queue,
         mode=mode,
@@ -78,10 +86,6 @@ def work(
         diagnose(queue_file.path)
         raise
     return emit(Reply(report_data(report, mode), text=lambda: report_text(report, mode)), as_json)
-
-
-def prepare_schema(path: Any) -> None:
-    prepare(path)
 
 
 def report_data(report: WorkReport, mode: str) -> dict[str, Any]:
