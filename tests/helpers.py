@@ -127,7 +127,8 @@ def attempts_of(db: Path, job_id: int) -> list[sqlite3.Row]:
 
 
 def events_of(db: Path, job_id: int) -> list[str]:
-    return [r["event"] for r in rows(db, "SELECT event FROM job_events WHERE job_id = ? ORDER BY id", (job_id,))]
+    found = rows(db, "SELECT event FROM job_events WHERE job_id = ? ORDER BY id", (job_id,))
+    return [r["event"] for r in found]
 
 
 def add(db: Path, *argv: str, opts: tuple[str, ...] = ()) -> int:

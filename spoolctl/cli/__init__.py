@@ -98,9 +98,7 @@ def cli(ctx: click.Context) -> None:
     """
     if ctx.invoked_subcommand is None:
         click.echo("verbs: " + ", ".join(ctx.command.list_commands(ctx)), err=True)  # type: ignore[attr-defined]
-        raise MissingRequired(
-            "no verb given; run `spoolctl --help`", verbs=available_verbs()
-        )
+        raise MissingRequired("no verb given; run `spoolctl --help`", verbs=available_verbs())
 
 
 def _wants_json(args: list[str]) -> bool:
@@ -129,6 +127,6 @@ def run(args: list[str]) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # noqa: BLE001 - totality: no traceback ever reaches a user
+    except Exception as exc:  # totality: no traceback ever reaches a user
         return emit_error(Internal(f"unexpected {type(exc).__name__}: {exc}"), as_json)
     return int(result) if isinstance(result, int) else 0

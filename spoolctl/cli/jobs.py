@@ -49,9 +49,21 @@ KEY = Rule("key", validate.idempotency_key, validate.LIMITS["key"])
 NOTE = Rule("note", validate.note, validate.LIMITS["note"])
 CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
 BATCH_FIELDS = {
-    "argv", "cmd", "timeout", "max_retries", "max_crashes", "priority", "queue",
-    "after", "at", "key", "tags", "note", "cwd", "env",
-}  # fmt: skip
+    "argv",
+    "cmd",
+    "timeout",
+    "max_retries",
+    "max_crashes",
+    "priority",
+    "queue",
+    "after",
+    "at",
+    "key",
+    "tags",
+    "note",
+    "cwd",
+    "env",
+}
 
 
 @verb(
@@ -69,24 +81,56 @@ BATCH_FIELDS = {
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.option("-c", "--command", "command", default=None, help="A shell string, run as sh -c.")
 @click.option("--batch", default=None, help="NDJSON file of jobs ('-' for stdin); all or none.")
-@click.option("--timeout", "timeout_seconds", type=TIMEOUT, default=str(DEFAULT_TIMEOUT_S), show_default=True,
-              help="Seconds (or a duration) before the job's process group is killed.")  # fmt: skip
-@click.option("--max-retries", type=BoundedInt(0, None), default=DEFAULT_MAX_RETRIES,
-              show_default=True, help="Job-owned failures retried before dead.")  # fmt: skip
-@click.option("--max-crashes", type=BoundedInt(0, None), default=None,
-              help="Worker crashes tolerated before dead (default: unbounded).")  # fmt: skip
-@click.option("--priority", type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX), default=0,
-              show_default=True, help="Higher runs first.")  # fmt: skip
-@click.option("--queue", type=QueueName(), default=DEFAULT_QUEUE, show_default=True,
-              help="The lane the job waits in.")  # fmt: skip
+@click.option(
+    "--timeout",
+    "timeout_seconds",
+    type=TIMEOUT,
+    default=str(DEFAULT_TIMEOUT_S),
+    show_default=True,
+    help="Seconds (or a duration) before the job's process group is killed.",
+)
+@click.option(
+    "--max-retries",
+    type=BoundedInt(0, None),
+    default=DEFAULT_MAX_RETRIES,
+    show_default=True,
+    help="Job-owned failures retried before dead.",
+)
+@click.option(
+    "--max-crashes",
+    type=BoundedInt(0, None),
+    default=None,
+    help="Worker crashes tolerated before dead (default: unbounded).",
+)
+@click.option(
+    "--priority",
+    type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
+    default=0,
+    show_default=True,
+    help="Higher runs first.",
+)
+@click.option(
+    "--queue",
+    type=QueueName(),
+    default=DEFAULT_QUEUE,
+    show_default=True,
+    help="The lane the job waits in.",
+)
 @click.option("--after", type=Duration(), default=None, help="Run no sooner than this from now.")
 @click.option("--at", type=Timestamp(), default=None, help="Run no sooner than this time.")
-@click.option("--key", "idempotency_key", type=KEY, default=None, help="Idempotency key among active jobs.")
+@click.option(
+    "--key", "idempotency_key", type=KEY, default=None, help="Idempotency key among active jobs."
+)
 @click.option("--tag", "tags", type=KeyValue(), multiple=True, help="K=V label (repeatable).")
 @click.option("--note", type=NOTE, default=None, help="Free text for people.")
 @click.option("--cwd", type=CWD, default=None, help="Working directory of the job.")
-@click.option("--env", "env", type=KeyValue(), multiple=True,
-              help="K=V added to the job's environment (repeatable).")  # fmt: skip
+@click.option(
+    "--env",
+    "env",
+    type=KeyValue(),
+    multiple=True,
+    help="K=V added to the job's environment (repeatable).",
+)
 @db_option
 @json_option
 def add(
@@ -222,7 +266,9 @@ def spec_from_object(obj: Any, now: float) -> JobSpec:
         if max_crashes is None
         else validate.int_in_range(max_crashes, "max_crashes", 0),
         run_at=run_at,
-        idempotency_key=None if obj.get("key") is None else validate.idempotency_key(_str(obj["key"])),
+        idempotency_key=None
+        if obj.get("key") is None
+        else validate.idempotency_key(_str(obj["key"])),
         tags=validate.tag_map(_str_map(obj.get("tags", {}), "tags")),
         note=None if obj.get("note") is None else validate.note(_str(obj["note"])),
         cwd=None if obj.get("cwd") is None else validate.cwd(_str(obj["cwd"])),

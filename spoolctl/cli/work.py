@@ -38,16 +38,39 @@ MAX_CONCURRENCY = 256
 )
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
 @click.option("--drain", is_flag=True, help="Run until the queue's lane is settled, then exit.")
-@click.option("--queue", type=QueueName(), default="default", show_default=True,
-              help="The one queue this worker serves.")  # fmt: skip
-@click.option("--slots", type=BoundedInt(1, None), default=None,
-              help="Cap on running jobs of this queue across all workers.")  # fmt: skip
-@click.option("--worker-id", type=BoundedText("worker id", 256), default=None,
-              help="Name of this worker (default: host-pid-random).")  # fmt: skip
-@click.option("--poll-interval", type=Seconds(0, 3600), default=1.0, show_default=True,
-              help="Longest idle wait between full claim attempts; new jobs wake it sooner.")  # fmt: skip
-@click.option("--concurrency", type=BoundedInt(1, MAX_CONCURRENCY), default=1, show_default=True,
-              help="Jobs this one worker process runs at once.")  # fmt: skip
+@click.option(
+    "--queue",
+    type=QueueName(),
+    default="default",
+    show_default=True,
+    help="The one queue this worker serves.",
+)
+@click.option(
+    "--slots",
+    type=BoundedInt(1, None),
+    default=None,
+    help="Cap on running jobs of this queue across all workers.",
+)
+@click.option(
+    "--worker-id",
+    type=BoundedText("worker id", 256),
+    default=None,
+    help="Name of this worker (default: host-pid-random).",
+)
+@click.option(
+    "--poll-interval",
+    type=Seconds(0, 3600),
+    default=1.0,
+    show_default=True,
+    help="Longest idle wait between full claim attempts; new jobs wake it sooner.",
+)
+@click.option(
+    "--concurrency",
+    type=BoundedInt(1, MAX_CONCURRENCY),
+    default=1,
+    show_default=True,
+    help="Jobs this one worker process runs at once.",
+)
 @db_option
 @json_option
 def work(
