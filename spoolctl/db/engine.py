@@ -52,11 +52,15 @@ def make_engine(
     busy_timeout_s: float,
     synchronous: Synchronous = "NORMAL",
     expected_revision: str | None = None,
+    foreign_keys: bool = True,
 ) -> Engine:
     """An engine on one queue file.
 
     write: transactions open with BEGIN IMMEDIATE (else plain deferred BEGIN).
     expected_revision: when set, every transaction checks alembic_version.
+    foreign_keys: False only for schema migrations, which rebuild referenced
+    tables (SQLite ignores this pragma inside a transaction, so it is set on
+    connect) and must run `PRAGMA foreign_key_check` before committing.
     """
     engine = create_engine(
         f"sqlite:///{db_path}",
@@ -70,7 +74,7 @@ def make_engine(
         cur = dbapi_conn.cursor()
         if write:
             cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.close()
 
