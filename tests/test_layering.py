@@ -1,0 +1,150 @@
+"""The architecture holds: click stays in the CLI, the add path stays lean,
+and the revision scripts travel inside the wheel."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO, child_env
+
+PACKAGE = REPO / "spoolctl"
+ENTRY_POINTS = {"__main__.py"}
+BELOW_CLI = [
+    p
+    for p in PACKAGE.rglob("*.py")
+    if "cli" not in p.relative_to(PACKAGE).parts and p.name not in ENTRY_POINTS
+]
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("path", BELOW_CLI, ids=lambda p: str(p.relative_to(REPO)))
+def test_no_click_or_printing_below_the_cli(path: Path) -> None:
+    modules = imported_modules(path)
+    assert not any(m == "click" or m.startswith("click.") for m in modules)
+    assert not any(m.startswith("spoolctl.cli") for m in modules)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    calls = {
+        node.func.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+    }
+    assert "print" not in calls
+    attributes = {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    assert "exit" not in attributes
+
+
+def test_alembic_is_imported_only_by_the_revision_module() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "revision.py" or "_migrations" in path.parts:
+            continue
+        assert not any(m.startswith("alembic") for m in imported_modules(path)), path
+
+
+def modules_after(argv: list[str], tmp_path: Path) -> set[str]:
+    """Run the CLI in a fresh interpreter and list what it imported."""
+    script = (
+        "import sys, json\n"
+        "from spoolctl.cli import run\n"
+        f"code = run({argv!r})\n"
+        "sys.stderr.write(json.dumps(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=child_env(),
+        timeout=60,
+    )
+    return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
+    db = tmp_path / "q" / "queue.db"
+    # The first add creates the database (that may load alembic); the steady
+    # state is the second one.
+    modules_after(["add", "--db", str(db), "--", "true"], tmp_path)
+    loaded = modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
+    assert "spoolctl.cli.jobs" in loaded
+    assert not any(m.split(".")[0] == "alembic" for m in loaded)
+    assert "psutil" not in loaded
+    assert "spoolctl.worker" not in loaded
+
+
+def test_status_path_does_not_import_alembic(tmp_path: Path) -> None:
+    db = tmp_path / "q" / "queue.db"
+    modules_after(["add", "--db", str(db), "--", "true"], tmp_path)
+    loaded = modules_after(["status", "--db", str(db), "--json"], tmp_path)
+    assert "spoolctl.cli.inspect" in loaded
+    assert not any(m.split(".")[0] == "alembic" for m in loaded)
+
+
+def test_wheel_ships_the_revision_scripts(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    wheel = next(tmp_path.glob("spoolctl-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "spoolctl/_migrations/env.py" in names
+    assert "spoolctl/_migrations/script.py.mako" in names
+    shipped = {Path(n).name for n in names if n.startswith("spoolctl/_migrations/versions/")}
+    in_repo = {p.name for p in (REPO / "migrations" / "versions").glob("*.py")}
+    assert in_repo <= shipped
+
+
+def test_installed_wheel_migrates_from_any_directory(tmp_path: Path) -> None:
+    """The wheel alone (no repository, no alembic.ini) can create and migrate a queue."""
+    wheel_dir, target, elsewhere = tmp_path / "w", tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "-w", str(wheel_dir), str(REPO)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    wheel = next(wheel_dir.glob("spoolctl-*.whl"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    env = child_env({"PYTHONPATH": str(target)})
+    db = elsewhere / "q" / "queue.db"
+    where = subprocess.run(
+        [sys.executable, "-c", "import spoolctl; print(spoolctl.__file__)"],
+        capture_output=True, text=True, cwd=elsewhere, env=env, check=True,
+    )  # fmt: skip
+    assert where.stdout.startswith(str(target))
+    for argv in (["migrate", "--db", str(db)], ["add", "--db", str(db), "--", "true"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "spoolctl", *argv],
+            capture_output=True, text=True, cwd=elsewhere, env=env, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    status = subprocess.run(
+        [sys.executable, "-m", "spoolctl", "migrate", "--status", "--db", str(db), "--json"],
+        capture_output=True, text=True, cwd=elsewhere, env=env, timeout=60,
+    )  # fmt: skip
+    data = json.loads(status.stdout)["data"]
+    assert data["current"] == data["head"]
+    assert data["pending"] == []
