@@ -4,7 +4,8 @@ The fast path costs nothing extra: the engine's begin hook compares the
 file's revision with the code's head inside each transaction. Only when that
 check fails do we look closer: a blank file is created at head, an older one
 is refused with SCHEMA_OUTDATED (or upgraded with SPOOLCTL_AUTO_MIGRATE=1), a
-newer one with SCHEMA_TOO_NEW.
+newer one with SCHEMA_TOO_NEW. Creating and upgrading both go through
+`spoolctl.db.migration.migrate_file`, the one path that changes a schema.
 """
 
 from __future__ import annotations
@@ -89,7 +90,10 @@ def open_for_read(path: Path) -> QueueFile | None:
     return QueueFile(path, engine)
 
 
-def _status(path: Path) -> revision.SchemaStatus:
+def schema_status(path: Path) -> revision.SchemaStatus | None:
+    """What the file holds, read without the write lock; None when there is no file."""
+    if not path.exists() or path.stat().st_size == 0:
+        return None
     engine = make_engine(path, write=False, busy_timeout_s=busy_timeout_s())
     try:
         with read_tx(engine) as conn:
@@ -100,24 +104,24 @@ def _status(path: Path) -> revision.SchemaStatus:
 
 def diagnose(path: Path) -> None:
     """Raise the public error for a file whose revision is not the head."""
-    revision.refuse_unless_current(_status(path), path)
+    status = schema_status(path)
+    if status is not None:
+        revision.refuse_unless_current(status, path)
 
 
 def prepare(path: Path) -> None:
     """Make the file usable at head: create a blank one, auto-migrate if the
-    operator opted in, else raise SCHEMA_OUTDATED / SCHEMA_TOO_NEW."""
-    engine = make_engine(path, write=True, busy_timeout_s=busy_timeout_s())
-    try:
-        with write_tx(engine) as conn:
-            status = revision.inspect_schema(conn)
-            if status.is_blank:
-                revision.upgrade_in(conn)
-                return
-            if status.is_head:
-                return
-            if revision.auto_migrate_enabled() and status.is_known:
-                revision.upgrade_in(conn)
-                return
-        revision.refuse_unless_current(status, path)
-    finally:
-        engine.dispose()
+    operator opted in, else raise SCHEMA_OUTDATED / SCHEMA_TOO_NEW.
+
+    Auto-migration covers spoolctl's own revisions only; adopting a legacy
+    file is always an explicit `spoolctl migrate`."""
+    status = schema_status(path)
+    if status is not None and status.is_head:
+        return
+    auto = revision.auto_migrate_enabled() and status is not None and status.is_known
+    if status is None or status.is_blank or auto:
+        from spoolctl.db.migration import migrate_file
+
+        migrate_file(path)
+        return
+    revision.refuse_unless_current(status, path)

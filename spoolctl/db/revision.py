@@ -9,20 +9,22 @@ new database or to migrate one.
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
-from spoolctl.errors import SchemaOutdated, SchemaTooNew
+from spoolctl.errors import Internal, SchemaOutdated, SchemaTooNew
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0001_initial"
-KNOWN_REVISIONS: tuple[str, ...] = ("0001_initial",)
+HEAD_REVISION = "0002_state_checks"
+KNOWN_REVISIONS: tuple[str, ...] = ("0001_initial", "0002_state_checks")
 """Every revision this code knows, oldest first."""
 
 
@@ -52,11 +54,22 @@ class SchemaStatus:
 
     @property
     def pending(self) -> list[str]:
-        if self.current is None:
-            return list(KNOWN_REVISIONS)
-        if not self.is_known:
-            return []
-        return list(KNOWN_REVISIONS[KNOWN_REVISIONS.index(self.current) + 1 :])
+        return revisions_between(self.current, HEAD_REVISION)
+
+    @property
+    def label(self) -> str:
+        """How backups and messages name what the file holds."""
+        if self.is_legacy:
+            return f"legacy-v{self.legacy_version}"
+        return self.current or "none"
+
+
+def revisions_between(start: str | None, target: str) -> list[str]:
+    """Revisions an upgrade from `start` (None: nothing yet) to `target` applies."""
+    if start is not None and start not in KNOWN_REVISIONS:
+        return []
+    low = 0 if start is None else KNOWN_REVISIONS.index(start) + 1
+    return list(KNOWN_REVISIONS[low : KNOWN_REVISIONS.index(target) + 1])
 
 
 def inspect_schema(conn: Connection) -> SchemaStatus:
@@ -121,11 +134,13 @@ def migrations_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "migrations"
 
 
-def alembic_config(connection: Connection | None = None, **attributes: Any) -> Config:
+def alembic_config(
+    connection: Connection | None = None, output_buffer: TextIO | None = None, **attributes: Any
+) -> Config:
     """alembic's Config built in code: no ini file is needed at run time."""
     from alembic.config import Config
 
-    config = Config()
+    config = Config(output_buffer=output_buffer)
     config.set_main_option("script_location", str(migrations_dir()))
     config.set_main_option("sqlalchemy.url", "sqlite://")
     if connection is not None:
@@ -141,11 +156,57 @@ def upgrade_in(conn: Connection, target: str = "head") -> None:
     command.upgrade(alembic_config(conn), target)
 
 
-def create_at_head(engine: Engine) -> bool:
-    """Create a blank file's schema at head; False if someone else already did."""
-    with engine.begin() as conn:
-        status = inspect_schema(conn)
-        if status.has_tables:
-            return False
-        upgrade_in(conn)
-        return True
+def downgrade_in(conn: Connection, target: str) -> None:
+    """Run downgrade scripts on a connection already inside a write transaction."""
+    from alembic import command
+
+    command.downgrade(alembic_config(conn), target)
+
+
+def offline_sql(start: str | None, target: str, *, downgrade: bool = False) -> str:
+    """The SQL alembic would run from `start` to `target`, rendered without a database."""
+    from alembic import command
+
+    buffer = io.StringIO()
+    config = alembic_config(output_buffer=buffer)
+    span = target if start is None else f"{start}:{target}"
+    if downgrade:
+        command.downgrade(config, span, sql=True)
+    else:
+        command.upgrade(config, span, sql=True)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class RevisionInfo:
+    revision: str
+    down_revision: str | None
+    doc: str
+
+
+def history() -> list[RevisionInfo]:
+    """The shipped revision scripts, oldest first."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    found = [
+        RevisionInfo(s.revision, _single(s.down_revision), s.doc or "")
+        for s in scripts.walk_revisions()
+    ]
+    return list(reversed(found))
+
+
+def _single(down: str | Sequence[str] | None) -> str | None:
+    if down is None or isinstance(down, str):
+        return down
+    return ",".join(down)
+
+
+def check_foreign_keys(conn: Connection) -> None:
+    """Refuse to commit a migration that left a dangling reference."""
+    violations = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+    if violations:
+        raise Internal(
+            f"migration left {len(violations)} foreign key violation(s); nothing was changed",
+            violations=[list(v) for v in violations[:20]],
+        )

@@ -8,7 +8,10 @@ JSON values (argv, tags, env, detail) are stored as TEXT and decoded by
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from sqlalchemy import (
+    CheckConstraint,
     Column,
     Float,
     ForeignKey,
@@ -22,6 +25,8 @@ from sqlalchemy import (
     text,
 )
 
+from spoolctl.states import AttemptState, FailureReason, JobState
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -31,6 +36,14 @@ NAMING_CONVENTION = {
 }
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _one_of(column: str, values: type[StrEnum], *, nullable: bool = False) -> CheckConstraint:
+    """A named CHECK that the column holds one of the vocabulary's values."""
+    listed = ", ".join(f"'{v.value}'" for v in values)
+    sql = f"{column} IN ({listed})"
+    return CheckConstraint(f"{column} IS NULL OR {sql}" if nullable else sql, name=column)
+
 
 jobs = Table(
     "jobs",
@@ -61,6 +74,8 @@ jobs = Table(
     Column("last_exit_code", Integer),
     Column("last_error", Text),
     Column("last_failure_reason", String(32)),
+    _one_of("state", JobState),
+    _one_of("last_failure_reason", FailureReason, nullable=True),
     sqlite_autoincrement=True,
 )
 
@@ -74,6 +89,8 @@ Index(
 )
 Index("ix_jobs_state_heartbeat", jobs.c.state, jobs.c.heartbeat_at)
 Index("ix_jobs_state_finished", jobs.c.state, jobs.c.finished_at)
+Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
+Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
 Index(
     "uq_jobs_active_key",
     jobs.c.idempotency_key,
@@ -101,6 +118,8 @@ attempts = Table(
     Column("job_pgid", Integer),
     Column("job_started_at", Float),
     UniqueConstraint("job_id", "attempt_no"),
+    _one_of("state", AttemptState),
+    _one_of("failure_reason", FailureReason, nullable=True),
     sqlite_autoincrement=True,
 )
 

@@ -1,0 +1,217 @@
+"""Changing a queue file's schema: upgrade, downgrade, legacy adoption, backup.
+
+Every change runs in one BEGIN IMMEDIATE transaction on a connection with
+foreign keys off (batch rebuilds drop and rename referenced tables), and is
+committed only after `PRAGMA foreign_key_check` comes back clean. Holding the
+write lock from the first look at the revision to the commit is what makes two
+racing `migrate` runs safe: the second waits, then finds nothing to do.
+
+The backup is taken while that lock is held, by a second connection running
+`VACUUM INTO`: it is a consistent copy of exactly the state being migrated.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Connection
+
+from spoolctl.config import busy_timeout_s
+from spoolctl.db import legacy, revision
+from spoolctl.db.engine import DB_FILE_MODE, ensure_spool, make_engine, read_tx, write_tx
+from spoolctl.db.queue import schema_status
+from spoolctl.db.revision import KNOWN_REVISIONS, SchemaStatus
+from spoolctl.errors import InvalidInput, SchemaTooNew
+
+MIGRATE_BUSY_TIMEOUT_S = 60.0
+"""A migrate waiting behind another migrate's rebuild waits at least this long."""
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    from_revision: str | None
+    to_revision: str | None
+    applied: list[str]
+    backup_path: Path | None
+    legacy_adopted: bool
+    legacy_schema_version: int | None = None
+    relocated_paths: int = 0
+    downgrade: bool = False
+
+
+def migrate_file(
+    path: Path,
+    target: str = revision.HEAD_REVISION,
+    *,
+    downgrade: bool = False,
+    backup: bool = True,
+) -> MigrationResult:
+    """Bring the file to `target` (creating it when missing), backing it up first."""
+    ensure_spool(path)
+    engine = make_engine(
+        path,
+        write=True,
+        busy_timeout_s=max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S),
+        synchronous="FULL",
+        foreign_keys=False,
+    )
+    try:
+        with write_tx(engine) as conn:
+            status = revision.inspect_schema(conn)
+            steps = plan(status, target, downgrade=downgrade, path=path)
+            if not steps:
+                return MigrationResult(status.current, status.current, [], None, False)
+            saved = take_backup(path, status.label) if backup and status.has_tables else None
+            relocated = _apply(conn, path, status, target, downgrade)
+            revision.check_foreign_keys(conn)
+            reached = revision.inspect_schema(conn).current
+    finally:
+        engine.dispose()
+    return MigrationResult(
+        from_revision=status.current,
+        to_revision=reached,
+        applied=steps,
+        backup_path=saved,
+        legacy_adopted=status.is_legacy,
+        legacy_schema_version=status.legacy_version,
+        relocated_paths=relocated,
+        downgrade=downgrade,
+    )
+
+
+def plan(status: SchemaStatus, target: str, *, downgrade: bool, path: Path) -> list[str]:
+    """The revisions a change from `status` to `target` applies (or undoes), in order."""
+    _refuse_foreign(status, path)
+    if target not in KNOWN_REVISIONS:
+        raise InvalidInput(
+            f"unknown revision {target!r}; known: {', '.join(KNOWN_REVISIONS)}",
+            known=list(KNOWN_REVISIONS),
+        )
+    if downgrade:
+        return _downgrade_steps(status, target)
+    if status.current is not None and _index(target) < _index(status.current):
+        raise InvalidInput(
+            f"{target} is older than the file's revision {status.current}; "
+            f"use: spoolctl migrate --downgrade {target} --yes"
+        )
+    return revision.revisions_between(status.current, target)
+
+
+def _downgrade_steps(status: SchemaStatus, target: str) -> list[str]:
+    if status.current is None:
+        raise InvalidInput(f"nothing to downgrade: the file is at {status.label}")
+    if _index(target) > _index(status.current):
+        raise InvalidInput(
+            f"{target} is newer than the file's revision {status.current}; use: --to {target}"
+        )
+    undone = KNOWN_REVISIONS[_index(target) + 1 : _index(status.current) + 1]
+    return list(reversed(undone))
+
+
+def _index(rev: str) -> int:
+    return KNOWN_REVISIONS.index(rev)
+
+
+def _refuse_foreign(status: SchemaStatus, path: Path) -> None:
+    """Never touch a file this code does not understand."""
+    if status.current is not None and not status.is_known:
+        revision.refuse_unless_current(status, path)
+    if status.is_legacy and status.legacy_version not in legacy.LEGACY_VERSIONS:
+        if (status.legacy_version or 0) > max(legacy.LEGACY_VERSIONS):
+            raise SchemaTooNew(
+                f"{path} has legacy schema_version {status.legacy_version}, newer than "
+                f"this spoolctl can adopt (up to {max(legacy.LEGACY_VERSIONS)})",
+                legacy_version=status.legacy_version,
+            )
+        raise InvalidInput(f"{path} has an unreadable legacy schema_version; not adopting it")
+    if status.current is None and not status.is_legacy and status.has_tables:
+        raise InvalidInput(
+            f"{path} holds tables but is not a spoolctl queue (no alembic_version, no meta); "
+            "refusing to change it"
+        )
+
+
+def _apply(conn: Connection, path: Path, status: SchemaStatus, target: str, downgrade: bool) -> int:
+    """Run the change inside the caller's transaction; returns relocated output paths."""
+    if downgrade:
+        revision.downgrade_in(conn, target)
+        return 0
+    relocated = 0
+    if status.is_legacy:
+        relocated = adopt(conn, path, status.legacy_version or 0)
+    if revision.inspect_schema(conn).current != target:
+        revision.upgrade_in(conn, target)
+    return relocated
+
+
+def adopt(conn: Connection, path: Path, schema_version: int) -> int:
+    """Convert a legacy file into the adoption revision's layout, in place."""
+    layout = legacy.read_layout(conn, schema_version)
+    moves = legacy.relocations(conn, path.parent)
+    for statement in legacy.detach_statements():
+        conn.exec_driver_sql(statement)
+    revision.upgrade_in(conn, legacy.ADOPTION_REVISION)
+    for statement in legacy.fill_statements(layout, moves):
+        conn.exec_driver_sql(statement)
+    return len(moves)
+
+
+def take_backup(path: Path, label: str) -> Path:
+    """A consistent copy beside the file, readable only by its owner."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = path.with_name(f"{path.name}.bak-{label}-{stamp}")
+    target, n = base, 1
+    while True:
+        try:
+            os.close(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, DB_FILE_MODE))
+            break
+        except FileExistsError:
+            n += 1
+            target = base.with_name(f"{base.name}.{n}")
+    reader = sqlite3.connect(path, timeout=busy_timeout_s())
+    try:
+        reader.execute("VACUUM INTO ?", (str(target),))
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    finally:
+        reader.close()
+    return target
+
+
+def migration_sql(path: Path, target: str, *, downgrade: bool = False) -> str:
+    """The SQL `migrate_file` would run on this file, rendered without changing it."""
+    status = _read_status(path)
+    steps = plan(status, target, downgrade=downgrade, path=path)
+    if not steps:
+        return f"-- {path} is already at {status.label}: nothing to run\n"
+    if not status.is_legacy:
+        return revision.offline_sql(status.current, target, downgrade=downgrade)
+    layout, moves = _legacy_facts(path, status.legacy_version or 0)
+    parts = [
+        f"-- adopt {path} (original spoolctl, schema_version {layout.schema_version})\n",
+        *(f"{s};\n" for s in legacy.detach_statements()),
+        revision.offline_sql(None, legacy.ADOPTION_REVISION),
+        *(f"{s};\n" for s in legacy.fill_statements(layout, moves)),
+    ]
+    if target != legacy.ADOPTION_REVISION:
+        parts.append(revision.offline_sql(legacy.ADOPTION_REVISION, target))
+    return "".join(parts)
+
+
+def _read_status(path: Path) -> SchemaStatus:
+    status = schema_status(path)
+    return status if status is not None else SchemaStatus(None, None, has_tables=False)
+
+
+def _legacy_facts(path: Path, version: int) -> tuple[legacy.Layout, list[legacy.Relocation]]:
+    engine = make_engine(path, write=False, busy_timeout_s=busy_timeout_s())
+    try:
+        with read_tx(engine) as conn:
+            return legacy.read_layout(conn, version), legacy.relocations(conn, path.parent)
+    finally:
+        engine.dispose()
