@@ -99,7 +99,7 @@ def refuse_unless_current(status: SchemaStatus, db_path: Path) -> None:
         raise SchemaOutdated(
             f"{db_path} was written by the original spoolctl (schema_version "
             f"{status.legacy_version}); code head is {HEAD_REVISION}. "
-            f"Back it up and adopt it with: {migrate_cmd}",
+            f"Adopt it (a backup is written first) with: {migrate_cmd}",
             current=None,
             legacy_version=status.legacy_version,
             head=HEAD_REVISION,

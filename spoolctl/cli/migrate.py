@@ -1,0 +1,199 @@
+"""`migrate`: see and change a queue file's schema revision (SPEC section 3).
+
+Needs no alembic.ini and works from any directory: the revision scripts ship
+inside the package and alembic's Config is built in code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from spoolctl.cli.options import db_option, json_option, verb
+from spoolctl.cli.render import Reply, emit
+from spoolctl.config import resolve_db
+from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
+from spoolctl.errors import SafetyBlock
+
+MODES = ("status", "history", "sql")
+REVISION_FLAGS = ("to", "downgrade")
+
+
+@verb(
+    "migrate",
+    exclusive=(
+        *((a, b) for i, a in enumerate(MODES) for b in MODES[i + 1 :]),
+        *((a, b) for a in ("status", "history") for b in (*REVISION_FLAGS, "yes", "no_backup")),
+        ("to", "downgrade"),
+        ("sql", "yes"),
+        ("sql", "no_backup"),
+    ),
+    mutates=True,
+    idempotent=True,
+    examples=(
+        "spoolctl migrate --status",
+        "spoolctl migrate",
+        "spoolctl migrate --sql",
+        "spoolctl migrate --downgrade 0001_initial --yes",
+    ),
+)
+@click.option(
+    "--status", is_flag=True, help="Show the file's revision, the head and what is pending."
+)
+@click.option("--history", is_flag=True, help="List the revisions this spoolctl ships.")
+@click.option("--sql", is_flag=True, help="Print the SQL the change would run; change nothing.")
+@click.option("--to", "to", type=click.Choice(["head", *KNOWN_REVISIONS]), default=None,
+              help="Upgrade to this revision instead of the head.")  # fmt: skip
+@click.option("--downgrade", type=click.Choice(KNOWN_REVISIONS), default=None,
+              help="Downgrade to this revision (needs --yes).")  # fmt: skip
+@click.option("--yes", is_flag=True, help="Confirm a downgrade.")
+@click.option("--no-backup", is_flag=True, help="Skip the VACUUM INTO backup beside the file.")
+@db_option
+@json_option
+def migrate(
+    status: bool,
+    history: bool,
+    sql: bool,
+    to: str | None,
+    downgrade: str | None,
+    yes: bool,
+    no_backup: bool,
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """Upgrade the queue database to this spoolctl's schema (the head).
+
+    Before changing an existing file it writes a consistent backup beside it
+    (`<db>.bak-<old revision>-<UTC time>`). A database of the original
+    spoolctl (schema_version 1-6) is adopted in place. Workers of another
+    version stop at their next transaction with SCHEMA_OUTDATED or
+    SCHEMA_TOO_NEW.
+    """
+    path = resolve_db(db).path
+    if status:
+        return emit(status_reply(path), as_json)
+    if history:
+        return emit(history_reply(path), as_json)
+    target = downgrade or (HEAD_REVISION if to in (None, "head") else to)
+    if sql:
+        return emit(sql_reply(path, target, downgrade is not None), as_json)
+    if downgrade is not None and not yes:
+        raise SafetyBlock(
+            f"downgrading {path} to {downgrade} changes its schema under every worker; "
+            "confirm with --yes",
+            target=downgrade,
+        )
+    return emit(change_reply(path, target, downgrade is not None, not no_backup), as_json)
+
+
+def status_reply(path: Path) -> Reply:
+    from spoolctl.db.queue import schema_status
+
+    found = schema_status(path)
+    data: dict[str, Any] = {
+        "db_path": str(path),
+        "exists": found is not None,
+        "current": None if found is None else found.current,
+        "head": HEAD_REVISION,
+        "pending": list(KNOWN_REVISIONS) if found is None else found.pending,
+        "legacy_detected": found is not None and found.is_legacy,
+        "legacy_schema_version": None if found is None else found.legacy_version,
+    }
+    data["up_to_date"] = found is not None and found.is_head
+    return Reply(data, text=lambda: status_text(data))
+
+
+def status_text(data: dict[str, Any]) -> str:
+    if not data["exists"]:
+        current = "no database yet (the first mutating verb or `migrate` creates it at head)"
+    elif data["legacy_detected"]:
+        current = f"original spoolctl, schema_version {data['legacy_schema_version']}"
+    else:
+        current = data["current"] or "none"
+    pending = ", ".join(data["pending"]) or "nothing"
+    return "\n".join(
+        (
+            f"database: {data['db_path']}",
+            f"current:  {current}",
+            f"head:     {data['head']}",
+            f"pending:  {pending}",
+        )
+    )
+
+
+def history_reply(path: Path) -> Reply:
+    from spoolctl.db.queue import schema_status
+    from spoolctl.db.revision import history
+
+    found = schema_status(path)
+    current = None if found is None else found.current
+    revisions = [
+        {
+            "revision": info.revision,
+            "down_revision": info.down_revision,
+            "doc": info.doc,
+            "is_head": info.revision == HEAD_REVISION,
+            "is_current": info.revision == current,
+        }
+        for info in history()
+    ]
+    data = {"head": HEAD_REVISION, "current": current, "revisions": revisions}
+    return Reply(data, text=lambda: history_text(revisions))
+
+
+def history_text(revisions: list[dict[str, Any]]) -> str:
+    lines = []
+    for rev in revisions:
+        marks = [m for m, on in (("head", rev["is_head"]), ("current", rev["is_current"])) if on]
+        suffix = f" ({', '.join(marks)})" if marks else ""
+        lines.append(
+            f"{rev['down_revision'] or '<base>'} -> {rev['revision']}{suffix}: {rev['doc']}"
+        )
+    return "\n".join(lines)
+
+
+def sql_reply(path: Path, target: str, downgrade: bool) -> Reply:
+    from spoolctl.db.migration import migration_sql
+
+    text = migration_sql(path, target, downgrade=downgrade)
+    data = {"db_path": str(path), "target": target, "downgrade": downgrade, "sql": text}
+    return Reply(data, text=text.rstrip("\n"))
+
+
+def change_reply(path: Path, target: str, downgrade: bool, backup: bool) -> Reply:
+    from spoolctl.db.migration import migrate_file
+
+    result = migrate_file(path, target, downgrade=downgrade, backup=backup)
+    data = {
+        "db_path": str(path),
+        "from_revision": result.from_revision,
+        "to_revision": result.to_revision,
+        "applied": result.applied,
+        "direction": "downgrade" if downgrade else "upgrade",
+        "backup_path": None if result.backup_path is None else str(result.backup_path),
+        "legacy_adopted": result.legacy_adopted,
+        "legacy_schema_version": result.legacy_schema_version,
+        "relocated_output_paths": result.relocated_paths,
+    }
+    return Reply(data, text=lambda: change_text(data))
+
+
+def change_text(data: dict[str, Any]) -> str:
+    if not data["applied"]:
+        return f"{data['db_path']} is already at {data['to_revision']}: nothing to do"
+    if data["legacy_adopted"]:
+        head = (
+            f"Adopted {data['db_path']} (original spoolctl, schema_version "
+            f"{data['legacy_schema_version']}) at {data['to_revision']}; "
+            f"relocated {data['relocated_output_paths']} output path(s)"
+        )
+    else:
+        verb_done = "Downgraded" if data["direction"] == "downgrade" else "Upgraded"
+        head = (
+            f"{verb_done} {data['db_path']} from {data['from_revision'] or 'nothing'} "
+            f"to {data['to_revision']} ({', '.join(data['applied'])})"
+        )
+    backup = data["backup_path"] or "none"
+    return f"{head}\nbackup: {backup}"
