@@ -1,7 +1,8 @@
 """alembic environment for spoolctl.
 
 The CLI hands its own connection (already inside a BEGIN IMMEDIATE
-transaction) through `config.attributes["connection"]`; run by hand, alembic
+transaction) through `config.attributes["connection"]`; pytest-alembic hands
+an engine made by spoolctl's engine factory the same way; run by hand, alembic
 opens `sqlalchemy.url` from alembic.ini. The offline branch serves
 `spoolctl migrate --sql`.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from logging.config import fileConfig
 
 from alembic import context
-from sqlalchemy import Connection, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 
 from spoolctl.db.tables import metadata
 
@@ -45,14 +46,18 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    connection = config.attributes.get("connection")
-    if connection is not None:
-        _configure_and_run(connection)
+    given = config.attributes.get("connection")
+    if isinstance(given, Connection):
+        _configure_and_run(given)
         return
-    engine = create_engine(config.get_main_option("sqlalchemy.url") or "sqlite://")
+    engine = given if isinstance(given, Engine) else _engine_from_url()
     with engine.connect() as conn:
         _configure_and_run(conn)
         conn.commit()
+
+
+def _engine_from_url() -> Engine:
+    return create_engine(config.get_main_option("sqlalchemy.url") or "sqlite://")
 
 
 if context.is_offline_mode():

@@ -55,13 +55,18 @@ class QueueFile:
             return fn(conn)
 
     def read(self, fn: Callable[[Connection], T]) -> T:
-        """Run fn in one read snapshot; refuses a file that is not current."""
+        """Run fn in one read snapshot; refuses a file that is not current
+        (unless SPOOLCTL_AUTO_MIGRATE=1 lets it be upgraded first)."""
         try:
             with read_tx(self.engine) as conn:
                 return fn(conn)
         except RevisionMismatch:
-            diagnose(self.path)
-            raise
+            if not revision.auto_migrate_enabled():
+                diagnose(self.path)
+                raise
+            prepare(self.path)
+        with read_tx(self.engine) as conn:
+            return fn(conn)
 
     def dispose(self) -> None:
         self.engine.dispose()

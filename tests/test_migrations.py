@@ -1,0 +1,214 @@
+"""Revision scripts: pytest-alembic's four checks, plus upgrades and downgrades
+that carry data, so every row (and every AUTOINCREMENT high-water mark)
+is shown to survive each released revision."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from pytest_alembic.tests import (  # noqa: F401 - collected as tests of this module
+    test_model_definitions_match_ddl,
+    test_single_head_revision,
+    test_up_down_consistency,
+    test_upgrade,
+)
+from sqlalchemy import Engine
+
+from spoolctl.db import revision
+from spoolctl.db.engine import make_engine
+from spoolctl.db.migration import migrate_file
+from spoolctl.db.tables import metadata
+
+TABLES = ("jobs", "attempts", "workers", "job_events")
+
+
+@pytest.fixture
+def alembic_config() -> Config:
+    """The very Config the CLI builds (no ini file)."""
+    return revision.alembic_config()
+
+
+@pytest.fixture
+def alembic_engine(tmp_path: Path) -> Iterator[Engine]:
+    """A temp-file engine from spoolctl's own factory, set up as `migrate` uses it."""
+    engine = make_engine(tmp_path / "alembic.db", write=True, busy_timeout_s=5, foreign_keys=False)
+    yield engine
+    engine.dispose()
+
+
+def test_head_constants_match_the_scripts() -> None:
+    scripts = ScriptDirectory.from_config(revision.alembic_config())
+    assert revision.HEAD_REVISION == scripts.get_current_head()
+    shipped = [s.revision for s in reversed(list(scripts.walk_revisions()))]
+    assert list(revision.KNOWN_REVISIONS) == shipped
+
+
+def shape(db: Path) -> dict[str, Any]:
+    """Everything that defines a table, independent of how its DDL was spelled."""
+    conn = sqlite3.connect(db)
+    try:
+        found: dict[str, Any] = {}
+        for table in TABLES:
+            sql = conn.execute(
+                "SELECT sql FROM sqlite_master WHERE type='table' AND name=?", (table,)
+            ).fetchone()[0]
+            found[table] = {
+                "columns": conn.execute(f"PRAGMA table_info({table})").fetchall(),
+                "foreign_keys": conn.execute(f"PRAGMA foreign_key_list({table})").fetchall(),
+                "checks": sorted(re.findall(r"CONSTRAINT (\w+) CHECK \((.*)\)", sql)),
+                "autoincrement": "AUTOINCREMENT" in sql,
+                "indexes": sorted(
+                    " ".join(row[0].split())
+                    for row in conn.execute(
+                        "SELECT sql FROM sqlite_master WHERE type='index' AND tbl_name=? "
+                        "AND sql IS NOT NULL",
+                        (table,),
+                    )
+                ),
+                "unique": sorted(
+                    row[1] for row in conn.execute(f"PRAGMA index_list({table})") if row[3] == "u"
+                ),
+            }
+        return found
+    finally:
+        conn.close()
+
+
+def test_migrated_schema_matches_the_models_exactly(tmp_path: Path) -> None:
+    """Stricter than autogenerate: CHECKs, partial and DESC indexes, AUTOINCREMENT."""
+    migrated = tmp_path / "migrated.db"
+    migrate_file(migrated)
+    modeled = tmp_path / "modeled.db"
+    engine = make_engine(modeled, write=True, busy_timeout_s=5)
+    metadata.create_all(engine)
+    engine.dispose()
+    assert shape(migrated) == shape(modeled)
+    assert any("WHERE idempotency_key IS NOT NULL" in i for i in shape(migrated)["jobs"]["indexes"])
+
+
+def populate(db: Path) -> None:
+    """Rows in every table at revision 0001, with the newest ids deleted (as prune does)."""
+    conn = sqlite3.connect(db)
+    with conn:
+        for i in range(1, 7):
+            conn.execute(
+                "INSERT INTO jobs (id, argv, state, next_run_at, created_at, idempotency_key, "
+                "tags, env, note, last_failure_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (i, f'["echo","{i}"]', ("queued", "done", "dead")[i % 3], 10.0 + i, 1.0 + i,
+                 f"key-{i}", '{"t":"v"}', '{"K":"V"}', f"note {i}", "process_exit"),
+            )  # fmt: skip
+            conn.execute(
+                "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, "
+                "started_at, failure_reason, stdout_path, stderr_path) "
+                "VALUES (?, 1, 'w', 42, 'failed', ?, 'process_exit', ?, ?)",
+                (i, 2.0 + i, f"/s/output/{i}/1/stdout", f"/s/output/{i}/1/stderr"),
+            )
+            conn.execute(
+                "INSERT INTO job_events (job_id, at, event, detail) VALUES (?, ?, 'added', ?)",
+                (i, 1.0 + i, '{"n":%d}' % i),
+            )
+        conn.execute(
+            "INSERT INTO workers (id, hostname, pid, queue, started_at, heartbeat_at, state) "
+            "VALUES ('w', 'h', 42, 'default', 1, 2, 'stopped')"
+        )
+        for table in ("job_events", "attempts"):
+            conn.execute(f"DELETE FROM {table} WHERE job_id = 6")
+        conn.execute("DELETE FROM jobs WHERE id = 6")
+    conn.close()
+
+
+def contents(db: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(db)
+    try:
+        found: dict[str, Any] = {
+            t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in TABLES
+        }
+        found["sqlite_sequence"] = sorted(conn.execute("SELECT * FROM sqlite_sequence"))
+        found["fk_violations"] = conn.execute("PRAGMA foreign_key_check").fetchall()
+        return found
+    finally:
+        conn.close()
+
+
+def revision_of(db: Path) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return str(conn.execute("SELECT version_num FROM alembic_version").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def populated_0001(tmp_path: Path) -> Path:
+    db = tmp_path / "queue.db"
+    migrate_file(db, "0001_initial")
+    populate(db)
+    return db
+
+
+def test_every_row_survives_the_upgrade_from_0001(populated_0001: Path) -> None:
+    before = contents(populated_0001)
+    assert ("jobs", 6) in before["sqlite_sequence"]
+    result = migrate_file(populated_0001, backup=False)
+    assert result.applied == ["0002_state_checks"]
+    assert revision_of(populated_0001) == revision.HEAD_REVISION
+    assert contents(populated_0001) == before
+    conn = sqlite3.connect(populated_0001)
+    with conn:
+        cursor = conn.execute(
+            "INSERT INTO jobs (argv, state, next_run_at, created_at) VALUES ('[\"x\"]', 'queued', 1, 1)"
+        )
+    assert cursor.lastrowid == 7, "a deleted id must never be handed out again"
+    conn.close()
+
+
+def test_every_row_survives_a_downgrade_and_upgrade_at_head(populated_0001: Path) -> None:
+    migrate_file(populated_0001, backup=False)
+    at_head = contents(populated_0001)
+    migrate_file(populated_0001, "0001_initial", downgrade=True, backup=False)
+    assert revision_of(populated_0001) == "0001_initial"
+    assert contents(populated_0001) == at_head
+    migrate_file(populated_0001, backup=False)
+    assert contents(populated_0001) == at_head
+
+
+def test_head_rejects_a_state_outside_the_vocabulary(populated_0001: Path) -> None:
+    migrate_file(populated_0001, backup=False)
+    conn = sqlite3.connect(populated_0001)
+    with pytest.raises(sqlite3.IntegrityError, match="ck_jobs_state"):
+        conn.execute("UPDATE jobs SET state = 'bogus' WHERE id = 1")
+    with pytest.raises(sqlite3.IntegrityError, match="ck_attempts_failure_reason"):
+        conn.execute("UPDATE attempts SET failure_reason = 'bogus' WHERE id = 1")
+    conn.close()
+
+
+def test_list_filters_are_served_by_the_new_indexes(populated_0001: Path) -> None:
+    migrate_file(populated_0001, backup=False)
+    conn = sqlite3.connect(populated_0001)
+    conn.execute("ANALYZE")
+    plans = {
+        index: " ".join(str(row[-1]) for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+        for index, sql in (
+            ("ix_jobs_state_id", "SELECT id FROM jobs WHERE state = 'dead' ORDER BY id DESC"),
+            ("ix_jobs_queue_id", "SELECT id FROM jobs WHERE queue = 'q' ORDER BY id DESC"),
+        )
+    }
+    conn.close()
+    for index, plan in plans.items():
+        assert index in plan, plan
+
+
+def test_revisions_are_found_from_any_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert not (tmp_path / "alembic.ini").exists()
+    shipped = {p.name for p in (revision.migrations_dir() / "versions").glob("0*.py")}
+    assert {f"{rev}.py" for rev in revision.KNOWN_REVISIONS} <= shipped
