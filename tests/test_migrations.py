@@ -45,7 +45,7 @@ def alembic_engine(tmp_path: Path) -> Iterator[Engine]:
 
 def test_head_constants_match_the_scripts() -> None:
     scripts = ScriptDirectory.from_config(revision.alembic_config())
-    assert revision.HEAD_REVISION == scripts.get_current_head()
+    assert scripts.get_current_head() == revision.HEAD_REVISION
     shipped = [s.revision for s in reversed(list(scripts.walk_revisions()))]
     assert list(revision.KNOWN_REVISIONS) == shipped
 
@@ -112,7 +112,7 @@ def populate(db: Path) -> None:
             )
             conn.execute(
                 "INSERT INTO job_events (job_id, at, event, detail) VALUES (?, ?, 'added', ?)",
-                (i, 1.0 + i, '{"n":%d}' % i),
+                (i, 1.0 + i, f'{{"n":{i}}}'),
             )
         conn.execute(
             "INSERT INTO workers (id, hostname, pid, queue, started_at, heartbeat_at, state) "
@@ -163,7 +163,8 @@ def test_every_row_survives_the_upgrade_from_0001(populated_0001: Path) -> None:
     conn = sqlite3.connect(populated_0001)
     with conn:
         cursor = conn.execute(
-            "INSERT INTO jobs (argv, state, next_run_at, created_at) VALUES ('[\"x\"]', 'queued', 1, 1)"
+            "INSERT INTO jobs (argv, state, next_run_at, created_at) "
+            "VALUES ('[\"x\"]', 'queued', 1, 1)"
         )
     assert cursor.lastrowid == 7, "a deleted id must never be handed out again"
     conn.close()
