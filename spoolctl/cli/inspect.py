@@ -7,14 +7,27 @@ from typing import Any
 
 import click
 
-from spoolctl.cli.options import JOB_ID, BoundedInt, db_option, json_option, verb
+from spoolctl import validate
+from spoolctl.cli.options import (
+    JOB_ID,
+    BoundedInt,
+    Duration,
+    KeyValue,
+    QueueName,
+    Seconds,
+    db_option,
+    json_option,
+    verb,
+)
 from spoolctl.cli.queues import open_read
 from spoolctl.cli.render import Reply, age, emit, local_time, style, table
-from spoolctl.errors import NotFound
+from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
 from spoolctl.services import query
 from spoolctl.states import JobState
 
 STATE_COLORS = {"done": "green", "dead": "red", "running": "cyan", "canceled": "yellow"}
+WAIT_FINAL = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELED, JobState.FAILED})
+MAX_WAIT_S = 86_400
 
 
 def empty_status() -> dict[str, Any]:
@@ -120,3 +133,130 @@ def show_text(detail: dict[str, Any]) -> str:
         ]  # fmt: skip
         lines += ["", table(["#", "STATE", "REASON", "EXIT", "STARTED", "WORKER"], rows)]
     return "\n".join(lines)
+
+
+@verb(
+    "list",
+    examples=("spoolctl list --state dead", "spoolctl list --queue gpu --tag team=ml --json"),
+)
+@click.option("--state", type=click.Choice([s.value for s in JobState]), default=None,
+              help="Only jobs in this state.")  # fmt: skip
+@click.option("--queue", type=QueueName(), default=None, help="Only jobs of this queue.")
+@click.option("--tag", "tags", type=KeyValue(), multiple=True,
+              help="Only jobs with this K=V tag (repeatable: all must match).")  # fmt: skip
+@click.option("--priority-min", type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
+              default=None, help="Only jobs with at least this priority.")  # fmt: skip
+@click.option("--limit", type=BoundedInt(0, 1000), default=100, show_default=True,
+              help="Most jobs shown (0: all).")  # fmt: skip
+@db_option
+@json_option
+def list_jobs(
+    state: str | None,
+    queue: str | None,
+    tags: tuple[tuple[str, str], ...],
+    priority_min: int | None,
+    limit: int,
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """Jobs, newest first; env values are never shown here (see `show`)."""
+    where = query.JobFilter(state, queue, tags, priority_min, limit)
+    found = open_read(db)
+    jobs = [] if found is None else found.read(lambda conn: query.list_jobs(conn, where))
+    data = {"count": len(jobs), "jobs": jobs}
+    return emit(Reply(data, text=lambda: list_text(jobs)), as_json)
+
+
+def list_text(jobs: list[dict[str, Any]]) -> str:
+    if not jobs:
+        return "no jobs"
+    now = time.time()
+    rows = [
+        [str(j["id"]), style(j["state"], fg=STATE_COLORS.get(j["state"])), j["queue"],
+         str(j["priority"]), str(j["attempts"]), age(j["created_at"], now),
+         " ".join(j["argv"] or ["(damaged)"])[:60]]
+        for j in jobs
+    ]  # fmt: skip
+    return table(["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "CREATED", "COMMAND"], rows)
+
+
+@verb("workers", examples=("spoolctl workers", "spoolctl workers --all --json"))
+@click.option("--all", "include_all", is_flag=True, help="Include stopped and dead workers.")
+@db_option
+@json_option
+def workers(include_all: bool, db: str | None, as_json: bool) -> int:
+    """Workers with their queue, slots, running jobs and heartbeat age."""
+    now = time.time()
+    found = open_read(db)
+    rows = (
+        []
+        if found is None
+        else found.read(lambda conn: query.live_workers(conn, now, include_all=include_all))
+    )
+    data = {"count": len(rows), "workers": rows}
+    return emit(Reply(data, text=lambda: workers_text(rows, now)), as_json)
+
+
+def workers_text(rows: list[dict[str, Any]], now: float) -> str:
+    if not rows:
+        return "no workers"
+    lines = [
+        [w["id"], w["hostname"], str(w["pid"]), w["queue"], str(w["slots"] or "-"), w["state"],
+         ",".join(map(str, w["running_jobs"])) or "-", local_time(w["started_at"]),
+         age(w["heartbeat_at"], now)]
+        for w in rows
+    ]  # fmt: skip
+    headers = ["WORKER", "HOST", "PID", "QUEUE", "SLOTS", "STATE", "JOBS", "STARTED", "HEARTBEAT"]
+    return table(headers, lines)
+
+
+@verb(
+    "wait",
+    examples=("spoolctl wait 41 42", "spoolctl wait 42 --timeout 10m --json"),
+)
+@click.argument("job_ids", nargs=-1, required=True, type=JOB_ID)
+@click.option("--timeout", type=Duration(MAX_WAIT_S), default=str(MAX_WAIT_S), show_default=True,
+              help="Give up (TIMEOUT, exit 4) after this long.")  # fmt: skip
+@click.option("--poll-interval", type=Seconds(0, 3600), default=0.2, show_default=True,
+              help="Seconds between looks at the queue.")  # fmt: skip
+@db_option
+@json_option
+def wait(
+    job_ids: tuple[int, ...], timeout: float, poll_interval: float, db: str | None, as_json: bool
+) -> int:
+    """Block until every job is done, dead or canceled.
+
+    Exit 0 when all are done, 6 when any ended otherwise, 4 (TIMEOUT) when the
+    time runs out first.
+    """
+    ids = sorted(set(job_ids))
+    deadline = time.monotonic() + timeout
+    found = open_read(db)
+    while True:
+        summary = {} if found is None else found.read(lambda conn: query.wait_summary(conn, ids))
+        missing = [i for i in ids if i not in summary]
+        if missing:
+            raise NotFound(f"no job {missing[0]}", job_ids=missing)
+        pending = [i for i in ids if summary[i]["state"] not in WAIT_FINAL]
+        if not pending:
+            return emit(wait_reply(summary), as_json)
+        if time.monotonic() >= deadline:
+            raise WaitTimeout(
+                f"jobs still unfinished after {timeout:g}s: {pending}", pending=pending
+            )
+        time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
+
+
+def wait_reply(summary: dict[int, dict[str, Any]]) -> Reply:
+    all_done = all(s["state"] == JobState.DONE for s in summary.values())
+    data = {"all_succeeded": all_done, "jobs": {str(i): s for i, s in summary.items()}}
+    lines = [f"job {i}: {s['state']} (attempts {s['attempts']})" for i, s in summary.items()]
+    return Reply(
+        data, text="\n".join(lines), exit_code=EXIT_OK if all_done else EXIT_JOB_UNSUCCESSFUL
+    )
+
+
+# Verbs that live in their own modules, registered under this one (see VERBS).
+from spoolctl.cli.events import events as events  # noqa: E402
+from spoolctl.cli.streams import feedback as feedback  # noqa: E402
+from spoolctl.cli.streams import output as output  # noqa: E402

@@ -5,9 +5,10 @@ Every query here is served by an index; none takes the write lock.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, select
+from sqlalchemy import ColumnElement, Connection, Row, Select, case, exists, func, select
 
 from spoolctl.db import codec
 from spoolctl.db.tables import attempts, job_events, jobs, workers
@@ -165,3 +166,67 @@ def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dic
         "recent_dead": recent_dead(conn, dead_limit),
         "workers": live_workers(conn, now),
     }
+
+
+LIST_FIELDS = (
+    "id", "argv", "state", "attempts", "crashes", "max_retries", "timeout_seconds",
+    "created_at", "started_at", "finished_at", "next_run_at", "priority", "queue", "cwd",
+    "last_exit_code", "last_error", "idempotency_key", "tags", "note",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """The filters of `list`; each is served by an index on jobs."""
+
+    state: str | None = None
+    queue: str | None = None
+    tags: tuple[tuple[str, str], ...] = ()
+    priority_min: int | None = None
+    limit: int = 0
+
+
+def list_query(where: JobFilter) -> Select[Any]:
+    """Newest first; tags are matched on the decoded JSON object."""
+    query = select(jobs).order_by(jobs.c.id.desc())
+    if where.state is not None:
+        query = query.where(jobs.c.state == where.state)
+    if where.queue is not None:
+        query = query.where(jobs.c.queue == where.queue)
+    if where.priority_min is not None:
+        query = query.where(jobs.c.priority >= where.priority_min)
+    for key, value in where.tags:
+        query = query.where(has_tag(key, value))
+    if where.limit:
+        query = query.limit(where.limit)
+    return query
+
+
+def has_tag(key: str, value: str) -> ColumnElement[bool]:
+    """Matches key=value in the tags object; a damaged tags value matches nothing."""
+    tags = case((func.json_valid(jobs.c.tags), jobs.c.tags), else_="{}")
+    pairs = func.json_each(tags).table_valued("key", "value")
+    return exists().where(pairs.c.key == key, pairs.c.value == value)
+
+
+def list_jobs(conn: Connection, where: JobFilter) -> list[dict[str, Any]]:
+    """Jobs as `list` shows them: env values are left out (only key names)."""
+    result = []
+    for row in conn.execute(list_query(where)):
+        job = decode_job(row)
+        entry = {name: job[name] for name in LIST_FIELDS}
+        entry["env_keys"] = sorted(job["env"] or {})
+        if "damaged" in job:
+            entry["damaged"] = job["damaged"]
+        result.append(entry)
+    return result
+
+
+def wait_summary(conn: Connection, job_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """State, attempts, last exit code and last error of each known job."""
+    rows = conn.execute(
+        select(
+            jobs.c.id, jobs.c.state, jobs.c.attempts, jobs.c.last_exit_code, jobs.c.last_error
+        ).where(jobs.c.id.in_(job_ids))
+    ).mappings()
+    return {row["id"]: {k: row[k] for k in row if k != "id"} for row in rows}

@@ -1,0 +1,263 @@
+"""Operator verbs that never change the queue: doctor, config-show, config-validate."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+import sqlalchemy
+
+from spoolctl import __version__
+from spoolctl.cli.options import BoundedText, db_option, json_option, verb
+from spoolctl.cli.render import CONTRACT_VERSION, Reply, emit, style, table
+from spoolctl.config import (
+    CONFIG_KEYS,
+    CONFIG_RELPATH,
+    CONFIG_VERSION,
+    PRECEDENCE,
+    ConfigFile,
+    DbLocation,
+    Timing,
+    busy_timeout_s,
+    read_config,
+    resolve_db,
+)
+from spoolctl.db import revision
+from spoolctl.db.engine import make_engine, read_tx
+from spoolctl.errors import EXIT_OK, EXIT_TOOL, EXIT_USER, SpoolError
+
+
+@dataclass
+class Check:
+    id: str
+    status: str  # pass | warn | fail | skip
+    message: str
+    remediation: str | None = None
+    blocked_by: str | None = None
+
+
+@verb("doctor", examples=("spoolctl doctor", "spoolctl doctor --json"))
+@db_option
+@json_option
+def doctor(db: str | None, as_json: bool) -> int:
+    """Read-only readiness checks; exit 0 when ready, 3 when not.
+
+    Never creates or changes anything, and answers ok:true either way: read
+    data.ready.
+    """
+    checks, location = run_checks(db)
+    failed = [c for c in checks if c.status == "fail"]
+    summary = {
+        "passed": sum(c.status == "pass" for c in checks),
+        "warnings": sum(c.status == "warn" for c in checks),
+        "failed": len(failed),
+        "skipped": sum(c.status == "skip" for c in checks),
+    }
+    data = {
+        "ready": not failed,
+        "summary": summary,
+        "config": None
+        if location is None
+        else {"db_path": str(location.path), "source": location.source},
+        "checks": [asdict(c) for c in checks],
+        "versions": versions(),
+    }
+    exit_code = EXIT_OK if not failed else EXIT_TOOL
+    return emit(Reply(data, text=lambda: doctor_text(data), exit_code=exit_code), as_json)
+
+
+def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
+    config = read_config(Path.cwd() / CONFIG_RELPATH)
+    checks = [config_check(config), env_check()]
+    try:
+        location: DbLocation | None = resolve_db(db)
+    except SpoolError as exc:
+        location = None
+        checks.append(Check("db_path_resolvable", "fail", exc.message, blocked_by="config_valid"))
+    if location is None:
+        names = ("folder_writable", "database_exists", "opens_read_write", "schema_current")
+        checks += [
+            Check(n, "skip", "no database path", blocked_by="db_path_resolvable") for n in names
+        ]
+    else:
+        checks.append(
+            Check("db_path_resolvable", "pass", f"{location.path} (from {location.source})")
+        )
+        checks += database_checks(location.path)
+    checks.append(contract_check())
+    return checks, location
+
+
+def config_check(config: ConfigFile) -> Check:
+    if not config.valid:
+        return Check("config_valid", "fail", "; ".join(config.problems), f"fix {config.path}")
+    found = f"{config.path} is valid" if config.exists else "no config file; defaults apply"
+    return Check("config_valid", "pass", found)
+
+
+def env_check() -> Check:
+    try:
+        Timing.from_env()
+        busy_timeout_s()
+    except SpoolError as exc:
+        return Check("env_valid", "fail", exc.message, "fix or unset the variable")
+    return Check("env_valid", "pass", "environment knobs are valid")
+
+
+def database_checks(path: Path) -> list[Check]:
+    checks = [folder_check(path.parent)]
+    if not path.exists():
+        fix = "it is created by the first `spoolctl add` or `spoolctl work`"
+        checks.append(Check("database_exists", "warn", f"{path} does not exist yet", fix))
+        checks += [Check(n, "skip", "no database yet", blocked_by="database_exists")
+                   for n in ("opens_read_write", "schema_current")]  # fmt: skip
+        return checks
+    checks.append(Check("database_exists", "pass", str(path)))
+    opened = guarded("opens_read_write", lambda: opens_read_write(path))
+    checks.append(opened)
+    if opened.status != "pass":
+        checks.append(Check("schema_current", "skip", "cannot open", blocked_by="opens_read_write"))
+    else:
+        checks.append(guarded("schema_current", lambda: schema_check(path)))
+    return checks
+
+
+def guarded(check_id: str, probe: Callable[[], Check]) -> Check:
+    """A probe that fails reports a failed check, never an exception."""
+    try:
+        return probe()
+    except (OSError, sqlite3.Error, sqlalchemy.exc.SQLAlchemyError, SpoolError) as exc:
+        return Check(check_id, "fail", f"{type(exc).__name__}: {exc}")
+
+
+def folder_check(folder: Path) -> Check:
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
+        note = "" if probe == folder else f" (will be created under {probe})"
+        return Check("folder_writable", "pass", f"{folder} is writable{note}")
+    return Check("folder_writable", "fail", f"{probe} is not a writable folder",
+                 "choose another --db or fix the folder's permissions")  # fmt: skip
+
+
+def opens_read_write(path: Path) -> Check:
+    """Opens without creating (mode=rw) and reads the schema, taking no lock."""
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=busy_timeout_s())
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    finally:
+        conn.close()
+    return Check("opens_read_write", "pass", "opens read-write")
+
+
+def schema_check(path: Path) -> Check:
+    engine = make_engine(path, write=False, busy_timeout_s=busy_timeout_s())
+    try:
+        with read_tx(engine) as conn:
+            status = revision.inspect_schema(conn)
+    finally:
+        engine.dispose()
+    if status.is_head:
+        return Check("schema_current", "pass", f"at head revision {revision.HEAD_REVISION}")
+    try:
+        revision.refuse_unless_current(status, path)
+    except SpoolError as exc:
+        fix = exc.detail.get("command") or "upgrade spoolctl"
+        return Check("schema_current", "fail", f"{exc.code}: {exc.message}", str(fix))
+    return Check("schema_current", "fail", f"schema is {status.label}")
+
+
+def contract_check() -> Check:
+    from spoolctl.cli.contract import contract_problems
+
+    problems = contract_problems()
+    if problems:
+        return Check("contract_metadata_valid", "fail", "; ".join(problems))
+    return Check("contract_metadata_valid", "pass", "every verb loads and publishes a schema")
+
+
+def versions() -> dict[str, Any]:
+    return {
+        "tool_version": __version__,
+        "contract_version": CONTRACT_VERSION,
+        "schema_head": revision.HEAD_REVISION,
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "sqlalchemy": sqlalchemy.__version__,
+    }
+
+
+def doctor_text(data: dict[str, Any]) -> str:
+    marks = {"pass": style("ok", fg="green"), "warn": style("warn", fg="yellow"),
+             "fail": style("FAIL", fg="red"), "skip": "skip"}  # fmt: skip
+    rows = [[marks[c["status"]], c["id"], c["message"]] for c in data["checks"]]
+    lines = [table(["", "CHECK", "DETAIL"], rows)]
+    lines += [f"  fix {c['id']}: {c['remediation']}" for c in data["checks"]
+              if c["status"] == "fail" and c["remediation"]]  # fmt: skip
+    lines.append("ready" if data["ready"] else style("not ready", fg="red", bold=True))
+    return "\n".join(lines)
+
+
+@verb("config-show", examples=("spoolctl config-show", "spoolctl config-show --json"))
+@db_option
+@json_option
+def config_show(db: str | None, as_json: bool) -> int:
+    """Where the database is and why; opens nothing."""
+    config = read_config(Path.cwd() / CONFIG_RELPATH)
+    try:
+        location = resolve_db(db)
+        db_path, source = str(location.path), location.source
+    except SpoolError as exc:
+        db_path, source = None, f"error: {exc.message}"
+    data = {
+        "config_path": str(config.path),
+        "config_exists": config.exists,
+        "config_valid": config.valid,
+        "values": {"db_path": db_path},
+        "sources": {"db_path": source},
+        "precedence": list(PRECEDENCE),
+        "ignored_keys": config.unknown_keys,
+        "problems": list(config.problems),
+    }
+    text = f"db_path  {db_path}\nsource   {source}\nconfig   {config.path}" + (
+        "" if config.exists else " (absent)"
+    )
+    return emit(Reply(data, text=text), as_json)
+
+
+@verb(
+    "config-validate",
+    examples=(
+        "spoolctl config-validate",
+        "spoolctl config-validate ./.spoolctl/config.json --json",
+    ),
+)
+@click.argument("path", required=False, type=BoundedText("path", 4096))
+@json_option
+def config_validate(path: str | None, as_json: bool) -> int:
+    """Check a config file (default: ./.spoolctl/config.json); exit 1 when invalid."""
+    target = Path(path) if path is not None else Path.cwd() / CONFIG_RELPATH
+    config = read_config(target)
+    problems = list(config.problems)
+    if path is not None and not config.exists:
+        problems.append("no such file")
+    valid = not problems
+    data = {
+        "config_path": str(target),
+        "exists": config.exists,
+        "valid": valid,
+        "format": "json",
+        "schema_version": config.data.get("version", CONFIG_VERSION) if config.exists else None,
+        "recognized_keys": sorted(k for k in config.data if k in CONFIG_KEYS),
+        "unknown_keys": config.unknown_keys,
+        "problems": problems,
+    }
+    text = f"{target}: " + ("valid" if valid else "invalid: " + "; ".join(problems))
+    return emit(Reply(data, text=text, exit_code=EXIT_OK if valid else EXIT_USER), as_json)

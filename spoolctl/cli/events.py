@@ -1,0 +1,162 @@
+"""`events`: the ledger with a cursor, a long-poll, and an NDJSON follow."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from spoolctl.cli.options import JOB_ID, BoundedInt, Duration, db_option, json_option, verb
+from spoolctl.cli.queues import open_read
+from spoolctl.cli.render import Reply, emit, local_time, write_json
+from spoolctl.db.queue import QueueFile
+from spoolctl.errors import SpoolError
+from spoolctl.services.ledger import Page, read_events
+
+POLL_S = 0.1
+MAX_WAIT_S = 86_400
+DEFAULT_IDLE_TIMEOUT_S = 3600
+
+
+@verb(
+    "events",
+    exclusive=(
+        ("wait", "follow"),
+        ("limit", "follow"),
+        ("max_events", "wait"),
+        ("idle_timeout", "wait"),
+    ),
+    examples=(
+        "spoolctl events --since-id 120 --json",
+        "spoolctl events --since-id 120 --wait --wait-timeout 30 --json",
+        "spoolctl events --follow --json --max-events 10",
+    ),
+)
+@click.option("--since-id", type=BoundedInt(0, None), default=0, show_default=True,
+              help="Only events after this id (pass meta.pagination.cursor back).")  # fmt: skip
+@click.option("--job", "job_id", type=JOB_ID, default=None, help="Only events of this job.")
+@click.option("--limit", type=BoundedInt(0, 10_000), default=1000, show_default=True,
+              help="Most events returned (0: all).")  # fmt: skip
+@click.option("--wait", is_flag=True, help="Long-poll: block until an event arrives.")
+@click.option("--wait-timeout", type=Duration(MAX_WAIT_S), default="30", show_default=True,
+              help="How long --wait blocks before answering with no events.")  # fmt: skip
+@click.option("--follow", is_flag=True, help="Stream events as NDJSON frames (with --json).")
+@click.option("--max-events", type=BoundedInt(1, None), default=None,
+              help="With --follow: stop after this many events.")  # fmt: skip
+@click.option("--idle-timeout", type=Duration(MAX_WAIT_S), default=str(DEFAULT_IDLE_TIMEOUT_S),
+              show_default=True, help="With --follow: stop after this long idle.")  # fmt: skip
+@db_option
+@json_option
+def events(
+    since_id: int,
+    job_id: int | None,
+    limit: int,
+    wait: bool,
+    wait_timeout: float,
+    follow: bool,
+    max_events: int | None,
+    idle_timeout: float,
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """The event ledger, oldest first, read with a cursor."""
+    ledger = Ledger(db)
+    if follow:
+        return follow_events(ledger, since_id, job_id, max_events, idle_timeout, as_json)
+    started = time.monotonic()
+    page = ledger.fetch(since_id, job_id, limit)
+    meta: dict[str, Any] = {}
+    if wait:
+        page = long_poll(ledger, page, job_id, limit, started + wait_timeout)
+        reason = "records_available" if page.events else "timeout"
+        meta["wait"] = {"reason": reason, "waited_ms": round((time.monotonic() - started) * 1000)}
+    meta["pagination"] = {"cursor": page.cursor, "first_id": page.first_id}
+    data = {"count": len(page.events), "events": page.events}
+    return emit(Reply(data, text=lambda: events_text(page), meta=meta), as_json)
+
+
+class Ledger:
+    """The queue's ledger; a queue created while we poll is picked up, never created."""
+
+    def __init__(self, db: str | None) -> None:
+        self.db = db
+        self.queue: QueueFile | None = open_read(db)
+
+    def fetch(self, since_id: int, job_id: int | None, limit: int) -> Page:
+        if self.queue is None:
+            self.queue = open_read(self.db)
+        if self.queue is None:
+            return Page([], since_id)
+        return self.queue.read(
+            lambda conn: read_events(conn, since_id=since_id, job_id=job_id, limit=limit)
+        )
+
+
+def long_poll(ledger: Ledger, page: Page, job_id: int | None, limit: int, deadline: float) -> Page:
+    while not page.events and time.monotonic() < deadline:
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        page = ledger.fetch(page.cursor, job_id, limit)
+    return page
+
+
+def follow_events(
+    ledger: Ledger,
+    since_id: int,
+    job_id: int | None,
+    max_events: int | None,
+    idle_timeout: float,
+    as_json: bool,
+) -> int:
+    """Print events as they come, then one control frame saying why it ended."""
+    cursor, seen = since_id, 0
+    idle_deadline = time.monotonic() + idle_timeout
+    try:
+        while True:
+            budget = 0 if max_events is None else max_events - seen
+            page = ledger.fetch(cursor, job_id, budget)
+            for event in page.events:
+                print_event(event, as_json)
+            seen, cursor = seen + len(page.events), page.cursor
+            if max_events is not None and seen >= max_events:
+                return control("end", "max_events", as_json, cursor)
+            if page.events:
+                idle_deadline = time.monotonic() + idle_timeout
+            elif time.monotonic() >= idle_deadline:
+                return control("end", "idle_timeout", as_json, cursor)
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        return control("end", "interrupted", as_json, cursor)
+    except SpoolError as exc:
+        control("error", exc.code, as_json, cursor, message=exc.message)
+        return exc.exit_code
+
+
+def print_event(event: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        write_json(event)
+    else:
+        click.echo(event_line(event))
+
+
+def control(kind: str, reason: str, as_json: bool, cursor: int, message: str = "") -> int:
+    frame: dict[str, Any] = {"type": kind, "reason": reason, "cursor": cursor}
+    if message:
+        frame["message"] = message
+    if as_json:
+        write_json({"control": frame})
+    else:
+        click.echo(f"spoolctl: events {kind}: {reason} {message}".rstrip(), err=True)
+    return 0
+
+
+def event_line(event: dict[str, Any]) -> str:
+    worker = f"  {event['worker_id']}" if event["worker_id"] else ""
+    when = local_time(event["at"])
+    return f"{event['id']:>6}  {when}  job {event['job_id']:<6} {event['event']}{worker}"
+
+
+def events_text(page: Page) -> str:
+    lines = [event_line(e) for e in page.events] or ["no events"]
+    lines.append(f"cursor: {page.cursor}")
+    return "\n".join(lines)

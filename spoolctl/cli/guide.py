@@ -1,0 +1,65 @@
+"""The workflow guide of `robot-docs guide`: prose for programs, kept as data.
+
+Verb names and flags quoted here are checked against the click tree by a test,
+so the guide cannot recommend a flag that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Contract", (
+        "Pass --json to every verb: stdout then holds exactly one JSON envelope with keys "
+        "ok, tool_version, data, meta, warnings, commands, errors.",
+        "ok is true iff errors is empty; data is null on failure; read errors[0].code, never "
+        "the message text.",
+        "Exit codes: 0 success, 1 input error, 2 safety block (repeat with --yes or --force "
+        "if you mean it), 3 tool or environment, 4 transient (retry later), 5 conflict, "
+        "6 an awaited job ended without success.",
+        "Options are never abbreviated; an unknown flag is UNKNOWN_FLAG with "
+        "detail.did_you_mean.",
+    )),
+    ("Submit", (
+        "spoolctl add --json -- PROGRAM ARGS... runs the argv as is; add -c 'shell string' "
+        "runs it through sh -c.",
+        "Use --key K to make a submission idempotent among active jobs: a repeat returns the "
+        "same job_id with deduplicated true.",
+        "For many jobs write NDJSON (one object per line with argv or cmd) and run "
+        "add --batch FILE: all lines are validated first, then inserted together or not at all.",
+        "--timeout, --max-retries and --max-crashes bound each job; --after or --at delay it; "
+        "--queue and --priority order it.",
+    )),
+    ("Run", (
+        "spoolctl work --drain runs jobs of one queue until nothing is due, then exits; "
+        "work --once runs at most one job.",
+        "A long-lived worker is spoolctl work; stop it with SIGINT or SIGTERM (the running job "
+        "finishes and is recorded).",
+        "Execution is at least once: a job can run again after a worker crash, so make "
+        "commands safe to repeat.",
+    )),
+    ("Observe", (
+        "spoolctl wait IDS --timeout 10m --json blocks until the jobs finish: exit 0 all done, "
+        "6 some did not, 4 TIMEOUT.",
+        "spoolctl feedback ID --json gives one verdict with output tails and data.remediation, "
+        "the next command to run (null when the job succeeded).",
+        "spoolctl output ID --stream stderr --raw prints captured bytes; --attempt N picks an "
+        "older attempt; --follow streams a running one.",
+        "spoolctl events --since-id CURSOR --wait --json long-polls the ledger; pass "
+        "meta.pagination.cursor back as --since-id next time.",
+        "status, list, show and workers are read-only and never block workers.",
+    )),
+    ("Repair", (
+        "A dead job (budget exhausted) stays dead until spoolctl retry ID; a running job needs "
+        "retry --force.",
+        "spoolctl cancel ID stops a queued job; cancel ID --running --yes also stops a running "
+        "one (warning KILL_ASYNC: its worker kills it at the next heartbeat).",
+        "spoolctl prune --older-than 7d --dry-run shows what prune --yes would delete.",
+        "spoolctl doctor --json checks readiness (data.ready); SCHEMA_OUTDATED means run "
+        "spoolctl migrate.",
+    )),
+)  # fmt: skip
+
+
+def guide_sections() -> list[dict[str, Any]]:
+    return [{"title": title, "bullets": list(bullets)} for title, bullets in SECTIONS]

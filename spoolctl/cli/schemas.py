@@ -1,0 +1,210 @@
+"""JSON Schemas of each verb's `data`: the hand-written half of the contract.
+
+Flags, types, defaults and bounds come from the click commands themselves (see
+`contract.py`); what a verb answers cannot be read from click, so it is
+written down here once, next to the envelope's schema. A test runs every verb
+with --json and validates its output against these. The schemas use a small
+subset of JSON Schema (type, properties, required, items, enum, anyOf,
+additionalProperties) and no $ref, so any validator can read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spoolctl.errors import ERROR_CODES, WARNING_CODES
+from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+Schema = dict[str, Any]
+
+INT: Schema = {"type": "integer"}
+NUM: Schema = {"type": "number"}
+STR: Schema = {"type": "string"}
+BOOL: Schema = {"type": "boolean"}
+ANY: Schema = {}
+
+
+def opt(schema: Schema) -> Schema:
+    """The same schema, or null."""
+    kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    return {**schema, "type": [*kinds, "null"]}
+
+
+def obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
+    """An object with these keys (more may be added by later versions)."""
+    return {
+        "type": "object",
+        "properties": {**required, **(optional or {})},
+        "required": sorted(required),
+    }
+
+
+def arr(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+def str_map(values: Schema) -> Schema:
+    return {"type": "object", "additionalProperties": values}
+
+
+def one_of(*values: str) -> Schema:
+    return {"type": "string", "enum": list(values)}
+
+
+JOB_STATE = one_of(*JobState)
+COUNTS = obj({s.value: INT for s in JobState})
+STR_LIST = arr(STR)
+ARGV = opt(arr(STR))
+
+LIST_JOB = obj({
+    "id": INT, "argv": ARGV, "state": STR, "attempts": INT, "crashes": INT,
+    "max_retries": INT, "timeout_seconds": INT, "created_at": NUM, "started_at": opt(NUM),
+    "finished_at": opt(NUM), "next_run_at": NUM, "priority": INT, "queue": STR,
+    "cwd": opt(STR), "last_exit_code": opt(INT), "last_error": opt(STR),
+    "idempotency_key": opt(STR), "tags": opt(str_map(STR)), "note": opt(STR),
+    "env_keys": STR_LIST,
+}, {"damaged": STR_LIST})  # fmt: skip
+
+SHOW_JOB = obj({
+    **{k: v for k, v in LIST_JOB["properties"].items() if k not in ("env_keys", "damaged")},
+    "max_crashes": opt(INT), "env": opt(str_map(STR)), "locked_by": opt(STR),
+    "locked_pid": opt(INT), "locked_at": opt(NUM), "heartbeat_at": opt(NUM),
+    "last_failure_reason": opt(STR),
+}, {"damaged": STR_LIST})  # fmt: skip
+
+ATTEMPT = obj({
+    "attempt_no": INT, "state": one_of(*AttemptState), "worker_id": STR, "worker_pid": INT,
+    "started_at": NUM, "finished_at": opt(NUM), "exit_code": opt(INT), "error": opt(STR),
+    "failure_reason": opt(one_of(*FailureReason)), "stdout_path": STR, "stderr_path": STR,
+})  # fmt: skip
+
+EVENT = obj({
+    "id": INT, "job_id": INT, "at": NUM, "event": one_of(*EventKind), "worker_id": opt(STR),
+    "detail": ANY,
+})  # fmt: skip
+
+WORKER = obj({
+    "id": STR, "hostname": STR, "pid": INT, "queue": STR, "slots": opt(INT), "state": STR,
+    "started_at": NUM, "heartbeat_at": NUM, "heartbeat_age_s": NUM, "running_jobs": arr(INT),
+})  # fmt: skip
+
+DEAD_JOB = obj({
+    "id": INT, "command": ARGV, "attempts": INT, "crashes": INT, "last_error": opt(STR),
+    "finished_at": opt(NUM), "stdout_path": opt(STR), "stderr_path": opt(STR),
+})  # fmt: skip
+
+PREVIEW = obj({"path": STR, "size_bytes": INT, "preview": STR, "preview_truncated": BOOL},
+              {"missing": BOOL})  # fmt: skip
+TAIL = obj({"path": STR, "size_bytes": INT, "tail": STR, "truncated": BOOL, "missing": BOOL})
+
+
+def streams_of(item: Schema) -> Schema:
+    return {"type": "object", "properties": {"stdout": item, "stderr": item},
+            "additionalProperties": False}  # fmt: skip
+
+
+ADD_ONE = obj(
+    {
+        "job_id": INT,
+        "state": JOB_STATE,
+        "deduplicated": BOOL,
+        "next_run_at": NUM,
+        "priority": INT,
+        "queue": STR,
+        "cwd": opt(STR),
+        "env_keys": STR_LIST,
+    },
+    {"idempotency": obj({"key": STR, "metadata_differs": BOOL, "metadata_differences": STR_LIST})},
+)
+ADD_BATCH = obj({"count": INT, "job_ids": arr(INT)})
+
+WORK = {"anyOf": [
+    obj({"claimed": BOOL},
+        {"job_id": INT, "attempt_no": INT, "result": STR, "job_state": opt(STR)}),
+    obj({"drained": BOOL, "executed": INT}),
+    obj({"stopped": BOOL, "executed": INT}),
+]}  # fmt: skip
+
+CHECK = obj({"id": STR, "status": one_of("pass", "warn", "fail", "skip"), "message": STR,
+             "remediation": opt(STR), "blocked_by": opt(STR)})  # fmt: skip
+
+SUMMARY = obj({k: INT for k in ("passed", "warnings", "failed", "skipped")})
+
+MIGRATE = {"anyOf": [
+    obj({"from_revision": opt(STR), "to_revision": opt(STR), "applied": STR_LIST,
+         "backup_path": opt(STR), "legacy_adopted": BOOL}),
+    obj({"current": opt(STR), "head": STR, "pending": STR_LIST, "legacy_detected": BOOL}),
+    obj({"revisions": arr(ANY)}),
+    obj({"sql": STR}),
+]}  # fmt: skip
+
+DATA_SCHEMAS: dict[str, Schema] = {
+    "add": {"anyOf": [ADD_ONE, ADD_BATCH]},
+    "work": WORK,
+    "wait": obj({"all_succeeded": BOOL, "jobs": str_map(obj({
+        "state": JOB_STATE, "attempts": INT, "last_exit_code": opt(INT),
+        "last_error": opt(STR)}))}),
+    "status": obj({"counts": COUNTS, "scheduled": INT,
+                   "queues": str_map(obj({"counts": COUNTS, "scheduled": INT})),
+                   "recent_dead": arr(DEAD_JOB), "workers": arr(WORKER)}),
+    "list": obj({"count": INT, "jobs": arr(LIST_JOB)}),
+    "show": obj({"job": SHOW_JOB, "attempts": arr(ATTEMPT), "events": arr(EVENT)}),
+    "output": obj({"job_id": INT, "attempt_no": opt(INT), "attempt_state": opt(STR),
+                   "attempts_total": INT, "streams": streams_of(PREVIEW)}, {"attempts": arr(ANY)}),
+    "feedback": obj({
+        "job_id": INT, "state": JOB_STATE, "terminal": BOOL, "succeeded": opt(BOOL),
+        "exit_code": opt(INT), "failure_reason": opt(STR), "last_error": opt(STR),
+        "attempts": INT, "attempts_total": INT, "latest_attempt_no": opt(INT),
+        "duration_seconds": opt(NUM), "remediation": opt(STR), "streams": streams_of(TAIL)}),
+    "retry": obj({"job_id": INT, "state": JOB_STATE}, {"previous_state": STR}),
+    "cancel": obj({"job_id": INT, "state": JOB_STATE, "was_running": BOOL}),
+    "prune": obj({"matched": INT, "deleted_jobs": INT, "deleted_attempts": INT,
+                  "deleted_events": INT, "freed_bytes": INT, "dry_run": BOOL},
+                 {"skipped_paths": STR_LIST}),
+    "events": obj({"count": INT, "events": arr(EVENT)}),
+    "workers": obj({"count": INT, "workers": arr(WORKER)}),
+    "migrate": MIGRATE,
+    "doctor": obj({"ready": BOOL, "summary": SUMMARY, "config": opt({"type": "object"}),
+                   "checks": arr(CHECK), "versions": {"type": "object"}}),
+    "config-show": obj({"config_path": STR, "config_exists": BOOL, "config_valid": BOOL,
+                        "values": obj({"db_path": opt(STR)}), "sources": obj({"db_path": STR}),
+                        "precedence": STR_LIST, "ignored_keys": STR_LIST}),
+    "config-validate": obj({"config_path": STR, "exists": BOOL, "valid": BOOL, "format": STR,
+                            "schema_version": ANY, "recognized_keys": STR_LIST,
+                            "unknown_keys": STR_LIST}),
+    "brief": obj({"text": STR, "approx_tokens": INT, "budget_tokens": INT}),
+    "robot-docs": obj({"text": STR, "approx_tokens": INT,
+                       "sections": arr(obj({"title": STR, "bullets": STR_LIST}))}),
+    "capabilities": obj({k: ANY for k in (
+        "tool_name", "tool_version", "contract_version", "verbs", "job_states", "attempt_states",
+        "failure_reasons", "events", "exit_codes", "error_codes", "env", "limits", "scheduling",
+        "config")}),
+    "schema": obj({"dialect": STR, "envelope_schema": {"type": "object"},
+                   "verbs": str_map({"type": "object"}), "streams": str_map({"type": "object"})}),
+}  # fmt: skip
+
+ERROR = obj({"code": one_of(*ERROR_CODES), "message": STR, "exit_code": INT,
+             "detail": {"type": "object"}})  # fmt: skip
+WARNING = obj({"code": one_of(*WARNING_CODES), "message": STR})
+
+ENVELOPE: Schema = {
+    **obj({
+        "ok": BOOL, "tool_version": STR, "data": ANY,
+        "meta": obj({"request_id": STR, "ts_iso": STR, "elapsed_ms": NUM,
+                     "contract_version": {"const": "2"}, "data_hash": STR},
+                    {"pagination": obj({"cursor": INT, "first_id": opt(INT)}),
+                     "wait": obj({"reason": one_of("records_available", "timeout"),
+                                  "waited_ms": INT})}),
+        "warnings": arr(WARNING), "commands": {"type": "array", "maxItems": 0},
+        "errors": arr(ERROR),
+    }),
+    "additionalProperties": False,
+}  # fmt: skip
+
+CONTROL = obj({"control": obj({"type": one_of("end", "error"), "reason": STR})})
+STREAMS: dict[str, Schema] = {
+    "events_follow": {"anyOf": [EVENT, CONTROL]},
+    "output_follow": {"anyOf": [obj({"stream": one_of("stdout", "stderr"), "offset": INT,
+                                     "text": STR}), CONTROL]},
+}  # fmt: skip

@@ -1,0 +1,131 @@
+"""Verbs that change jobs by hand: retry, cancel, prune."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from functools import partial
+
+import click
+
+from spoolctl.cli.options import JOB_ID, Duration, db_option, json_option, verb
+from spoolctl.cli.queues import open_read, open_write
+from spoolctl.cli.render import Reply, emit
+from spoolctl.db.queue import QueueFile
+from spoolctl.errors import SafetyBlock
+from spoolctl.services import prune as pruning
+from spoolctl.services.cancel import cancel as cancel_job
+from spoolctl.services.deadletter import requeue
+from spoolctl.states import JobState
+
+KILL_ASYNC = "the owning worker kills the job's process group at its next heartbeat"
+
+
+@verb(
+    "retry",
+    mutates=True,
+    idempotent=False,
+    examples=("spoolctl retry 42", "spoolctl retry 42 --force"),
+)
+@click.argument("job_id", type=JOB_ID)
+@click.option("--force", is_flag=True, help="Also retry a running job (its attempt is canceled).")
+@db_option
+@json_option
+def retry(job_id: int, force: bool, db: str | None, as_json: bool) -> int:
+    """Requeue a dead, failed or canceled job with a fresh budget (history kept)."""
+    queue = open_write(db)
+    previous = queue.write(lambda conn: requeue(conn, job_id, force=force, now=time.time()))
+    data = {"job_id": job_id, "state": JobState.QUEUED.value, "previous_state": previous}
+    reply = Reply(data, text=f"Job {job_id} requeued (was {previous})")
+    if previous == JobState.RUNNING:
+        reply.warn("KILL_ASYNC", KILL_ASYNC)
+    return emit(reply, as_json)
+
+
+@verb(
+    "cancel",
+    mutates=True,
+    destructive=True,
+    examples=("spoolctl cancel 42", "spoolctl cancel 42 --running --yes"),
+)
+@click.argument("job_id", type=JOB_ID)
+@click.option("--running", is_flag=True, help="Also cancel a running job (needs --yes).")
+@click.option("--yes", is_flag=True, help="Confirm stopping a running job.")
+@db_option
+@json_option
+def cancel(job_id: int, running: bool, yes: bool, db: str | None, as_json: bool) -> int:
+    """Cancel a queued job; with --running --yes also a running one."""
+    queue = open_write(db)
+    done = queue.write(
+        lambda conn: cancel_job(conn, job_id, running_ok=running and yes, now=time.time())
+    )
+    reply = Reply(asdict(done), text=f"Job {job_id} canceled")
+    if done.was_running:
+        reply.warn("KILL_ASYNC", KILL_ASYNC)
+    return emit(reply, as_json)
+
+
+@verb(
+    "prune",
+    exclusive=(("yes", "dry_run"),),
+    mutates=True,
+    destructive=True,
+    examples=(
+        "spoolctl prune --older-than 7d --dry-run",
+        "spoolctl prune --older-than 30d --state done --yes",
+    ),
+)
+@click.option("--older-than", type=Duration(), required=True,
+              help="Only jobs that finished at least this long ago.")  # fmt: skip
+@click.option("--state", type=click.Choice(["done", "dead", "canceled"]), default=None,
+              help="Only this terminal state (default: all of them).")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Report what would be deleted; change nothing.")
+@click.option("--yes", is_flag=True, help="Confirm the deletion.")
+@db_option
+@json_option
+def prune(
+    older_than: float, state: str | None, dry_run: bool, yes: bool, db: str | None, as_json: bool
+) -> int:
+    """Delete old finished jobs: output files first, then attempts, events and jobs.
+
+    Never deletes a file outside the spool's output folder, whatever a row says.
+    """
+    if not (dry_run or yes):
+        raise SafetyBlock("prune deletes jobs and output: add --dry-run to look or --yes to delete")
+    states = (state,) if state else tuple(s.value for s in pruning.PRUNABLE)
+    report = pruning.PruneReport()
+    existing = open_read(db)
+    if existing is not None:
+        queue = existing if dry_run else open_write(db)
+        run_prune(queue, states, time.time() - older_than, report, dry_run=dry_run)
+    data = {**asdict(report), "dry_run": dry_run}
+    verb_word = "would delete" if dry_run else "deleted"
+    text = (
+        f"{verb_word} {report.deleted_jobs} jobs, {report.deleted_attempts} attempts, "
+        f"{report.deleted_events} events, {report.freed_bytes} bytes of output"
+    )
+    return emit(Reply(data, text=text), as_json)
+
+
+def run_prune(
+    queue: QueueFile,
+    states: tuple[str, ...],
+    cutoff: float,
+    report: pruning.PruneReport,
+    *,
+    dry_run: bool,
+) -> None:
+    """Batch after batch, each in its own short transaction."""
+    step = queue.read if dry_run else queue.write
+    after_id: int | None = 0
+    while after_id is not None:
+        batch = partial(
+            pruning.prune_batch,
+            states=states,
+            cutoff=cutoff,
+            after_id=after_id,
+            output_root=queue.output_root,
+            report=report,
+            dry_run=dry_run,
+        )
+        after_id = step(batch)

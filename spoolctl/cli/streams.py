@@ -1,0 +1,257 @@
+"""`output` and `feedback`: what a job printed, and one verdict on how it went."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+
+from spoolctl.cli.options import JOB_ID, BoundedInt, db_option, json_option, verb
+from spoolctl.cli.queues import open_read
+from spoolctl.cli.render import Reply, emit, style, write_json
+from spoolctl.config import Timing
+from spoolctl.db.queue import QueueFile
+from spoolctl.errors import NotFound
+from spoolctl.services import output as outputs
+from spoolctl.services.output import AttemptOutput
+from spoolctl.services.query import decode_job, get_job_row
+from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
+
+STREAM_CHOICE = click.Choice(["stdout", "stderr", "both"])
+FOLLOW_POLL_S = 0.1
+FOLLOW_CHUNK = 65_536
+
+
+def selected(stream: str) -> tuple[str, ...]:
+    return outputs.STREAMS if stream == "both" else (stream,)
+
+
+def open_existing(db: str | None, job_id: int) -> QueueFile:
+    found = open_read(db)
+    if found is None:
+        raise NotFound(f"no job {job_id}", job_id=job_id)
+    return found
+
+
+@verb(
+    "output",
+    exclusive=(("raw", "as_json"),),
+    examples=(
+        "spoolctl output 42",
+        "spoolctl output 42 --attempt 1 --stream stderr --raw > err.log",
+        "spoolctl output 42 --follow",
+    ),
+)
+@click.argument("job_id", type=JOB_ID)
+@click.option("--attempt", "attempt_no", type=BoundedInt(1, None), default=None,
+              help="Attempt number (default: the latest).")  # fmt: skip
+@click.option("--stream", type=STREAM_CHOICE, default="both", show_default=True,
+              help="Which captured stream.")  # fmt: skip
+@click.option("--raw", is_flag=True,
+              help="Write the bytes unframed (both: stderr's bytes to stderr).")  # fmt: skip
+@click.option("--follow", is_flag=True, help="Stream a running attempt until it ends.")
+@db_option
+@json_option
+def output(
+    job_id: int,
+    attempt_no: int | None,
+    stream: str,
+    raw: bool,
+    follow: bool,
+    db: str | None,
+    as_json: bool,
+) -> int:
+    """Captured stdout and stderr of a job's latest attempt (or of --attempt N)."""
+    queue = open_existing(db, job_id)
+    ref = queue.read(lambda conn: outputs.find_attempt(conn, job_id, attempt_no))
+    names = selected(stream)
+    if ref.attempt_no is not None and follow:
+        return follow_output(queue, ref, names, as_json)
+    if ref.attempt_no is not None and raw:
+        return write_raw(ref, names)
+    return emit(output_reply(ref, names), as_json)
+
+
+def output_reply(ref: AttemptOutput, names: tuple[str, ...]) -> Reply:
+    data: dict[str, Any] = {
+        "job_id": ref.job_id,
+        "attempt_no": ref.attempt_no,
+        "attempt_state": ref.state,
+        "attempts_total": ref.attempts_total,
+    }
+    if ref.attempt_no is None:
+        reply = Reply(
+            {**data, "attempts": [], "streams": {}}, text=f"job {ref.job_id} has not run yet"
+        )
+        reply.warn("NO_ATTEMPTS_YET", f"job {ref.job_id} has no attempt yet")
+        return reply
+    data["streams"] = {name: outputs.preview(ref.paths[name]) for name in names}
+    return Reply(data, text=lambda: output_text(data))
+
+
+def output_text(data: dict[str, Any]) -> str:
+    parts = []
+    for name, info in data["streams"].items():
+        head = f"== {name} of job {data['job_id']} attempt {data['attempt_no']}"
+        parts.append(
+            style(f"{head} ({data['attempt_state']}, {info['size_bytes']} bytes) ==", bold=True)
+        )
+        parts.append(info["preview"].rstrip("\n") if not info["missing"] else "(no file)")
+        if info["preview_truncated"]:
+            parts.append(f"... truncated; `--raw` prints all {info['size_bytes']} bytes")
+    return "\n".join(parts)
+
+
+def write_raw(ref: AttemptOutput, names: tuple[str, ...]) -> int:
+    """Bytes as captured; with both streams, stderr's bytes go to our stderr."""
+    for name in names:
+        sink = sys.stderr.buffer if name == "stderr" and len(names) == 2 else sys.stdout.buffer
+        outputs.copy_all(ref.paths[name], sink)
+        sink.flush()
+    return 0
+
+
+def follow_output(
+    queue: QueueFile, ref: AttemptOutput, names: tuple[str, ...], as_json: bool
+) -> int:
+    """Print new bytes as they arrive until the attempt is no longer running.
+
+    Bounded: a running attempt ends by itself, by its timeout, or by a reap; if
+    its owner falls silent for longer than the reap threshold, following stops
+    with reason `owner_silent` instead of waiting for a reaper that may never come.
+    """
+    offsets = dict.fromkeys(names, 0)
+    silent_after = Timing.from_env().reap_threshold_s
+    while True:
+        state, heartbeat = queue.read(lambda conn: attempt_liveness(conn, ref))
+        pump(ref, offsets, as_json)
+        if state != AttemptState.RUNNING:
+            return end_follow(as_json, "attempt_ended", state)
+        if heartbeat is not None and time.time() - heartbeat > silent_after:
+            return end_follow(as_json, "owner_silent", state)
+        time.sleep(FOLLOW_POLL_S)
+
+
+def attempt_liveness(conn: Any, ref: AttemptOutput) -> tuple[str | None, float | None]:
+    latest = outputs.find_attempt(conn, ref.job_id, ref.attempt_no)
+    job = get_job_row(conn, ref.job_id)
+    return latest.state, None if job is None else job.heartbeat_at
+
+
+def pump(ref: AttemptOutput, offsets: dict[str, int], as_json: bool) -> None:
+    for name in offsets:
+        while True:
+            span = outputs.read_span(ref.paths[name], offsets[name], FOLLOW_CHUNK)
+            if span is None or not span[0]:
+                break
+            chunk = span[0]
+            if as_json:
+                text = chunk.decode("utf-8", errors="replace")
+                write_json({"stream": name, "offset": offsets[name], "text": text})
+            else:
+                sink = (
+                    sys.stderr.buffer
+                    if name == "stderr" and len(offsets) == 2
+                    else sys.stdout.buffer
+                )
+                sink.write(chunk)
+                sink.flush()
+            offsets[name] += len(chunk)
+
+
+def end_follow(as_json: bool, reason: str, state: str | None) -> int:
+    if as_json:
+        write_json({"control": {"type": "end", "reason": reason, "attempt_state": state}})
+    else:
+        click.echo(f"spoolctl: output ended: {reason} (attempt {state})", err=True)
+    return 0
+
+
+@verb(
+    "feedback",
+    examples=(
+        "spoolctl feedback 42",
+        "spoolctl feedback 42 --tail-bytes 500 --stream stderr --json",
+    ),
+)
+@click.argument("job_id", type=JOB_ID)
+@click.option("--tail-bytes", type=BoundedInt(1, 65_536), default=2048, show_default=True,
+              help="Bytes shown from the end of each stream.")  # fmt: skip
+@click.option("--stream", type=STREAM_CHOICE, default="both", show_default=True,
+              help="Which captured stream.")  # fmt: skip
+@db_option
+@json_option
+def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json: bool) -> int:
+    """One verdict on a job: how it ended, the tail of its output, what to run next."""
+    queue = open_existing(db, job_id)
+    job, ref = queue.read(lambda conn: feedback_facts(conn, job_id))
+    data = verdict(job, ref, time.time())
+    data["streams"] = (
+        {} if ref.attempt_no is None
+        else {name: outputs.tail(ref.paths[name], tail_bytes) for name in selected(stream)}
+    )  # fmt: skip
+    reply = Reply(data, text=lambda: feedback_text(data))
+    if ref.attempt_no is None:
+        reply.warn("NO_ATTEMPTS_YET", f"job {job_id} has no attempt yet")
+    return emit(reply, as_json)
+
+
+def feedback_facts(conn: Any, job_id: int) -> tuple[dict[str, Any], AttemptOutput]:
+    ref = outputs.find_attempt(conn, job_id, None)
+    row = get_job_row(conn, job_id)
+    assert row is not None  # find_attempt raised NotFound otherwise
+    return decode_job(row), ref
+
+
+def verdict(job: dict[str, Any], ref: AttemptOutput, now: float) -> dict[str, Any]:
+    state = job["state"]
+    terminal = state in TERMINAL_JOB_STATES
+    attempt = ref.row
+    started, finished = attempt.get("started_at"), attempt.get("finished_at")
+    return {
+        "job_id": job["id"],
+        "state": state,
+        "terminal": terminal,
+        "succeeded": (state == JobState.DONE) if terminal else None,
+        "exit_code": attempt["exit_code"] if attempt else job["last_exit_code"],
+        "failure_reason": (attempt.get("failure_reason") if attempt else None)
+        or job["last_failure_reason"],
+        "last_error": job["last_error"],
+        "attempts": job["attempts"],
+        "attempts_total": ref.attempts_total,
+        "latest_attempt_no": ref.attempt_no,
+        "duration_seconds": None if started is None else round((finished or now) - started, 3),
+        "remediation": remediation(job["id"], state, ref.attempt_no is not None),
+    }
+
+
+def remediation(job_id: int, state: str, has_attempt: bool) -> str | None:
+    """The next commands to run, or None when the job succeeded."""
+    if state == JobState.DONE:
+        return None
+    if state in (JobState.QUEUED, JobState.RUNNING):
+        return f"spoolctl wait {job_id} && spoolctl feedback {job_id}"
+    read = f"spoolctl output {job_id} --stream stderr" if has_attempt else f"spoolctl show {job_id}"
+    return f"{read}; spoolctl retry {job_id}"
+
+
+def feedback_text(data: dict[str, Any]) -> str:
+    verdict_word = {True: "succeeded", False: "did not succeed", None: "not finished"}
+    lines = [
+        f"job {data['job_id']}: {data['state']} ({verdict_word[data['succeeded']]})",
+        f"  exit code {data['exit_code']}  reason {data['failure_reason'] or '-'}"
+        f"  attempts {data['attempts_total']}  duration {data['duration_seconds']}s",
+    ]
+    if data["last_error"]:
+        lines.append(f"  last error: {data['last_error']}")
+    for name, info in data["streams"].items():
+        if info["tail"]:
+            lines += [
+                style(f"-- {name} (last {len(info['tail'])} chars) --", bold=True),
+                info["tail"].rstrip("\n"),
+            ]
+    if data["remediation"]:
+        lines.append(f"next: {data['remediation']}")
+    return "\n".join(lines)

@@ -1,0 +1,133 @@
+"""Captured output of attempts: which files, and reading them safely.
+
+A path comes from a database row, so it is treated as untrusted: only regular
+files are read (a FIFO or device named by a row would block or worse), opened
+non-blocking, and never more than the caller's byte budget at once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from spoolctl.db.tables import attempts
+from spoolctl.errors import NotFound
+from spoolctl.services.query import get_job_row
+
+STREAMS = ("stdout", "stderr")
+PREVIEW_BYTES = 65_536
+
+
+@dataclass(frozen=True)
+class AttemptOutput:
+    """One attempt's row as far as its output is concerned."""
+
+    job_id: int
+    attempt_no: int | None
+    state: str | None
+    attempts_total: int
+    paths: dict[str, str]
+    row: dict[str, Any]
+
+
+def find_attempt(conn: Connection, job_id: int, attempt_no: int | None) -> AttemptOutput:
+    """The given attempt, or the latest; attempt_no None when the job never ran."""
+    if get_job_row(conn, job_id) is None:
+        raise NotFound(f"no job {job_id}", job_id=job_id)
+    total = int(
+        conn.execute(
+            select(func.count()).select_from(attempts).where(attempts.c.job_id == job_id)
+        ).scalar_one()
+    )
+    query = select(attempts).where(attempts.c.job_id == job_id)
+    if attempt_no is None:
+        query = query.order_by(attempts.c.attempt_no.desc()).limit(1)
+    else:
+        query = query.where(attempts.c.attempt_no == attempt_no)
+    row = conn.execute(query).mappings().first()
+    if row is None:
+        if attempt_no is not None:
+            raise NotFound(f"job {job_id} has no attempt {attempt_no}", job_id=job_id)
+        return AttemptOutput(job_id, None, None, total, {}, {})
+    paths = {"stdout": row["stdout_path"], "stderr": row["stderr_path"]}
+    return AttemptOutput(job_id, row["attempt_no"], row["state"], total, paths, dict(row))
+
+
+def open_regular(path: str) -> int | None:
+    """A read-only descriptor on a regular file, or None (missing or not a file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def read_span(path: str, offset: int, budget: int) -> tuple[bytes, int] | None:
+    """Up to `budget` bytes from `offset` (negative: from the end), and the size."""
+    fd = open_regular(path)
+    if fd is None:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size + offset) if offset < 0 else min(offset, size)
+        os.lseek(fd, start, os.SEEK_SET)
+        chunks = []
+        remaining = budget
+        while remaining > 0:
+            chunk = os.read(fd, remaining)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks), size
+    finally:
+        os.close(fd)
+
+
+def preview(path: str, budget: int = PREVIEW_BYTES) -> dict[str, Any]:
+    """The head of a stream for the `output` envelope."""
+    span = read_span(path, 0, budget)
+    if span is None:
+        return {"path": path, "size_bytes": 0, "preview": "", "preview_truncated": False,
+                "missing": True}  # fmt: skip
+    data, size = span
+    return {
+        "path": path,
+        "size_bytes": size,
+        "preview": data.decode("utf-8", errors="replace"),
+        "preview_truncated": size > len(data),
+        "missing": False,
+    }
+
+
+def tail(path: str, budget: int) -> dict[str, Any]:
+    """The last `budget` bytes of a stream for `feedback`."""
+    span = read_span(path, -budget, budget)
+    if span is None:
+        return {"path": path, "size_bytes": 0, "tail": "", "truncated": False, "missing": True}
+    data, size = span
+    return {
+        "path": path,
+        "size_bytes": size,
+        "tail": data.decode("utf-8", errors="replace"),
+        "truncated": size > len(data),
+        "missing": False,
+    }
+
+
+def copy_all(path: str, sink: Any, chunk: int = PREVIEW_BYTES) -> int:
+    """Write a whole stream's bytes to a binary sink; returns bytes written."""
+    offset = 0
+    while True:
+        span = read_span(path, offset, chunk)
+        if span is None or not span[0]:
+            return offset
+        sink.write(span[0])
+        offset += len(span[0])
