@@ -1,0 +1,113 @@
+"""spoolctl benchmark: ours (the work tree's .venv) against the original
+stdlib spoolctl 0.4.11 (bench/.venv-ref), measured in the same run.
+
+    bench/run [--quick] [--only add,batch,drain,pickup,table,spawn]
+
+Prints a table and writes bench/results/<timestamp>.json and latest.json with
+medians, raw samples and the machine. See bench/README.md for what each
+number means and the targets of SPEC section 6.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import cli_costs
+import report
+import workers
+from fixtures import BENCH, machine
+from plan import DEFAULT, QUICK, Plan
+
+SCENARIOS = ("add", "batch", "drain", "pickup", "table", "spawn")
+
+
+def run_scenarios(plan: Plan, only: set[str]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    steps: list[tuple[str, str, Callable[[], Any]]] = [
+        ("add", "add_process", lambda: cli_costs.add_process(plan)),
+        ("add", "import_time", cli_costs.import_time),
+        ("batch", "batch", lambda: cli_costs.batch(plan, _ref_add_median(results))),
+        ("drain", "drain", lambda: workers.drain(plan)),
+        ("pickup", "pickup_idle", lambda: workers.pickup_and_idle(plan)),
+        ("table", "table_growth", lambda: cli_costs.table_growth(plan)),
+        ("spawn", "spawn_baseline", lambda: workers.spawn_baseline(plan)),
+    ]
+    for group, name, step in steps:
+        if group not in only:
+            continue
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        try:
+            results[name] = step()
+        except Exception as exc:  # a broken scenario is reported, the rest still run
+            results[name] = {
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(),
+            }
+        results[name]["scenario_wall_s"] = round(time.perf_counter() - start, 2)
+        print(
+            f"[bench] {name} done in {results[name]['scenario_wall_s']} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return results
+
+
+def _ref_add_median(results: dict[str, Any]) -> float | None:
+    add = results.get("add_process", {})
+    return add.get("ref", {}).get("median_s")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (~2 min)")
+    parser.add_argument(
+        "--only",
+        default=",".join(SCENARIOS),
+        help=f"comma-separated subset of: {', '.join(SCENARIOS)}",
+    )
+    args = parser.parse_args(argv)
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = only - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
+    plan = QUICK if args.quick else DEFAULT
+    started = datetime.now(UTC)
+    results = run_scenarios(plan, only)
+    doc = {
+        "started_at": started.isoformat(timespec="seconds"),
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "mode": "quick" if args.quick else "default",
+        "plan": plan.__dict__,
+        "machine": machine(),
+        "results": results,
+    }
+    rows = report.rows(results)
+    doc["table"] = rows
+    print(report.render(rows, doc["machine"]))
+    _write(doc, started)
+    errors = [name for name, r in results.items() if "error" in r]
+    for name in errors:
+        print(f"\n[bench] {name} FAILED: {results[name]['error']}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def _write(doc: dict[str, Any], started: datetime) -> None:
+    out = BENCH / "results"
+    out.mkdir(exist_ok=True)
+    text = json.dumps(doc, indent=1, default=str)
+    stamped = out / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    stamped.write_text(text)
+    (out / "latest.json").write_text(text)
+    print(f"\nresults: {stamped.relative_to(BENCH.parent)} (and bench/results/latest.json)")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,220 @@
+"""Costs of single CLI invocations: `add` as a process (and what it imports),
+`add --batch`, and claim / `status` / `list` as the jobs table grows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import bigtable
+from fixtures import (
+    BENCH,
+    IMPLS,
+    OURS,
+    BenchError,
+    Impl,
+    clean_env,
+    median,
+    percentile,
+    run_cli,
+    seed,
+    workdir,
+)
+from plan import Plan
+
+FLAGGED_IMPORTS = ("alembic", "mako", "sqlalchemy.orm", "sqlalchemy.ext", "psutil")
+"""Modules `add` has no use for: reported when the add path imports them."""
+
+
+def add_process(plan: Plan) -> dict[str, Any]:
+    """Wall time of `add --json -- true` as a fresh process, ours and the
+    reference alternating so that machine noise hits both alike."""
+    samples: dict[str, list[float]] = {impl.name: [] for impl in IMPLS}
+    with workdir("add") as d:
+        dbs = {impl.name: d / f"{impl.name}.db" for impl in IMPLS}
+        for impl in IMPLS:
+            seed(impl, dbs[impl.name], d)  # creates the schema: not measured
+            run_cli(impl, "add", "--db", str(dbs[impl.name]), "--json", "--", "true", cwd=d)
+        for _ in range(plan.add_reps):
+            for impl in IMPLS:
+                wall, _ = run_cli(
+                    impl, "add", "--db", str(dbs[impl.name]), "--json", "--", "true", cwd=d
+                )
+                samples[impl.name].append(wall)
+    result: dict[str, Any] = {
+        name: {"median_s": median(s), "p95_s": percentile(s, 95), "samples_s": s}
+        for name, s in samples.items()
+    }
+    result["ratio_ours_to_ref"] = result["ours"]["median_s"] / result["ref"]["median_s"]
+    return result
+
+
+def import_time() -> dict[str, Any]:
+    """`python -X importtime -m spoolctl add ...` for both: total and top modules."""
+    out: dict[str, Any] = {}
+    with workdir("importtime") as d:
+        for impl in IMPLS:
+            db = d / f"{impl.name}.db"
+            seed(impl, db, d)
+            proc = subprocess.run(
+                [
+                    str(impl.python),
+                    "-X",
+                    "importtime",
+                    "-m",
+                    "spoolctl",
+                    "add",
+                    "--db",
+                    str(db),
+                    "--json",
+                    "--",
+                    "true",
+                ],
+                cwd=d,
+                env=clean_env(),
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            if proc.returncode != 0:
+                raise BenchError(f"{impl.name}: importtime add failed: {proc.stderr[-600:]}")
+            out[impl.name] = summarize_importtime(proc.stderr)
+    return out
+
+
+def summarize_importtime(stderr: str) -> dict[str, Any]:
+    modules = []
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        self_us, cum_us, name = line[len("import time:") :].split("|", 2)
+        depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
+        modules.append(
+            {
+                "module": name.strip(),
+                "self_ms": int(self_us) / 1000,
+                "cumulative_ms": int(cum_us) / 1000,
+                "depth": depth,
+            }
+        )
+    names = [m["module"] for m in modules]
+    flagged = sorted(
+        n for n in names if any(n == f or n.startswith(f + ".") for f in FLAGGED_IMPORTS)
+    )
+    top_self = sorted(modules, key=lambda m: -m["self_ms"])[:10]
+    top_level = sorted((m for m in modules if m["depth"] == 0), key=lambda m: -m["cumulative_ms"])
+    return {
+        "total_ms": round(sum(m["self_ms"] for m in modules), 1),
+        "module_count": len(modules),
+        "sqlalchemy_modules": sum(1 for n in names if n.split(".")[0] == "sqlalchemy"),
+        "alembic_imported": any(n.split(".")[0] == "alembic" for n in names),
+        "flagged_imports": flagged,
+        "top10_self": [_strip_depth(m) for m in top_self],
+        "top10_toplevel_cumulative": [_strip_depth(m) for m in top_level[:10]],
+    }
+
+
+def _strip_depth(module: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in module.items() if k != "depth"}
+
+
+def batch(plan: Plan, ref_add_median_s: float | None) -> dict[str, Any]:
+    """`add --batch` of N `true` jobs into an existing queue (ours only: the
+    reference has no batch, its cost is estimated as N single-add processes)."""
+    samples = []
+    with workdir("batch") as d:
+        ndjson = d / "jobs.ndjson"
+        ndjson.write_text('{"argv": ["true"]}\n' * plan.batch_jobs)
+        for _ in range(plan.batch_reps):
+            db = d / f"q{len(samples)}.db"
+            seed(OURS, db, d)
+            wall, data = run_cli(
+                OURS, "add", "--db", str(db), "--json", "--batch", str(ndjson), cwd=d
+            )
+            if data.get("count") != plan.batch_jobs:
+                raise BenchError(f"ours: batch reported count {data.get('count')}")
+            samples.append(wall)
+    result: dict[str, Any] = {
+        "jobs": plan.batch_jobs,
+        "ours": {"median_s": median(samples), "samples_s": samples},
+    }
+    if ref_add_median_s is not None:
+        result["ref_estimate_s"] = ref_add_median_s * plan.batch_jobs
+        result["ref_estimate_note"] = (
+            "ESTIMATE: the reference has no --batch; median single `add` process x job count"
+        )
+    return result
+
+
+def table_growth(plan: Plan) -> dict[str, Any]:
+    """claim (in-process), `status --json` and `list --json --limit 50` (fresh
+    processes) with a small and a big jobs table, for both implementations."""
+    out: dict[str, Any] = {}
+    for impl in IMPLS:
+        sizes = {}
+        for size in (plan.small_table, plan.big_table):
+            with workdir(f"table-{impl.name}-{size}") as d:
+                db = d / "q.db"
+                bigtable.build(impl, db, d, size)
+                sizes[str(size)] = _read_costs(impl, db, d, plan)
+        out[impl.name] = {"sizes": sizes, "ratios_big_to_small": _ratios(sizes, plan)}
+    return out
+
+
+def _read_costs(impl: Impl, db: Path, d: Path, plan: Plan) -> dict[str, Any]:
+    """Each cost on its own: one verb failing is recorded and the others still run."""
+    measures = {
+        "status": lambda: _process_cost(impl, d, plan, "status", "--db", str(db), "--json"),
+        "list": lambda: _process_cost(
+            impl, d, plan, "list", "--db", str(db), "--json", "--limit", "50"
+        ),
+        "claim": lambda: _claim_cost(impl, db, d, plan.claim_reps),
+    }
+    costs: dict[str, Any] = {}
+    for label, measure in measures.items():
+        try:
+            costs[label] = measure()
+        except BenchError as exc:
+            costs[label] = {"error": str(exc)}
+    return costs
+
+
+def _process_cost(impl: Impl, d: Path, plan: Plan, *args: str) -> dict[str, Any]:
+    run_cli(impl, *args, cwd=d)  # warm the page cache
+    walls = [run_cli(impl, *args, cwd=d)[0] for _ in range(plan.read_reps)]
+    return {"median_s": median(walls), "samples_s": walls}
+
+
+def _claim_cost(impl: Impl, db: Path, d: Path, reps: int) -> dict[str, Any]:
+    warmup = 20
+    proc = subprocess.run(
+        [str(impl.python), str(BENCH / "claimcost.py"), impl.name, str(db), str(reps + warmup)],
+        cwd=d,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise BenchError(f"{impl.name}: claimcost failed: {proc.stderr[-800:]}")
+    claims: list[float] = json.loads(proc.stdout)[warmup:]
+    return {
+        "median_s": median(claims),
+        "p95_s": percentile(claims, 95),
+        "samples_s": claims,
+        "method": "in-process claim transaction, rolled back (bench/claimcost.py)",
+    }
+
+
+def _ratios(sizes: dict[str, Any], plan: Plan) -> dict[str, float | None]:
+    small, big = sizes[str(plan.small_table)], sizes[str(plan.big_table)]
+    return {
+        k: big[k]["median_s"] / small[k]["median_s"]
+        if "median_s" in big[k] and "median_s" in small[k]
+        else None
+        for k in ("claim", "status", "list")
+    }
