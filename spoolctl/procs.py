@@ -8,9 +8,11 @@ so a pid recycled by an unrelated process is never mistaken for the original.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import IO
@@ -152,17 +154,42 @@ def kill_process_if_same(identity: ProcessIdentity, marker: str, wait_s: float =
 
 
 def wait_gone(pid: int, timeout_s: float) -> bool:
-    """Wait until pid has exited (a zombie counts as gone)."""
+    """Wait until pid has exited; False if it still runs after timeout_s.
+
+    An exited process not yet reaped by its parent (a zombie) counts as gone.
+    The pid is normally not our child (a dead worker's job, a hung worker), and
+    waiting for its reap would stall the caller for as long as an init that
+    reaps lazily takes: psutil's wait() does exactly that for a non-child.
+    """
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return _poll_gone(pid, timeout_s)
     try:
-        proc = psutil.Process(pid)
-        proc.wait(timeout=timeout_s)
+        fd: int = opener(pid)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return _poll_gone(pid, timeout_s)
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_s)  # readable once it exits
+    finally:
+        os.close(fd)
+    return bool(ready)
+
+
+def _poll_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not _exited(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _exited(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return True
-    except psutil.TimeoutExpired:
-        try:
-            return proc.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-    except ChildProcessError:
-        return True
-    return True
+    except (psutil.AccessDenied, OSError):
+        return False
