@@ -1,0 +1,429 @@
+"""Crash recovery with real processes: a worker is SIGKILLed (or stopped) mid-job
+and another worker must detect it, confirm it is gone, kill the orphaned job
+process group, and requeue the job, which then runs again to done.
+
+The job used here is a small Python script: attempt 1 starts a grandchild,
+writes both pids to a file and sleeps; attempt 2 checks those pids and records
+which are still alive, so "the orphan died before the job ran again" is read
+from a file the second attempt wrote, not inferred."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spoolctl import procs
+from spoolctl.cli.queues import open_write
+from spoolctl.db.engine import read_tx, write_tx
+from spoolctl.services import reaper
+from spoolctl.services.submit import JobSpec, submit
+from tests.helpers import attempts_of, cli, events_of, job, pid_alive, rows, start_worker, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+REAP_THRESHOLD_S = 1.0  # tests.helpers.FAST_KNOBS
+PROBE = r"""
+import json, os, subprocess, sys, time
+from pathlib import Path
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+folder, attempt = Path(sys.argv[1]), int(os.environ["SPOOLCTL_ATTEMPT"])
+if attempt > 1:
+    pids = [int(p) for p in (folder / f"pids.{attempt - 1}").read_text().split()]
+    (folder / f"check.{attempt}").write_text(json.dumps([p for p in pids if alive(p)]))
+if attempt <= int(os.environ.get("HANG_ATTEMPTS", "1")):
+    child = subprocess.Popen(["sleep", "60"])
+    (folder / "pids.tmp").write_text(f"{os.getpid()} {child.pid}")
+    os.rename(folder / "pids.tmp", folder / f"pids.{attempt}")
+    time.sleep(60)
+"""
+
+
+def _sql(db: Path, sql: str, params: tuple[object, ...]) -> int:
+    """Write to the queue behind spoolctl's back, as a crash or a test would."""
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        with conn:
+            return conn.execute(sql, params).rowcount
+    finally:
+        conn.close()
+
+
+def submit_probe(db: Path, folder: Path, **spec: object) -> int:
+    """Submit the probe job in-process (fast); returns its id."""
+    script = folder / "probe.py"
+    script.write_text(PROBE)
+    queue = open_write(str(db))
+    try:
+        spec_obj = JobSpec(argv=[sys.executable, str(script), str(folder)], **spec)  # type: ignore[arg-type]
+        return queue.write(lambda conn: submit(conn, spec_obj, time.time())).job_id
+    finally:
+        queue.engine.dispose()
+
+
+def orphan_pids(folder: Path, attempt: int = 1) -> list[int]:
+    """The pids attempt N of the probe wrote once it was running."""
+    path = folder / f"pids.{attempt}"
+    wait_for(path.exists, what=f"attempt {attempt} to start")
+    return [int(p) for p in path.read_text().split()]
+
+
+def crash_worker(worker: subprocess.Popen[str]) -> float:
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    return time.time()
+
+
+def drain(db: Path, env: dict[str, str] | None = None) -> dict[str, object]:
+    result = cli("work", "--drain", db=db, env=env, json=True)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    return result.data  # type: ignore[no-any-return]
+
+
+def test_sigkilled_worker_is_reaped_and_its_orphan_dies_before_the_rerun(
+    db: Path, tmp_path: Path
+) -> None:
+    job_id = submit_probe(db, tmp_path)
+    first = start_worker(db)
+    leader, grandchild = orphan_pids(tmp_path)
+    killed_at = crash_worker(first)
+    assert pid_alive(leader) and pid_alive(grandchild), "the job group outlives its worker"
+
+    data = drain(db)
+
+    row = job(db, job_id)
+    assert (row["state"], row["attempts"], row["crashes"]) == ("done", 1, 1)
+    one, two = attempts_of(db, job_id)
+    assert (one["state"], one["failure_reason"]) == ("abandoned", "worker_crash")
+    assert (two["state"], two["exit_code"]) == ("succeeded", 0)
+    assert json.loads((tmp_path / "check.2").read_text()) == [], "orphan alive at rerun"
+    assert events_of(db, job_id) == ["added", "claimed", "reaped", "claimed", "succeeded"]
+    reaped_at = rows(db, "SELECT at FROM job_events WHERE event = 'reaped'")[0]["at"]
+    # the last heartbeat came at most one interval (0.2 s) before the kill
+    assert reaped_at - killed_at >= REAP_THRESHOLD_S - 0.3, "reaped before it was stale"
+    assert two["started_at"] >= reaped_at + 2.0, "crash redelivery skipped its backoff"
+    dead = rows(db, "SELECT state FROM workers WHERE pid = ?", (first.pid,))
+    assert [r["state"] for r in dead] == ["dead"]
+    assert data["executed"] == 1
+
+
+def test_max_crashes_zero_dead_letters_on_the_first_crash(db: Path, tmp_path: Path) -> None:
+    job_id = submit_probe(db, tmp_path, max_crashes=0)
+    first = start_worker(db)
+    leader, grandchild = orphan_pids(tmp_path)
+    crash_worker(first)
+
+    assert drain(db)["executed"] == 0
+
+    row = job(db, job_id)
+    assert (row["state"], row["attempts"], row["crashes"]) == ("dead", 1, 1)
+    assert row["last_failure_reason"] == "worker_crash"
+    assert events_of(db, job_id) == ["added", "claimed", "reaped", "dead"]
+    wait_for(lambda: not pid_alive(leader) and not pid_alive(grandchild), 5, what="orphan kill")
+
+
+def test_max_crashes_one_requeues_the_first_crash_and_dead_letters_the_second(
+    db: Path, tmp_path: Path
+) -> None:
+    job_id = submit_probe(db, tmp_path, max_crashes=1, env={"HANG_ATTEMPTS": "2"})
+    first = start_worker(db)
+    orphan_pids(tmp_path)
+    crash_worker(first)
+
+    second = start_worker(db, "--poll-interval", "0.1")
+    wait_for(lambda: job(db, job_id)["crashes"] == 1, what="first reap")
+    assert job(db, job_id)["state"] in ("queued", "running")
+    # Skip the 2 s crash backoff: the waiting worker notices the change at once.
+    _sql(db, "UPDATE jobs SET next_run_at = 0 WHERE id = ? AND state = 'queued'", (job_id,))
+    leader, grandchild = orphan_pids(tmp_path, 2)
+    crash_worker(second)
+
+    drain(db)
+
+    row = job(db, job_id)
+    assert (row["state"], row["attempts"], row["crashes"]) == ("dead", 2, 2)
+    assert [a["failure_reason"] for a in attempts_of(db, job_id)] == ["worker_crash"] * 2
+    assert events_of(db, job_id) == ["added", "claimed", "reaped", "claimed", "reaped", "dead"]
+    assert json.loads((tmp_path / "check.2").read_text()) == [], "attempt 1 outlived its reap"
+    wait_for(lambda: not pid_alive(leader) and not pid_alive(grandchild), 5, what="orphan kill")
+
+
+def test_a_heartbeating_worker_is_never_reaped(db: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    queue = open_write(str(db))
+    spec = JobSpec(argv=["sh", "-c", f"echo x >> {marker}; sleep 3"])
+    job_id = queue.write(lambda conn: submit(conn, spec, time.time())).job_id
+    queue.engine.dispose()
+    owner = start_worker(db)
+    wait_for(marker.exists, what="job started")
+
+    drain(db)  # a second worker watching the whole 3 s job (3x the reap threshold)
+
+    owner.send_signal(signal.SIGTERM)
+    assert owner.wait(timeout=10) == 0
+    row = job(db, job_id)
+    assert (row["state"], row["attempts"], row["crashes"]) == ("done", 0, 0)
+    assert events_of(db, job_id) == ["added", "claimed", "succeeded"]
+    assert marker.read_text() == "x\n"
+
+
+# -- liveness: recycled pids, inconclusive probes --------------------------
+
+
+@pytest.fixture
+def impostor() -> subprocess.Popen[bytes]:
+    """A live process that is not a worker but carries the `spoolctl` marker in
+    its command line, as a recycled pid might."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", "spoolctl", "work"],
+        stdin=subprocess.DEVNULL,
+    )
+    wait_for(lambda: procs.process_start_time(proc.pid) is not None, what="impostor start")
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def candidate(pid: int, started_at: float | None, **changes: object) -> reaper.Candidate:
+    now = time.time()
+    fields: dict[str, object] = dict(
+        job_id=1,
+        worker_id="w",
+        locked_pid=pid,
+        heartbeat_at=now - 100,
+        attempt_id=None,
+        job_identity=None,
+        job_pgid=None,
+        worker_identity=procs.ProcessIdentity(pid, started_at),
+        worker_boot_id=procs.boot_id(),
+        worker_hostname=socket.gethostname(),
+        worker_heartbeat_at=now - 100,
+    )
+    fields.update(changes)
+    return reaper.Candidate(**fields)  # type: ignore[arg-type]
+
+
+def verdict(cand: reaper.Candidate, hang_threshold_s: float = 600.0) -> reaper.Verdict:
+    return reaper.owner_verdict(
+        cand,
+        now=time.time(),
+        hang_threshold_s=hang_threshold_s,
+        boot_id=procs.boot_id(),
+        hostname=socket.gethostname(),
+    )
+
+
+def test_a_recycled_pid_is_judged_dead(impostor: subprocess.Popen[bytes]) -> None:
+    started = procs.process_start_time(impostor.pid)
+    assert started is not None
+    same = procs.ProcessIdentity(impostor.pid, started)
+    recycled = procs.ProcessIdentity(impostor.pid, started - 50)
+    assert procs.is_same_process(same, procs.WORKER_MARKER) is procs.Liveness.ALIVE
+    assert procs.is_same_process(recycled, procs.WORKER_MARKER) is procs.Liveness.DEAD
+    assert procs.is_same_process(same, "not-in-its-cmdline") is procs.Liveness.DEAD
+    assert verdict(candidate(impostor.pid, started)) is reaper.Verdict.ALIVE
+    assert verdict(candidate(impostor.pid, started - 50)) is reaper.Verdict.DEAD
+    assert verdict(candidate(impostor.pid, started), hang_threshold_s=50) is reaper.Verdict.HUNG
+    assert verdict(candidate(impostor.pid, started, worker_boot_id="0")) is reaper.Verdict.DEAD
+    assert verdict(candidate(impostor.pid, started, worker_hostname="elsewhere")) is (
+        reaper.Verdict.ALIVE
+    )
+
+
+def test_a_pid_that_cannot_be_probed_counts_as_alive(
+    impostor: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = procs.process_start_time(impostor.pid)
+
+    def refuse(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(procs.os, "kill", refuse)
+    identity = procs.ProcessIdentity(impostor.pid, started)
+    assert procs.probe(impostor.pid) is procs.Liveness.INCONCLUSIVE
+    assert procs.is_same_process(identity, procs.WORKER_MARKER) is procs.Liveness.INCONCLUSIVE
+    assert verdict(candidate(impostor.pid, started)) is reaper.Verdict.ALIVE
+    assert verdict(candidate(impostor.pid, started), hang_threshold_s=1) is reaper.Verdict.ALIVE
+
+
+def stale_ghost_job(db: Path, folder: Path, pid: int, started_at: float | None) -> int:
+    """A job left `running` by a worker row whose pid is `pid`, silent for 100 s:
+    the rows a worker that died long ago leaves behind."""
+    marker = folder / "ran"
+    queue = open_write(str(db))
+    spec = JobSpec(argv=["sh", "-c", f"echo $SPOOLCTL_ATTEMPT >> {marker}"])
+    job_id = queue.write(lambda conn: submit(conn, spec, time.time())).job_id
+    queue.engine.dispose()
+    old = time.time() - 100
+    _sql(
+        db,
+        "INSERT INTO workers (id, hostname, pid, process_started_at, boot_id, queue,"
+        " concurrency, started_at, heartbeat_at, state, jobs_run)"
+        " VALUES ('ghost', ?, ?, ?, ?, 'default', 1, ?, ?, 'running', 0)",
+        (socket.gethostname(), pid, started_at, procs.boot_id(), old, old),
+    )
+    _sql(
+        db,
+        "UPDATE jobs SET state = 'running', locked_by = 'ghost', locked_pid = ?,"
+        " locked_at = ?, heartbeat_at = ?, started_at = ? WHERE id = ?",
+        (pid, old, old, old, job_id),
+    )
+    _sql(
+        db,
+        "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state,"
+        " started_at, stdout_path, stderr_path) VALUES (?, 1, 'ghost', ?, 'running', ?,"
+        " '/nonexistent/out', '/nonexistent/err')",
+        (job_id, pid, old),
+    )
+    return job_id
+
+
+def test_a_stale_job_whose_worker_pid_was_recycled_is_reaped_end_to_end(
+    db: Path, tmp_path: Path, impostor: subprocess.Popen[bytes]
+) -> None:
+    started = procs.process_start_time(impostor.pid)
+    assert started is not None
+    job_id = stale_ghost_job(db, tmp_path, impostor.pid, started - 50)
+
+    drain(db)
+
+    row = job(db, job_id)
+    assert (row["state"], row["attempts"], row["crashes"]) == ("done", 1, 1)
+    assert attempts_of(db, job_id)[0]["failure_reason"] == "worker_crash"
+    assert (tmp_path / "ran").read_text() == "2\n"
+    assert impostor.poll() is None, "the unrelated process holding the pid was touched"
+
+
+def test_a_stale_job_whose_worker_is_still_that_process_is_left_alone(
+    db: Path, tmp_path: Path, impostor: subprocess.Popen[bytes]
+) -> None:
+    job_id = stale_ghost_job(db, tmp_path, impostor.pid, procs.process_start_time(impostor.pid))
+
+    result = cli("work", "--once", db=db, json=True)
+
+    assert result.exit_code == 0 and result.data == {"claimed": False}
+    assert (job(db, job_id)["state"], job(db, job_id)["crashes"]) == ("running", 0)
+    assert events_of(db, job_id) == ["added"]
+    assert impostor.poll() is None
+
+
+def test_the_reap_rechecks_staleness_inside_its_transaction(
+    db: Path, tmp_path: Path, impostor: subprocess.Popen[bytes]
+) -> None:
+    started = procs.process_start_time(impostor.pid)
+    assert started is not None
+    job_id = stale_ghost_job(db, tmp_path, impostor.pid, started - 50)
+    queue = open_write(str(db))
+    try:
+        with read_tx(queue.engine) as conn:
+            (cand,) = reaper.reap_candidates(conn, time.time(), REAP_THRESHOLD_S)
+        _sql(db, "UPDATE jobs SET heartbeat_at = ? WHERE id = ?", (time.time(), job_id))
+        with write_tx(queue.engine) as conn:
+            late = reaper.reap(conn, cand, now=time.time(), threshold_s=1.0, reaper_id="r")
+        assert late is None
+        assert job(db, job_id)["state"] == "running"
+        assert attempts_of(db, job_id)[0]["state"] == "running"
+        assert events_of(db, job_id) == ["added"]
+
+        _sql(db, "UPDATE jobs SET heartbeat_at = ? WHERE id = ?", (time.time() - 100, job_id))
+        with write_tx(queue.engine) as conn:
+            reaped = reaper.reap(conn, cand, now=time.time(), threshold_s=1.0, reaper_id="r")
+        assert reaped is not None and reaped.value == "queued"
+        assert events_of(db, job_id) == ["added", "reaped"]
+    finally:
+        queue.engine.dispose()
+
+
+# -- hung workers ------------------------------------------------------------
+
+
+def test_a_stopped_worker_is_fenced_after_the_hang_threshold(db: Path, tmp_path: Path) -> None:
+    job_id = submit_probe(db, tmp_path)
+    hung = start_worker(db)
+    leader, grandchild = orphan_pids(tmp_path)
+    hung.send_signal(signal.SIGSTOP)
+    try:
+        drain(db, env={"SPOOLCTL_HANG_THRESHOLD": "2"})
+        assert hung.wait(timeout=10) == -signal.SIGKILL, "the hung worker was not fenced"
+    finally:
+        hung.kill()
+        hung.wait()
+
+    row = job(db, job_id)
+    assert (row["state"], row["attempts"], row["crashes"]) == ("done", 1, 1)
+    assert attempts_of(db, job_id)[0]["failure_reason"] == "worker_crash"
+    assert json.loads((tmp_path / "check.2").read_text()) == [], "job ran twice at once"
+    assert not pid_alive(leader) and not pid_alive(grandchild)
+
+
+def test_a_stopped_worker_within_the_hang_threshold_is_left_alone(db: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    queue = open_write(str(db))
+    spec = JobSpec(argv=["sh", "-c", f"echo $SPOOLCTL_ATTEMPT >> {marker}; sleep 0.5"])
+    job_id = queue.write(lambda conn: submit(conn, spec, time.time())).job_id
+    queue.engine.dispose()
+    stopped = start_worker(db)
+    wait_for(marker.exists, what="job started")
+    stopped.send_signal(signal.SIGSTOP)
+    watcher = start_worker(db, "--poll-interval", "0.1")
+    try:
+        # Let the job go stale well past the reap threshold while a peer watches.
+        wait_for(
+            lambda: time.time() - job(db, job_id)["heartbeat_at"] > REAP_THRESHOLD_S + 1.5,
+            what="a stale heartbeat",
+        )
+        assert job(db, job_id)["state"] == "running"
+        assert stopped.poll() is None, "an inconclusive (stopped) worker was killed"
+        stopped.send_signal(signal.SIGCONT)
+        wait_for(lambda: job(db, job_id)["state"] == "done", what="the job to finish")
+    finally:
+        for proc in (stopped, watcher):
+            proc.send_signal(signal.SIGCONT)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=10)
+    assert (job(db, job_id)["crashes"], marker.read_text()) == (0, "1\n")
+    assert events_of(db, job_id) == ["added", "claimed", "succeeded"]
+
+
+def test_killing_a_process_we_did_not_spawn_does_not_wait_for_its_parent_to_reap_it() -> None:
+    """The orphan of a dead worker, or a fenced worker, is not our child: its
+    exit must count once it is a zombie, not once its parent gets round to it."""
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, time\n"
+            "child = subprocess.Popen(['sleep', '60'])\n"
+            "print(child.pid, flush=True)\ntime.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        assert procs.wait_gone(pid, 0.2) is False
+        started = time.monotonic()
+        signal_sent = procs.kill_process_if_same(
+            procs.ProcessIdentity(pid, procs.process_start_time(pid)), "sleep", wait_s=5.0
+        )
+        assert signal_sent is True
+        assert time.monotonic() - started < 1.0
+        assert not pid_alive(pid)
+    finally:
+        parent.kill()
+        parent.wait()
