@@ -28,7 +28,10 @@ ANY: Schema = {}
 def opt(schema: Schema) -> Schema:
     """The same schema, or null."""
     kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-    return {**schema, "type": [*kinds, "null"]}
+    nullable = {**schema, "type": [*kinds, "null"]}
+    if "enum" in schema:
+        nullable["enum"] = [*schema["enum"], None]
+    return nullable
 
 
 def obj(required: dict[str, Schema], optional: dict[str, Schema] | None = None) -> Schema:
@@ -49,7 +52,7 @@ def str_map(values: Schema) -> Schema:
 
 
 def one_of(*values: str) -> Schema:
-    return {"type": "string", "enum": list(values)}
+    return {"type": "string", "enum": [str(v) for v in values]}
 
 
 JOB_STATE = one_of(*JobState)
@@ -134,9 +137,11 @@ SUMMARY = obj({k: INT for k in ("passed", "warnings", "failed", "skipped")})
 MIGRATE = {"anyOf": [
     obj({"from_revision": opt(STR), "to_revision": opt(STR), "applied": STR_LIST,
          "backup_path": opt(STR), "legacy_adopted": BOOL}),
-    obj({"current": opt(STR), "head": STR, "pending": STR_LIST, "legacy_detected": BOOL}),
-    obj({"revisions": arr(ANY)}),
-    obj({"sql": STR}),
+    obj({"current": opt(STR), "head": STR, "pending": STR_LIST, "legacy_detected": BOOL,
+         "exists": BOOL}),
+    obj({"head": STR, "current": opt(STR), "revisions": arr(obj({
+        "revision": STR, "down_revision": opt(STR), "is_head": BOOL, "is_current": BOOL}))}),
+    obj({"sql": STR, "target": STR, "downgrade": BOOL}),
 ]}  # fmt: skip
 
 DATA_SCHEMAS: dict[str, Schema] = {

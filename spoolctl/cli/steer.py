@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from functools import partial
 
 import click
 
@@ -115,17 +114,11 @@ def run_prune(
     *,
     dry_run: bool,
 ) -> None:
-    """Batch after batch, each in its own short transaction."""
-    step = queue.read if dry_run else queue.write
-    after_id: int | None = 0
-    while after_id is not None:
-        batch = partial(
-            pruning.prune_batch,
-            states=states,
-            cutoff=cutoff,
-            after_id=after_id,
-            output_root=queue.output_root,
-            report=report,
-            dry_run=dry_run,
-        )
-        after_id = step(batch)
+    """A dry run reads one snapshot; a real one deletes batch after batch, each
+    in its own short write transaction."""
+    root = queue.output_root
+    if dry_run:
+        queue.read(lambda conn: pruning.survey(conn, states, cutoff, root, report))
+        return
+    while queue.write(lambda conn: pruning.prune_batch(conn, states, cutoff, root, report)):
+        pass

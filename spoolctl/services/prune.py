@@ -4,8 +4,8 @@ Files go first so that a crash in between leaves rows pointing at missing
 files (reported as missing) rather than files nobody can find. A path is
 deleted only if its real location (symlinks resolved) is a regular file inside
 the spool's output folder: whatever a row says, nothing else is ever touched.
-Work is done in batches, each in its own short write transaction, so workers
-are never kept waiting for long.
+Deletion is done in batches, each in its own short write transaction, so
+workers are never kept waiting for long.
 """
 
 from __future__ import annotations
@@ -35,16 +35,11 @@ class PruneReport:
 
 
 def candidates(
-    conn: Connection, states: tuple[str, ...], cutoff: float, after_id: int, limit: int
+    conn: Connection, states: tuple[str, ...], cutoff: float, limit: int | None
 ) -> list[int]:
     """Ids of terminal jobs finished before cutoff (index: state, finished_at)."""
-    rows = conn.execute(
-        select(jobs.c.id)
-        .where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff, jobs.c.id > after_id)
-        .order_by(jobs.c.id)
-        .limit(limit)
-    )
-    return [int(r.id) for r in rows]
+    query = select(jobs.c.id).where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
+    return [int(r.id) for r in conn.execute(query if limit is None else query.limit(limit))]
 
 
 def output_paths(conn: Connection, job_ids: list[int]) -> list[str]:
@@ -74,7 +69,11 @@ def remove_files(
             continue
         size = os.path.getsize(real)
         if not dry_run:
-            os.unlink(real)
+            try:
+                os.unlink(real)
+            except OSError:
+                report.skipped_paths.append(path)
+                continue
             remove_empty_parents(Path(real).parent, Path(os.path.realpath(output_root)))
         report.freed_bytes += size
 
@@ -103,33 +102,38 @@ def prune_batch(
     conn: Connection,
     states: tuple[str, ...],
     cutoff: float,
-    after_id: int,
     output_root: Path,
     report: PruneReport,
-    *,
-    dry_run: bool,
-) -> int | None:
-    """One batch inside the caller's transaction; returns the last id, None when done."""
-    ids = candidates(conn, states, cutoff, after_id, BATCH_SIZE)
+) -> bool:
+    """Delete one batch inside the caller's transaction; False when none is left."""
+    ids = candidates(conn, states, cutoff, BATCH_SIZE)
     if not ids:
-        return None
+        return False
     report.matched += len(ids)
-    remove_files(output_paths(conn, ids), output_root, report, dry_run=dry_run)
-    if dry_run:
-        n_attempts, n_events = count_children(conn, ids)
+    remove_files(output_paths(conn, ids), output_root, report, dry_run=False)
+    report.deleted_events += _deleted(conn, delete(job_events).where(job_events.c.job_id.in_(ids)))
+    report.deleted_attempts += _deleted(conn, delete(attempts).where(attempts.c.job_id.in_(ids)))
+    report.deleted_jobs += _deleted(conn, delete(jobs).where(jobs.c.id.in_(ids)))
+    return True
+
+
+def survey(
+    conn: Connection,
+    states: tuple[str, ...],
+    cutoff: float,
+    output_root: Path,
+    report: PruneReport,
+) -> None:
+    """What prune_batch would delete, counted in one read snapshot (dry run)."""
+    ids = candidates(conn, states, cutoff, None)
+    report.matched = report.deleted_jobs = len(ids)
+    for start in range(0, len(ids), BATCH_SIZE):
+        chunk = ids[start : start + BATCH_SIZE]
+        remove_files(output_paths(conn, chunk), output_root, report, dry_run=True)
+        n_attempts, n_events = count_children(conn, chunk)
         report.deleted_attempts += n_attempts
         report.deleted_events += n_events
-        report.deleted_jobs += len(ids)
-        return ids[-1]
-    report.deleted_events += _rowcount(
-        conn.execute(delete(job_events).where(job_events.c.job_id.in_(ids)))
-    )
-    report.deleted_attempts += _rowcount(
-        conn.execute(delete(attempts).where(attempts.c.job_id.in_(ids)))
-    )
-    report.deleted_jobs += _rowcount(conn.execute(delete(jobs).where(jobs.c.id.in_(ids))))
-    return ids[-1]
 
 
-def _rowcount(result: Any) -> int:
-    return int(result.rowcount or 0)
+def _deleted(conn: Connection, statement: Any) -> int:
+    return int(conn.execute(statement).rowcount or 0)

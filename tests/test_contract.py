@@ -1,0 +1,173 @@
+"""The contract describes itself truthfully: capabilities, schema, brief, the
+guide and docs/verbs.md come from the click tree, and every verb's --json
+output matches the schema it publishes."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from spoolctl import validate
+from spoolctl.cli import available_verbs
+from spoolctl.cli.contract import capabilities_data, contract_problems, schema_data, verb_commands
+from spoolctl.cli.docgen import verbs_markdown
+from spoolctl.config import ENV_VARS
+from spoolctl.errors import ERROR_CODES, EXIT_CODES, WARNING_CODES
+from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
+from tests.helpers import REPO
+from tests.populated import Populated, populate, run_json, run_quiet
+from tests.schema_check import errors as schema_errors
+
+
+def test_docs_verbs_md_is_generated_from_the_click_tree() -> None:
+    on_disk = (REPO / "docs" / "verbs.md").read_text(encoding="utf-8")
+    assert on_disk == verbs_markdown(), "docs/verbs.md is stale: run python scripts/gen_docs.py"
+
+
+def test_every_verb_loads_and_has_a_data_schema() -> None:
+    assert contract_problems() == []
+    assert list(verb_commands()) and set(verb_commands()) == set(available_verbs())
+
+
+def test_capabilities_publish_every_fact_from_its_single_source() -> None:
+    caps = run_json("capabilities").envelope["data"]
+    assert caps["job_states"] == [s.value for s in JobState]
+    assert caps["attempt_states"] == [s.value for s in AttemptState]
+    assert caps["failure_reasons"] == [s.value for s in FailureReason]
+    assert caps["events"] == [s.value for s in EventKind]
+    assert {e["code"]: e["exit_code"] for e in caps["error_codes"]} == ERROR_CODES
+    assert [w["code"] for w in caps["warning_codes"]] == list(WARNING_CODES)
+    assert caps["exit_codes"] == {str(k): v for k, v in EXIT_CODES.items()}
+    assert caps["limits"] == json.loads(json.dumps(validate.LIMITS))
+    assert caps["env"] == json.loads(json.dumps(ENV_VARS))
+    for knob in ("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", "SPOOLCTL_TEST_REAP_THRESHOLD"):
+        assert {"default", "min_exclusive", "max"} <= set(caps["env"][knob])
+    assert caps["scheduling"]["backoff"]["first_delays_s"] == [2, 4, 8, 16, 32, 60, 60]
+    assert caps["contract_version"] == "2"
+
+
+def test_capabilities_verbs_mirror_every_click_parameter() -> None:
+    published = {v["name"]: v for v in capabilities_data()["verbs"]}
+    assert list(published) == list(verb_commands())
+    for name, command in verb_commands().items():
+        names = {p["name"] for p in published[name]["options"] + published[name]["positionals"]}
+        assert names == {p.name for p in command.params}, name
+        flags = {f for o in published[name]["options"] for f in o["flags"]}
+        assert "--json" in flags
+    wait = {o["name"]: o for o in published["wait"]["options"]}
+    assert wait["timeout"]["max"] == 86_400
+    listing = {o["name"]: o for o in published["list"]["options"]}
+    assert listing["state"]["choices"] == [s.value for s in JobState]
+    assert listing["tags"]["repeatable"] is True
+    assert (listing["limit"]["min"], listing["limit"]["max"]) == (0, 1000)
+    assert ["--wait", "--follow"] in published["events"]["exclusive"]
+    assert published["prune"]["traits"]["destructive"] is True
+    assert published["status"]["traits"]["mutates"] is False
+
+
+def test_brief_fits_its_budget_and_names_every_verb() -> None:
+    data = run_json("brief").envelope["data"]
+    assert data["approx_tokens"] < data["budget_tokens"] == 700
+    assert len(data["text"]) < 700 * 3.5
+    for name in verb_commands():
+        assert f"- {name}" in data["text"]
+
+
+def test_guide_mentions_only_verbs_and_flags_that_exist() -> None:
+    data = run_json("robot-docs", "guide").envelope["data"]
+    assert [s["title"] for s in data["sections"]][:2] == ["Contract", "Submit"]
+    flags = {"--json", "--help", "--version"}
+    for command in verb_commands().values():
+        flags |= {f for p in command.params if isinstance(p, click.Option) for f in p.opts}
+    assert set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", data["text"])) <= flags
+    for name in re.findall(r"spoolctl ([a-z][a-z-]+)", data["text"]):
+        assert name in verb_commands(), name
+
+
+def test_schema_of_one_verb() -> None:
+    data = run_json("schema", "--verb", "list").envelope["data"]
+    assert list(data["verbs"]) == ["list"]
+    assert data["dialect"].startswith("https://json-schema.org/")
+    bad = run_json("schema", "--verb", "nope")
+    assert bad.exit_code == 1 and bad.envelope["errors"][0]["code"] == "INVALID_INPUT"
+
+
+def valid_envelope(result: Any, verb: str) -> dict[str, Any]:
+    envelope = json.loads(result.stdout)
+    published = schema_data()
+    assert schema_errors(envelope, published["envelope_schema"]) == []
+    if envelope["ok"]:
+        assert schema_errors(envelope["data"], published["verbs"][verb]) == [], verb
+    return envelope
+
+
+def script(q: Populated, tmp: Path) -> list[tuple[str, list[str], int]]:
+    """A run of every verb (several shapes each), in an order that keeps state sane."""
+    batch = tmp / "jobs.ndjson"
+    batch.write_text('{"argv": ["true"]}\n{"cmd": "echo hi", "queue": "other"}\n')
+    d = str(q.done)
+    return [
+        ("add", ["add", "--key", "k1", "--", "true"], 0),
+        ("add", ["add", "--batch", str(batch)], 0),
+        ("work", ["work", "--once", "--queue", "nothing-here"], 0),
+        ("wait", ["wait", d], 0),
+        ("wait", ["wait", d, str(q.dead)], 6),
+        ("status", ["status"], 0),
+        ("list", ["list", "--tag", "team=ml"], 0),
+        ("show", ["show", d], 0),
+        ("output", ["output", d], 0),
+        ("output", ["output", str(q.scheduled)], 0),
+        ("feedback", ["feedback", str(q.dead)], 0),
+        ("feedback", ["feedback", str(q.scheduled)], 0),
+        ("events", ["events", "--limit", "3"], 0),
+        ("events", ["events", "--since-id", "999", "--wait", "--wait-timeout", "0"], 0),
+        ("workers", ["workers", "--all"], 0),
+        ("retry", ["retry", str(q.dead)], 0),
+        ("cancel", ["cancel", str(q.scheduled)], 0),
+        ("prune", ["prune", "--older-than", "0", "--dry-run"], 0),
+        ("prune", ["prune", "--older-than", "0", "--state", "canceled", "--yes"], 0),
+        ("migrate", ["migrate", "--status"], 0),
+        ("migrate", ["migrate", "--history"], 0),
+        ("doctor", ["doctor"], 0),
+        ("config-show", ["config-show"], 0),
+        ("config-validate", ["config-validate"], 0),
+        ("brief", ["brief"], 0),
+        ("robot-docs", ["robot-docs", "guide"], 0),
+        ("capabilities", ["capabilities"], 0),
+        ("schema", ["schema"], 0),
+    ]
+
+
+def test_every_verb_output_matches_its_published_schema(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    q = populate(tmp_path / "spool" / "queue.db")
+    covered = set()
+    for verb, args, expected in script(q, tmp_path):
+        result = run_quiet(*q.args(args[0], "--json", *args[1:]))
+        assert result.exit_code == expected, (args, result.stdout, result.stderr)
+        envelope = valid_envelope(result, verb)
+        assert envelope["ok"], (args, envelope["errors"])
+        covered.add(verb)
+    assert covered == set(verb_commands()) - ({"migrate"} - set(available_verbs()))
+
+
+def test_follow_frames_match_the_published_stream_schemas(tmp_path: Path) -> None:
+    q = populate(tmp_path / "queue.db")
+    streams = schema_data()["streams"]
+    for args, stream in (
+        (["events", "--follow", "--max-events", "2"], "events_follow"),
+        (["events", "--follow", "--since-id", "999", "--idle-timeout", "0"], "events_follow"),
+        (["output", str(q.done), "--follow"], "output_follow"),
+    ):
+        result = run_quiet(*q.args(args[0], "--json", *args[1:]))
+        frames = [json.loads(line) for line in result.stdout.splitlines()]
+        assert result.exit_code == 0 and frames[-1]["control"]["type"] == "end", result.stdout
+        for frame in frames:
+            assert schema_errors(frame, streams[stream]) == [], frame
