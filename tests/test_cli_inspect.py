@@ -1,0 +1,238 @@
+"""The read-only verbs: list, show, status, workers, wait, output, feedback,
+events. They never take the write lock and never create a queue."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import add
+from tests.populated import Populated, populate, run_quiet
+
+
+@pytest.fixture(scope="module")
+def q(tmp_path_factory: pytest.TempPathFactory) -> Populated:
+    return populate(tmp_path_factory.mktemp("inspect") / "spool" / "queue.db")
+
+
+def data(q: Populated, *args: str) -> dict:
+    result = q.json(*args)
+    assert result.exit_code == 0, result.stdout
+    return result.envelope["data"]
+
+
+def error(q: Populated, *args: str) -> tuple[int, str]:
+    result = q.json(*args)
+    envelope = result.envelope
+    assert not envelope["ok"] and envelope["data"] is None
+    return result.exit_code, envelope["errors"][0]["code"]
+
+
+def test_list_is_newest_first_and_hides_env_values(q: Populated) -> None:
+    jobs = data(q, "list")["jobs"]
+    assert [j["id"] for j in jobs] == sorted((j["id"] for j in jobs), reverse=True)
+    first = next(j for j in jobs if j["id"] == q.done)
+    assert first["env_keys"] == ["SECRET"] and "xyz" not in json.dumps(jobs)
+    assert first["tags"] == {"team": "ml"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "expect"),
+    [
+        (("--state", "dead"), "dead"),
+        (("--queue", "other"), "scheduled"),
+        (("--tag", "team=ml"), "done"),
+        (("--priority-min", "5"), "scheduled"),
+        (("--state", "queued", "--queue", "other", "--priority-min", "1"), "scheduled"),
+    ],
+)
+def test_list_filters(q: Populated, flags: tuple[str, ...], expect: str) -> None:
+    found = data(q, "list", *flags)
+    assert [j["id"] for j in found["jobs"]] == [getattr(q, expect)]
+    assert found["count"] == 1
+
+
+def test_list_limit_and_empty_filters(q: Populated) -> None:
+    assert data(q, "list", "--limit", "2")["count"] == 2
+    assert data(q, "list", "--tag", "team=nobody")["jobs"] == []
+    assert data(q, "list", "--tag", "team=")["jobs"] == []
+    assert error(q, "list", "--limit", "1001") == (1, "INVALID_INPUT")
+    assert error(q, "list", "--state", "sleeping") == (1, "INVALID_INPUT")
+
+
+def test_show_has_every_column_attempts_and_events(q: Populated) -> None:
+    detail = data(q, "show", str(q.done))
+    assert detail["job"]["env"] == {"SECRET": "xyz"}
+    assert {"locked_by", "heartbeat_at", "last_failure_reason"} <= set(detail["job"])
+    assert [a["state"] for a in detail["attempts"]] == ["succeeded"]
+    assert [e["event"] for e in detail["events"]] == ["added", "claimed", "succeeded"]
+    assert error(q, "show", "9999") == (1, "NOT_FOUND")
+    assert error(q, "show", "0") == (1, "INVALID_INPUT")
+
+
+def test_status_counts(q: Populated) -> None:
+    status = data(q, "status")
+    assert status["counts"] == {
+        "queued": 1, "running": 0, "done": 1, "failed": 0, "dead": 1, "canceled": 1,
+    }  # fmt: skip
+    assert status["scheduled"] == 1
+    assert status["queues"]["other"]["scheduled"] == 1
+    assert [d["id"] for d in status["recent_dead"]] == [q.dead]
+
+
+def test_workers_lists_stopped_ones_only_with_all(q: Populated) -> None:
+    assert data(q, "workers")["workers"] == []
+    everyone = data(q, "workers", "--all")["workers"]
+    assert len(everyone) == 1 and everyone[0]["state"] == "stopped"
+
+
+def test_wait_exit_codes(q: Populated) -> None:
+    done = q.json("wait", str(q.done))
+    assert done.exit_code == 0 and done.envelope["data"]["all_succeeded"] is True
+    mixed = q.json("wait", str(q.done), str(q.dead), str(q.canceled))
+    assert mixed.exit_code == 6 and mixed.envelope["ok"] is True
+    assert mixed.envelope["data"]["jobs"][str(q.dead)]["last_exit_code"] == 3
+    assert error(q, "wait", str(q.scheduled), "--timeout", "0.05") == (4, "TIMEOUT")
+    assert error(q, "wait", "9999", "--timeout", "0") == (1, "NOT_FOUND")
+    assert error(q, "wait") == (1, "MISSING_REQUIRED")
+
+
+def test_output_latest_attempt_streams(q: Populated) -> None:
+    out = data(q, "output", str(q.done))
+    assert out["attempt_no"] == 1 and out["attempts_total"] == 1
+    assert out["streams"]["stdout"]["preview"] == "hello\n"
+    assert out["streams"]["stdout"]["size_bytes"] == 6
+    assert set(data(q, "output", str(q.dead), "--stream", "stderr")["streams"]) == {"stderr"}
+    assert error(q, "output", str(q.done), "--attempt", "2") == (1, "NOT_FOUND")
+
+
+def test_output_raw_writes_bytes_unframed(q: Populated) -> None:
+    result = run_quiet(*q.args("output", str(q.dead), "--stream", "stderr", "--raw"))
+    assert (result.exit_code, result.stdout) == (0, "oops\n")
+    both = run_quiet(*q.args("output", str(q.dead), "--raw"))
+    assert (both.stdout, both.stderr) == ("", "oops\n")
+    assert error(q, "output", str(q.done), "--raw") == (1, "INVALID_INPUT")
+
+
+def test_output_and_feedback_of_a_job_that_never_ran(q: Populated) -> None:
+    for verb in ("output", "feedback"):
+        result = q.json(verb, str(q.scheduled))
+        assert result.exit_code == 0
+        assert [w["code"] for w in result.envelope["warnings"]] == ["NO_ATTEMPTS_YET"]
+    assert q.json("output", str(q.scheduled)).envelope["data"]["attempts"] == []
+
+
+def test_feedback_verdicts(q: Populated) -> None:
+    good = data(q, "feedback", str(q.done))
+    assert (good["succeeded"], good["terminal"], good["remediation"]) == (True, True, None)
+    bad = data(q, "feedback", str(q.dead), "--tail-bytes", "3", "--stream", "stderr")
+    assert (bad["succeeded"], bad["exit_code"], bad["failure_reason"]) == (False, 3, "process_exit")
+    assert bad["streams"]["stderr"] == {
+        "path": bad["streams"]["stderr"]["path"], "size_bytes": 5, "tail": "ps\n",
+        "truncated": True, "missing": False,
+    }  # fmt: skip
+    assert (
+        bad["remediation"] == f"spoolctl output {q.dead} --stream stderr; spoolctl retry {q.dead}"
+    )
+    pending = data(q, "feedback", str(q.scheduled))
+    assert pending["succeeded"] is None and pending["remediation"].startswith("spoolctl wait")
+    assert error(q, "feedback", str(q.done), "--tail-bytes", "0") == (1, "INVALID_INPUT")
+
+
+def test_events_cursor_pages_through_the_ledger(q: Populated) -> None:
+    everything = data(q, "events", "--limit", "0")["events"]
+    first = q.json("events", "--limit", "2").envelope
+    assert first["meta"]["pagination"] == {"cursor": everything[1]["id"], "first_id": 1}
+    rest = q.json(
+        "events", "--since-id", str(first["meta"]["pagination"]["cursor"]), "--limit", "0"
+    )
+    assert first["data"]["events"] + rest.envelope["data"]["events"] == everything
+    only = data(q, "events", "--job", str(q.dead))["events"]
+    assert {e["job_id"] for e in only} == {q.dead}
+
+
+def test_events_wait_times_out_with_meta(q: Populated) -> None:
+    cursor = data(q, "events", "--limit", "0")["count"] + 100
+    result = q.json("events", "--since-id", str(cursor), "--wait", "--wait-timeout", "0.2")
+    wait = result.envelope["meta"]["wait"]
+    assert result.exit_code == 0 and wait["reason"] == "timeout" and wait["waited_ms"] >= 200
+
+
+def test_events_wait_returns_when_a_record_arrives(tmp_path: Path) -> None:
+    q = populate(tmp_path / "queue.db")
+    cursor = q.json("events").envelope["meta"]["pagination"]["cursor"]
+    adder = threading.Timer(0.3, lambda: add(q.db, "true"))  # a real process: own stdout
+    adder.start()
+    result = q.json("events", "--since-id", str(cursor), "--wait", "--wait-timeout", "20")
+    adder.join()
+    assert result.envelope["meta"]["wait"]["reason"] == "records_available"
+    assert [e["event"] for e in result.envelope["data"]["events"]] == ["added"]
+
+
+def test_events_follow_ends_with_a_control_frame(q: Populated) -> None:
+    result = run_quiet(*q.args("events", "--json", "--follow", "--max-events", "3"))
+    frames = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [f["id"] for f in frames[:3]] == [1, 2, 3]
+    assert frames[3]["control"]["type"] == "end" and frames[3]["control"]["reason"] == "max_events"
+    idle = run_quiet(*q.args("events", "--json", "--follow", "--since-id", "999",
+                             "--idle-timeout", "0.1"))  # fmt: skip
+    assert json.loads(idle.stdout)["control"]["reason"] == "idle_timeout"
+    assert error(q, "events", "--follow", "--limit", "5") == (1, "INVALID_INPUT")
+    assert error(q, "events", "--wait", "--max-events", "5") == (1, "INVALID_INPUT")
+
+
+def test_text_tables_are_aligned_and_plain_without_a_tty(q: Populated) -> None:
+    text = run_quiet(*q.args("list")).stdout.splitlines()
+    assert text[0].split() == ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "CREATED", "COMMAND"]
+    column = text[0].index("STATE")
+    assert all(line[column - 2 : column] == "  " for line in text[1:])
+    assert "\x1b[" not in run_quiet(*q.args("status")).stdout
+    workers = run_quiet(*q.args("workers", "--all")).stdout
+    assert workers.startswith("WORKER") and "ago" in workers
+
+
+@pytest.fixture
+def write_locked(q: Populated) -> Iterator[None]:
+    """Another connection holds the write lock for the whole test."""
+    holder = sqlite3.connect(q.db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+@pytest.mark.usefixtures("write_locked")
+def test_read_only_verbs_answer_while_the_write_lock_is_held(
+    q: Populated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPOOLCTL_BUSY_TIMEOUT", "0.2")
+    started = time.monotonic()
+    for args in (["status"], ["list"], ["show", str(q.done)], ["events"], ["workers"],
+                 ["output", str(q.done)], ["feedback", str(q.dead)], ["wait", str(q.done)],
+                 ["prune", "--older-than", "0", "--dry-run"]):  # fmt: skip
+        assert q.json(*args).exit_code == 0, args
+    assert time.monotonic() - started < 5
+    assert q.json("cancel", str(q.scheduled)).envelope["errors"][0]["code"] == "LOCKED"
+
+
+def test_read_only_verbs_never_create_a_queue(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere" / "queue.db"
+    empty = Populated(missing, 1, 2, 3, 4)
+    assert data(empty, "status")["counts"]["queued"] == 0
+    assert data(empty, "list")["jobs"] == []
+    assert data(empty, "events", "--wait", "--wait-timeout", "0")["events"] == []
+    assert data(empty, "workers")["workers"] == []
+    assert data(empty, "prune", "--older-than", "0", "--dry-run")["matched"] == 0
+    assert error(empty, "show", "1") == (1, "NOT_FOUND")
+    assert error(empty, "output", "1") == (1, "NOT_FOUND")
+    assert error(empty, "wait", "1", "--timeout", "0") == (1, "NOT_FOUND")
+    assert empty.json("doctor").exit_code == 0
+    assert not missing.parent.exists()

@@ -1,0 +1,155 @@
+"""retry, cancel and prune: state changes by hand, their safety blocks, and
+prune's promise never to touch a file outside the spool's output folder."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import add, attempts_of, events_of, job, pid_alive, start_worker, wait_for
+from tests.populated import Populated, populate
+
+
+@pytest.fixture
+def q(tmp_path: Path) -> Populated:
+    return populate(tmp_path / "spool" / "queue.db")
+
+
+def outcome(q: Populated, *args: str) -> tuple[int, str | None]:
+    result = q.json(*args)
+    errors = result.envelope["errors"]
+    return result.exit_code, errors[0]["code"] if errors else None
+
+
+def test_retry_requeues_a_dead_job_with_a_fresh_budget(q: Populated) -> None:
+    result = q.json("retry", str(q.dead))
+    assert result.envelope["data"] == {
+        "job_id": q.dead,
+        "state": "queued",
+        "previous_state": "dead",
+    }
+    row = job(q.db, q.dead)
+    assert (row["state"], row["attempts"], row["crashes"]) == ("queued", 0, 0)
+    assert events_of(q.db, q.dead)[-1] == "retried"
+    assert outcome(q, "retry", str(q.dead)) == (5, "CONFLICT")
+    assert outcome(q, "retry", str(q.done)) == (5, "CONFLICT")
+    assert outcome(q, "retry", "999") == (1, "NOT_FOUND")
+
+
+def test_cancel_queued_and_refuse_finished(q: Populated) -> None:
+    result = q.json("cancel", str(q.scheduled))
+    assert result.envelope["data"] == {
+        "job_id": q.scheduled,
+        "state": "canceled",
+        "was_running": False,
+    }
+    assert result.envelope["warnings"] == []
+    assert outcome(q, "cancel", str(q.done)) == (5, "CONFLICT")
+    assert outcome(q, "cancel", str(q.scheduled)) == (5, "CONFLICT")
+    assert outcome(q, "retry", str(q.scheduled))[0] == 0
+
+
+@pytest.fixture
+def worker(q: Populated, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    proc = start_worker(q.db, log=tmp_path / "worker.log")
+    yield proc
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def start_sleeper(q: Populated, pid_file: Path) -> tuple[int, int]:
+    """A job that sleeps in its first attempt and succeeds in later ones."""
+    script = f'echo $$ > {pid_file}; [ "$SPOOLCTL_ATTEMPT" = 1 ] && exec sleep 60; exit 0'
+    job_id = add(q.db, "sh", "-c", script)
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="job started")
+    return job_id, int(pid_file.read_text())
+
+
+@pytest.mark.usefixtures("worker")
+def test_cancel_running_needs_yes_and_the_worker_kills_the_group(
+    q: Populated, tmp_path: Path
+) -> None:
+    job_id, pid = start_sleeper(q, tmp_path / "pid")
+    assert outcome(q, "cancel", str(job_id)) == (2, "SAFETY_BLOCK")
+    assert outcome(q, "cancel", str(job_id), "--yes") == (2, "SAFETY_BLOCK")
+    assert outcome(q, "cancel", str(job_id), "--running") == (2, "SAFETY_BLOCK")
+    assert job(q.db, job_id)["state"] == "running"
+    result = q.json("cancel", str(job_id), "--running", "--yes")
+    assert result.envelope["data"]["was_running"] is True
+    assert [w["code"] for w in result.envelope["warnings"]] == ["KILL_ASYNC"]
+    wait_for(lambda: not pid_alive(pid), timeout=10, what="canceled job's process killed")
+    assert job(q.db, job_id)["state"] == "canceled"
+    assert attempts_of(q.db, job_id)[0]["failure_reason"] == "canceled"
+
+
+@pytest.mark.usefixtures("worker")
+def test_retry_force_on_a_running_job_kills_it_and_runs_it_again(
+    q: Populated, tmp_path: Path
+) -> None:
+    job_id, pid = start_sleeper(q, tmp_path / "pid")
+    assert outcome(q, "retry", str(job_id)) == (2, "SAFETY_BLOCK")
+    result = q.json("retry", str(job_id), "--force")
+    assert result.envelope["data"]["previous_state"] == "running"
+    assert [w["code"] for w in result.envelope["warnings"]] == ["KILL_ASYNC"]
+    wait_for(lambda: not pid_alive(pid), timeout=10, what="first attempt killed")
+    wait_for(lambda: job(q.db, job_id)["state"] == "done", timeout=20, what="second attempt")
+    assert [a["attempt_no"] for a in attempts_of(q.db, job_id)] == [1, 2]
+
+
+def test_prune_needs_dry_run_or_yes_not_both(q: Populated) -> None:
+    assert outcome(q, "prune", "--older-than", "0") == (2, "SAFETY_BLOCK")
+    assert outcome(q, "prune", "--older-than", "0", "--yes", "--dry-run") == (1, "INVALID_INPUT")
+    assert outcome(q, "prune", "--dry-run") == (1, "MISSING_REQUIRED")
+    assert outcome(q, "prune", "--older-than", "soon", "--dry-run") == (1, "INVALID_INPUT")
+
+
+def test_prune_dry_run_changes_nothing(q: Populated) -> None:
+    before = q.jobs()
+    report = q.json("prune", "--older-than", "0", "--dry-run").envelope["data"]
+    assert report["dry_run"] is True
+    assert (report["matched"], report["deleted_jobs"], report["deleted_attempts"]) == (3, 3, 2)
+    assert report["freed_bytes"] == len("hello\n") + len("oops\n")
+    assert q.jobs() == before
+
+
+def test_prune_deletes_files_then_rows_of_old_terminal_jobs(q: Populated) -> None:
+    assert q.json("prune", "--older-than", "1h", "--yes").envelope["data"]["matched"] == 0
+    report = q.json("prune", "--older-than", "0", "--state", "done", "--yes").envelope["data"]
+    assert (report["deleted_jobs"], report["deleted_attempts"], report["deleted_events"]) == (
+        1,
+        1,
+        3,
+    )
+    assert not (q.db.parent / "output" / str(q.done)).exists()
+    assert (q.db.parent / "output" / str(q.dead) / "1" / "stderr").exists()
+    remaining = {j["id"] for j in q.jobs()["jobs"]}
+    assert remaining == {q.dead, q.scheduled, q.canceled}
+    assert q.json("prune", "--older-than", "0", "--yes").envelope["data"]["deleted_jobs"] == 2
+    assert {j["id"] for j in q.jobs()["jobs"]} == {q.scheduled}
+    assert (q.db.parent / "output").is_dir()
+
+
+def test_prune_never_deletes_a_file_outside_the_output_folder(q: Populated, tmp_path: Path) -> None:
+    outside, linked = tmp_path / "precious.txt", tmp_path / "linked.txt"
+    outside.write_text("keep me")
+    linked.write_text("keep me too")
+    link = q.db.parent / "output" / str(q.dead) / "1" / "stderr"
+    link.unlink()
+    link.symlink_to(linked)
+    escape = q.db.parent / "output" / ".." / ".." / "precious.txt"
+    with sqlite3.connect(q.db) as conn:
+        conn.execute("UPDATE attempts SET stdout_path = ? WHERE job_id = ?", (str(escape), q.dead))
+        conn.execute("UPDATE attempts SET stdout_path = ? WHERE job_id = ?", (str(outside), q.done))
+    report = q.json("prune", "--older-than", "0", "--yes").envelope["data"]
+    assert report["deleted_jobs"] == 3
+    assert outside.read_text() == "keep me" and linked.read_text() == "keep me too"
+    assert sorted(report["skipped_paths"]) == sorted([str(escape), str(link), str(outside)])
