@@ -1,0 +1,229 @@
+"""The worker process: its modes, its signals, its row in `workers`, ownership
+loss through cancel, and its refusal of bad knobs."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spoolctl.cli.queues import open_write
+from spoolctl.db.engine import write_tx
+from spoolctl.services.cancel import cancel
+from spoolctl.services.submit import JobSpec, submit
+from tests.helpers import (
+    attempts_of,
+    cli,
+    events_of,
+    inproc,
+    job,
+    pid_alive,
+    rows,
+    start_worker,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def add_job(db: Path, *argv: str, **spec: Any) -> int:
+    queue = open_write(str(db))
+    try:
+        spec_obj = JobSpec(argv=list(argv), **spec)
+        return queue.write(lambda conn: submit(conn, spec_obj, time.time())).job_id
+    finally:
+        queue.engine.dispose()
+
+
+def once(db: Path) -> dict[str, Any]:
+    result = cli("work", "--once", db=db, json=True)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    return result.data  # type: ignore[no-any-return]
+
+
+def running_pids(db: Path, job_id: int, pidfile: Path) -> list[int]:
+    """Wait until the job's attempt has spawned and its script wrote its pids."""
+    wait_for(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2, what="job start")
+    wait_for(lambda: attempts_of(db, job_id)[0]["job_pid"] is not None, what="spawn recorded")
+    return [int(p) for p in pidfile.read_text().split()]
+
+
+def long_job(db: Path, pidfile: Path, **spec: Any) -> int:
+    """A job leading a group with a grandchild; both pids go to pidfile."""
+    script = f"sleep 60 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
+    return add_job(db, "sh", "-c", script, **spec)
+
+
+def test_once_reports_what_it_did(db: Path) -> None:
+    assert once(db) == {"claimed": False}
+    ok = add_job(db, "true")
+    bad = add_job(db, "false")
+
+    assert once(db) == {
+        "claimed": True,
+        "job_id": ok,
+        "attempt_no": 1,
+        "result": "succeeded",
+        "job_state": "done",
+    }
+    assert once(db) == {
+        "claimed": True,
+        "job_id": bad,
+        "attempt_no": 1,
+        "result": "process_exit",
+        "job_state": "queued",
+    }
+    assert once(db) == {"claimed": False}  # bad waits out its backoff
+
+
+def test_drain_waits_for_retries_but_not_for_delayed_jobs(db: Path, tmp_path: Path) -> None:
+    later = add_job(db, "true", run_at=time.time() + 3600)
+    flaky = add_job(db, "sh", "-c", 'test "$SPOOLCTL_ATTEMPT" = 2')
+
+    started = time.monotonic()
+    result = cli("work", "--drain", db=db, json=True)
+
+    assert result.exit_code == 0
+    assert result.data["drained"] is True and result.data["executed"] == 2
+    assert time.monotonic() - started < 10
+    assert (job(db, flaky)["state"], job(db, flaky)["attempts"]) == ("done", 1)
+    assert job(db, later)["state"] == "queued" and attempts_of(db, later) == []
+
+
+def test_first_signal_lets_the_running_job_finish(db: Path, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    running = add_job(db, "sh", "-c", f"touch {started}; sleep 1; echo finished")
+    waiting = add_job(db, "true")
+    worker = start_worker(db)
+    wait_for(started.exists, what="job start")
+
+    worker.send_signal(signal.SIGTERM)
+    out, _ = worker.communicate(timeout=20)
+
+    assert worker.returncode == 0
+    assert json.loads(out)["data"]["stopped_by_signal"] is True
+    assert job(db, running)["state"] == "done"
+    assert Path(attempts_of(db, running)[0]["stdout_path"]).read_text() == "finished\n"
+    assert job(db, waiting)["state"] == "queued", "claimed a job after the stop signal"
+    (row,) = rows(db, "SELECT * FROM workers")
+    assert (row["state"], row["pid"]) == ("stopped", worker.pid)
+    assert row["stopped_at"] is not None
+
+
+def test_second_signal_kills_the_group_and_records_a_failure(db: Path, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    job_id = long_job(db, pidfile)
+    worker = start_worker(db)
+    pids = running_pids(db, job_id, pidfile)
+
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(0.2)  # two distinct signals, not one coalesced delivery
+    worker.send_signal(signal.SIGTERM)
+    out, _ = worker.communicate(timeout=20)
+
+    assert worker.returncode == 0 and json.loads(out)["data"]["stopped_by_signal"] is True
+    (attempt,) = attempts_of(db, job_id)
+    assert attempt["state"] == "failed"
+    assert attempt["failure_reason"] == "canceled"
+    assert (job(db, job_id)["state"], job(db, job_id)["attempts"]) == ("queued", 1)
+    assert events_of(db, job_id) == ["added", "claimed", "failed"]
+    for pid in pids:
+        wait_for(lambda pid=pid: not pid_alive(pid), 3, what=f"pid {pid} to die")
+
+
+def test_cancelling_a_running_job_makes_its_worker_kill_the_group(db: Path, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    job_id = long_job(db, pidfile)
+    worker = start_worker(db)
+    try:
+        pids = running_pids(db, job_id, pidfile)
+        queue = open_write(str(db))
+        with write_tx(queue.engine) as conn:
+            cancel(conn, job_id, running_ok=True, now=time.time())
+        queue.engine.dispose()
+
+        for pid in pids:
+            wait_for(lambda pid=pid: not pid_alive(pid), 5, what=f"pid {pid} to die")
+        after = add_job(db, "true")
+        wait_for(lambda: job(db, after)["state"] == "done", what="the worker to carry on")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=20)
+    assert worker.returncode == 0
+    assert job(db, job_id)["state"] == "canceled"
+    (attempt,) = attempts_of(db, job_id)
+    assert (attempt["state"], attempt["failure_reason"]) == ("canceled", "canceled")
+    assert events_of(db, job_id) == ["added", "claimed", "canceled"]
+
+
+def test_the_worker_row_is_registered_heartbeats_and_stops(db: Path) -> None:
+    add_job(db, "true")  # creates the queue file, in a lane the worker does not serve
+    worker = start_worker(db, "--worker-id", "w-beat", "--queue", "lane")
+    try:
+        wait_for(lambda: rows(db, "SELECT * FROM workers"), what="register")
+        first = rows(db, "SELECT * FROM workers WHERE id = 'w-beat'")[0]
+        assert (first["state"], first["pid"], first["queue"]) == ("running", worker.pid, "lane")
+        wait_for(
+            lambda: rows(db, "SELECT heartbeat_at FROM workers")[0][0] > first["heartbeat_at"],
+            what="a heartbeat",
+        )
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=20)
+    (row,) = rows(db, "SELECT * FROM workers")
+    assert row["state"] == "stopped" and row["stopped_at"] >= row["heartbeat_at"] - 1
+
+
+def test_a_stopped_workers_id_can_be_reused_but_a_live_ones_cannot(db: Path) -> None:
+    first = add_job(db, "true")
+    assert cli("work", "--once", "--worker-id", "w1", db=db).exit_code == 0
+    second = add_job(db, "true")
+    assert cli("work", "--once", "--worker-id", "w1", db=db).exit_code == 0
+    assert [attempts_of(db, j)[0]["worker_id"] for j in (first, second)] == ["w1", "w1"]
+    assert [r["state"] for r in rows(db, "SELECT state FROM workers")] == ["stopped"]
+
+    live = start_worker(db, "--worker-id", "w2")
+    try:
+        wait_for(lambda: rows(db, "SELECT 1 FROM workers WHERE id = 'w2'"), what="w2 registered")
+        clash = cli("work", "--once", "--worker-id", "w2", db=db, json=True)
+        assert clash.exit_code == 5
+        assert clash.envelope["errors"][0]["code"] == "CONFLICT"
+    finally:
+        live.send_signal(signal.SIGTERM)
+        live.communicate(timeout=20)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", "0"),
+        ("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", "nan"),
+        ("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", "-1"),
+        ("SPOOLCTL_TEST_REAP_THRESHOLD", "inf"),
+        ("SPOOLCTL_TEST_REAP_THRESHOLD", "soon"),
+        ("SPOOLCTL_HANG_THRESHOLD", "-5"),
+    ],
+)
+def test_invalid_knobs_are_refused(
+    db: Path,
+    name: str,
+    value: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    add_job(db, "true")
+    monkeypatch.setenv(name, value)
+
+    result = inproc("work", "--once", "--db", str(db), "--json", capsys=capsys)
+
+    assert result.exit_code == 1
+    envelope = result.envelope
+    assert envelope["ok"] is False and envelope["data"] is None
+    assert envelope["errors"][0]["code"] == "INVALID_INPUT"
+    assert name in envelope["errors"][0]["message"]
+    assert "Traceback" not in result.stderr
+    assert rows(db, "SELECT count(*) FROM attempts")[0][0] == 0
