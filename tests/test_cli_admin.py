@@ -1,0 +1,106 @@
+"""doctor, config-show and config-validate: read-only, they explain the setup."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.populated import populate, run_json, run_quiet
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPOOLCTL_DB", raising=False)
+    return tmp_path
+
+
+def checks(envelope: dict) -> dict[str, str]:
+    return {c["id"]: c["status"] for c in envelope["data"]["checks"]}
+
+
+def test_doctor_on_a_fresh_folder_is_ready_and_creates_nothing(tmp_path: Path) -> None:
+    result = run_json("doctor")
+    assert result.exit_code == 0 and result.envelope["data"]["ready"] is True
+    found = checks(result.envelope)
+    assert found["database_exists"] == "warn" and found["schema_current"] == "skip"
+    assert found["contract_metadata_valid"] == "pass"
+    assert not (tmp_path / ".spoolctl").exists()
+
+
+def test_doctor_on_a_current_queue_passes_every_check(tmp_path: Path) -> None:
+    populate(tmp_path / ".spoolctl" / "queue.db")
+    result = run_json("doctor")
+    assert set(checks(result.envelope).values()) == {"pass"}
+    summary = result.envelope["data"]["summary"]
+    assert summary == {
+        "passed": len(checks(result.envelope)),
+        "warnings": 0,
+        "failed": 0,
+        "skipped": 0,
+    }
+
+
+def test_doctor_not_ready_exits_3_but_stays_ok(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+        conn.execute("INSERT INTO alembic_version VALUES ('9999_future')")
+    result = run_json("doctor", "--db", str(db))
+    assert result.exit_code == 3 and result.envelope["ok"] is True
+    assert result.envelope["data"]["ready"] is False
+    assert checks(result.envelope)["schema_current"] == "fail"
+
+
+def test_doctor_reports_a_broken_config_and_bad_knobs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / ".spoolctl").mkdir()
+    (tmp_path / ".spoolctl" / "config.json").write_text('{"version": 7}')
+    monkeypatch.setenv("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", "-1")
+    result = run_json("doctor")
+    found = checks(result.envelope)
+    assert result.exit_code == 3
+    assert (found["config_valid"], found["env_valid"], found["db_path_resolvable"]) == (
+        "fail", "fail", "fail",
+    )  # fmt: skip
+    assert found["folder_writable"] == "skip"
+    text = run_quiet("doctor")
+    assert "not ready" in text.stdout and text.exit_code == 3
+
+
+def test_config_show_explains_each_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    default = run_json("config-show").envelope["data"]
+    assert default["sources"]["db_path"] == "default"
+    assert default["values"]["db_path"] == str(tmp_path / ".spoolctl" / "queue.db")
+    (tmp_path / ".spoolctl").mkdir()
+    (tmp_path / ".spoolctl" / "config.json").write_text(
+        json.dumps({"version": 1, "db_path": "q/x.db", "colour": "blue"})
+    )
+    configured = run_json("config-show").envelope["data"]
+    assert configured["values"]["db_path"] == str(tmp_path / ".spoolctl" / "q" / "x.db")
+    assert (configured["sources"]["db_path"], configured["ignored_keys"]) == ("config", ["colour"])
+    monkeypatch.setenv("SPOOLCTL_DB", "/elsewhere/env.db")
+    assert run_json("config-show").envelope["data"]["sources"]["db_path"] == "env"
+    flagged = run_json("config-show", "--db", "/flag.db").envelope["data"]
+    assert (flagged["values"]["db_path"], flagged["sources"]["db_path"]) == ("/flag.db", "flag")
+    assert flagged["precedence"][0] == "flag --db"
+
+
+def test_config_validate(tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text('{"version": 1, "db_path": "a.db", "extra": 1}')
+    ok = run_json("config-validate", str(good))
+    assert ok.exit_code == 0
+    assert ok.envelope["data"]["valid"] is True and ok.envelope["data"]["unknown_keys"] == ["extra"]
+    assert ok.envelope["data"]["recognized_keys"] == ["db_path", "version"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    broken = run_json("config-validate", str(bad))
+    assert broken.exit_code == 1 and broken.envelope["data"]["valid"] is False
+    missing = run_json("config-validate", str(tmp_path / "absent.json"))
+    assert (missing.exit_code, missing.envelope["data"]["exists"]) == (1, False)
+    assert run_json("config-validate").envelope["data"]["valid"] is True
