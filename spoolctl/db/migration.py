@@ -103,7 +103,8 @@ def plan(status: SchemaStatus, target: str, *, downgrade: bool, path: Path) -> l
 
 def _downgrade_steps(status: SchemaStatus, target: str) -> list[str]:
     if status.current is None:
-        raise InvalidInput(f"nothing to downgrade: the file is at {status.label}")
+        held = "an unadopted legacy database" if status.is_legacy else "no schema yet"
+        raise InvalidInput(f"nothing to downgrade: the file holds {held}")
     if _index(target) > _index(status.current):
         raise InvalidInput(
             f"{target} is newer than the file's revision {status.current}; use: --to {target}"
