@@ -1,0 +1,198 @@
+"""Totality: whatever the arguments, spoolctl answers with one well-formed
+envelope and a documented exit code, never a traceback, and malformed input
+never changes the queue. Hypothesis throws generated argument lists at every
+verb, in-process; flags that could block are bounded or left out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spoolctl.cli.contract import verb_commands
+from spoolctl.cli.schemas import ENVELOPE
+from spoolctl.errors import ERROR_CODES
+from tests.populated import Populated, populate, run_quiet
+from tests.schema_check import errors as schema_errors
+
+ENVELOPE_KEYS = {"ok", "tool_version", "data", "meta", "warnings", "commands", "errors"}
+NEVER = {"--db", "--json", "--help", "-h", "--follow", "--poll-interval", "--idle-timeout"}
+# Flags left out per verb: they block by design (bounded below instead), or
+# they would legitimately rewrite the schema under every later example.
+LEFT_OUT = {
+    "wait": {"--timeout"},
+    "events": {"--wait-timeout"},
+    "work": {"--once", "--drain", "--queue", "--concurrency", "--slots"},
+    "migrate": {"--downgrade", "--to"},
+}
+# Prefixes that bound anything blocking to (almost) no time at all.
+BOUNDS = {
+    "wait": ["--timeout", "0"],
+    "events": ["--wait-timeout", "0"],
+    "work": ["--once", "--queue", "totality-empty-lane"],
+}
+JUNK = [
+    "", "-", "--", "-x", "--nope", "--stat", "0", "1", "2", "3", "-1", "99999999999999999999",
+    "nan", "inf", "-inf", "1e309", "0.5", "1h", "5m", "-5s", "1x", "a=b", "=", "K=", "done",
+    "guide", "list", "\x00", "é", " ", "\t", "2038-01-19T03:14:08", "none", "true",
+]  # fmt: skip
+
+
+def vocabulary(verb: str) -> list[str]:
+    """The verb's own flags and choices, plus junk."""
+    words = list(JUNK)
+    for param in verb_commands()[verb].params:
+        if isinstance(param, click.Option):
+            words += [o for o in param.opts if o not in NEVER | LEFT_OUT.get(verb, set())]
+        choices = getattr(param.type, "choices", None)
+        if choices:
+            words += [str(c) for c in choices]
+    return words
+
+
+def arguments(verb: str) -> st.SearchStrategy[list[str]]:
+    token = st.one_of(st.sampled_from(vocabulary(verb)), st.text(max_size=6))
+    return st.lists(token, max_size=6)
+
+
+@pytest.fixture(scope="module")
+def q(tmp_path_factory: pytest.TempPathFactory) -> Populated:
+    return populate(tmp_path_factory.mktemp("totality") / "spool" / "queue.db")
+
+
+def snapshot(q: Populated) -> Any:
+    return q.jobs()
+
+
+def check_envelope(stdout: str, exit_code: int) -> dict[str, Any]:
+    lines = stdout.splitlines()
+    assert len(lines) == 1, stdout
+    envelope = json.loads(lines[0])
+    assert set(envelope) == ENVELOPE_KEYS
+    assert schema_errors(envelope, ENVELOPE) == []
+    assert envelope["ok"] == (envelope["errors"] == [])
+    if not envelope["ok"]:
+        error = envelope["errors"][0]
+        assert envelope["data"] is None
+        assert error["code"] != "INTERNAL", error
+        assert ERROR_CODES[error["code"]] == error["exit_code"] == exit_code
+    return envelope
+
+
+SETTINGS = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    derandomize=True,
+)
+VERBS = list(verb_commands())
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_any_arguments_give_one_envelope_and_leave_the_queue_alone(
+    verb: str, q: Populated, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    mutates = verb_commands()[verb].traits["mutates"]
+    state = {"last": snapshot(q)}
+
+    @SETTINGS
+    @given(args=arguments(verb))
+    def prop(args: list[str]) -> None:
+        result = run_quiet(*q.args(verb, "--json", *BOUNDS.get(verb, []), *args))
+        assert "Traceback" not in result.stdout + result.stderr
+        assert 0 <= result.exit_code <= 6
+        envelope = check_envelope(result.stdout, result.exit_code)
+        now = snapshot(q)
+        if not mutates or not envelope["ok"]:
+            assert now == state["last"], (verb, args)
+        state["last"] = now
+
+    prop()
+
+
+@pytest.fixture
+def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPOOLCTL_DB", str(tmp_path / "scratch" / "queue.db"))
+    return tmp_path
+
+
+@settings(SETTINGS, max_examples=40)
+@given(args=st.lists(st.one_of(st.sampled_from([*VERBS, *JUNK]), st.text(max_size=6)), max_size=4))
+def test_text_mode_never_shows_a_traceback(scratch: Path, args: list[str]) -> None:
+    blocking = ("work", "wait", "events", "output", "--help", "-h")
+    result = run_quiet(*[a for a in args if a not in blocking])
+    assert "Traceback" not in result.stdout + result.stderr
+    assert 0 <= result.exit_code <= 6
+    if result.exit_code and result.stderr:
+        assert result.stderr.split("\n")[-2].startswith("spoolctl: "), result.stderr
+
+
+def error_of(*args: str) -> tuple[int, dict[str, Any]]:
+    result = run_quiet(*args)
+    return result.exit_code, check_envelope(result.stdout, result.exit_code)["errors"][0]
+
+
+def test_unknown_verb_suggests_the_closest() -> None:
+    code, error = error_of("stauts", "--json")
+    assert (code, error["code"], error["detail"]["did_you_mean"]) == (
+        1,
+        "UNKNOWN_COMMAND",
+        "status",
+    )
+
+
+def test_unknown_flag_suggests_and_options_are_never_abbreviated() -> None:
+    code, error = error_of("list", "--json", "--stat", "done")
+    assert (code, error["code"], error["detail"]["did_you_mean"]) == (1, "UNKNOWN_FLAG", "--state")
+    assert error_of("list", "--json", "--lim", "5")[1]["code"] == "UNKNOWN_FLAG"
+    assert error_of("events", "--json", "--since", "5")[1]["code"] == "UNKNOWN_FLAG"
+
+
+def test_no_verb_is_missing_required_with_the_verbs_listed() -> None:
+    result = run_quiet()
+    assert result.exit_code == 1
+    assert "MISSING_REQUIRED" in result.stderr and "status" in result.stderr
+    assert run_quiet("--help").exit_code == 0
+    assert run_quiet("--version").exit_code == 0
+    assert run_quiet("list", "--help").exit_code == 0
+
+
+def sample(param: click.Parameter) -> list[str]:
+    """A valid value for an option, so only exclusivity can be wrong."""
+    if isinstance(param, click.Option) and param.is_flag:
+        return [max(param.opts, key=len)]
+    choices = getattr(param.type, "choices", None)
+    value = str(choices[-1]) if choices else "1"
+    flag = max(param.opts, key=len) if isinstance(param, click.Option) else None
+    return [flag, value] if flag else [value]
+
+
+@pytest.mark.parametrize(
+    ("verb", "pair"),
+    [(v, p) for v, c in verb_commands().items() for p in c.exclusive],
+)
+def test_mutually_exclusive_flags_are_invalid_input(
+    verb: str, pair: tuple[str, str], tmp_path: Path
+) -> None:
+    command = verb_commands()[verb]
+    params = {p.name: p for p in command.params}
+    args = [verb, "--db", str(tmp_path / "q.db")] if "db" in params else [verb]
+    if "as_json" not in pair:
+        args.append("--json")
+    args += [
+        w for p in command.params if p.required and isinstance(p, click.Option) for w in sample(p)
+    ]
+    for name in pair:
+        args += sample(params[name])
+    args += ["--", *(w for p in command.params if isinstance(p, click.Argument) for w in sample(p))]
+    result = run_quiet(*args)
+    assert result.exit_code == 1, (args, result.stdout)
+    assert "cannot be used together" in result.stdout + result.stderr
+    assert not (tmp_path / "q.db").exists()
