@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import cli_costs
+import psutil
 import report
 import workers
 from fixtures import BENCH, machine
@@ -43,7 +45,7 @@ def run_scenarios(plan: Plan, only: set[str]) -> dict[str, Any]:
         if group not in only:
             continue
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
-        start = time.perf_counter()
+        start, cpu_before = time.perf_counter(), _cpu_split()
         try:
             results[name] = step()
         except Exception as exc:  # a broken scenario is reported, the rest still run
@@ -51,13 +53,31 @@ def run_scenarios(plan: Plan, only: set[str]) -> dict[str, Any]:
                 "error": f"{type(exc).__name__}: {exc}",
                 "traceback": traceback.format_exc(),
             }
-        results[name]["scenario_wall_s"] = round(time.perf_counter() - start, 2)
+        wall = time.perf_counter() - start
+        results[name]["scenario_wall_s"] = round(wall, 2)
+        results[name]["foreign_cpu_cores"] = _foreign_cores(cpu_before, _cpu_split(), wall)
         print(
             f"[bench] {name} done in {results[name]['scenario_wall_s']} s",
             file=sys.stderr,
             flush=True,
         )
     return results
+
+
+def _cpu_split() -> tuple[float, float]:
+    """(CPU seconds the whole machine has been busy, CPU seconds used by this
+    process and every descendant it has waited for: workers, their jobs, CLIs)."""
+    t = psutil.cpu_times()
+    busy = t.user + t.nice + t.system + t.irq + t.softirq + t.steal
+    own = os.times()
+    return busy, own.user + own.system + own.children_user + own.children_system
+
+
+def _foreign_cores(before: tuple[float, float], after: tuple[float, float], wall: float) -> float:
+    """Average number of cores busy with something other than the benchmark:
+    other users of the machine, which make every number noisier."""
+    foreign = (after[0] - before[0]) - (after[1] - before[1])
+    return round(max(0.0, foreign) / wall, 3)
 
 
 def _ref_add_median(results: dict[str, Any]) -> float | None:
@@ -91,7 +111,8 @@ def main(argv: list[str]) -> int:
     }
     rows = report.rows(results)
     doc["table"] = rows
-    print(report.render(rows, doc["machine"]))
+    foreign = {name: r.get("foreign_cpu_cores") for name, r in results.items()}
+    print(report.render(rows, doc["machine"], foreign))
     _write(doc, started)
     errors = [name for name, r in results.items() if "error" in r]
     for name in errors:

@@ -220,7 +220,7 @@ def _rate(cell: dict[str, Any]) -> str:
     return "n/a" if "unsupported" in cell else "-"
 
 
-def render(table: list[Row], machine: dict[str, Any]) -> str:
+def render(table: list[Row], machine: dict[str, Any], foreign: dict[str, float | None]) -> str:
     heads = {
         "metric": "metric",
         "ours": "ours",
@@ -239,4 +239,9 @@ def render(table: list[Row], machine: dict[str, Any]) -> str:
         f"{machine['memory_total_mb']} MB, kernel {machine['kernel']}, "
         f"python {machine['python']}, sqlite {machine['sqlite']}, {machine['filesystem_of_tmp']}"
     )
+    if foreign:
+        text.append(
+            "cores busy with other work than this benchmark, per scenario (noise): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in foreign.items() if v is not None)
+        )
     return "\n".join(text)
