@@ -311,3 +311,46 @@ def test_a_worker_stops_without_writing_when_a_newer_spoolctl_migrated_the_file(
     assert worker.wait(30) == 3
     assert '"code": "SCHEMA_TOO_NEW"' in (tmp_path / "worker.log").read_text()
     assert contents(db) == stamped
+
+
+OLD_RELEASE = (
+    "import sys; from spoolctl.db import revision; "
+    f"revision.HEAD_REVISION = {OLD!r}; revision.KNOWN_REVISIONS = ({OLD!r},); "
+    "from spoolctl.cli import main; main(sys.argv[1:])"
+)
+"""spoolctl as the release whose head was the oldest revision: the same code,
+except that it knows no later revision (which is all that separates the two)."""
+
+
+def old_release(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", OLD_RELEASE, *args],
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=child_env(),
+    )
+
+
+def test_a_worker_of_the_old_release_stops_when_migrate_upgrades_the_file(
+    db: Path, tmp_path: Path
+) -> None:
+    added = old_release("add", "--db", str(db), "--json", "--", "true")
+    assert added.wait(30) == 0
+    log = tmp_path / "old-worker.log"
+    with log.open("w") as out:
+        worker = old_release("work", "--db", str(db), "--json", stdout=out)
+    wait_for(
+        lambda: rows(db, "SELECT 1 FROM jobs WHERE id = 1 AND state = 'done'"),
+        what="the old worker to run job 1",
+    )
+    assert revision_of(db) == OLD
+    history = {t: contents(db)[t] for t in ("jobs", "attempts", "job_events")}
+    upgraded = cli("migrate", db=db, json=True)
+    assert upgraded.exit_code == 0, upgraded.stderr
+    assert upgraded.data["applied"] == list(KNOWN_REVISIONS[1:])
+    after_upgrade = contents(db)
+    assert worker.wait(30) == 3
+    assert '"code": "SCHEMA_TOO_NEW"' in log.read_text()
+    assert contents(db) == after_upgrade
+    assert {t: after_upgrade[t] for t in history} == history

@@ -44,13 +44,11 @@ class MigrationResult:
 
 
 def migrate_file(
-    path: Path,
-    target: str = revision.HEAD_REVISION,
-    *,
-    downgrade: bool = False,
-    backup: bool = True,
+    path: Path, target: str | None = None, *, downgrade: bool = False, backup: bool = True
 ) -> MigrationResult:
-    """Bring the file to `target` (creating it when missing), backing it up first."""
+    """Bring the file to `target` (default: the head; creating the file when
+    missing), backing it up first."""
+    target = target or revision.HEAD_REVISION
     ensure_spool(path)
     engine = make_engine(
         path,
