@@ -236,3 +236,18 @@ def test_read_only_verbs_never_create_a_queue(tmp_path: Path) -> None:
     assert error(empty, "wait", "1", "--timeout", "0") == (1, "NOT_FOUND")
     assert empty.json("doctor").exit_code == 0
     assert not missing.parent.exists()
+
+
+class FakeTty:
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spoolctl.cli import render
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setattr(render.sys, "stdout", FakeTty())
+    assert render.style("dead", fg="red") != "dead"
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert render.style("dead", fg="red") == "dead"

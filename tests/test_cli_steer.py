@@ -3,16 +3,18 @@ prune's promise never to touch a file outside the spool's output folder."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import add, attempts_of, events_of, job, pid_alive, start_worker, wait_for
-from tests.populated import Populated, populate
+from tests.populated import Populated, populate, run_quiet
 
 
 @pytest.fixture
@@ -153,3 +155,21 @@ def test_prune_never_deletes_a_file_outside_the_output_folder(q: Populated, tmp_
     assert report["deleted_jobs"] == 3
     assert outside.read_text() == "keep me" and linked.read_text() == "keep me too"
     assert sorted(report["skipped_paths"]) == sorted([str(escape), str(link), str(outside)])
+
+
+@pytest.mark.usefixtures("worker")
+def test_output_follow_streams_a_running_attempt_until_it_ends(
+    q: Populated, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    script = f"echo first; while [ ! -e {gate} ]; do sleep 0.05; done; echo second >&2"
+    job_id = add(q.db, "sh", "-c", script)
+    wait_for(lambda: job(q.db, job_id)["state"] == "running", what="job running")
+    threading.Timer(0.5, gate.touch).start()
+    result = run_quiet(*q.args("output", str(job_id), "--follow", "--json"))
+    frames = [json.loads(line) for line in result.stdout.splitlines()]
+    chunks = [(f["stream"], f["text"]) for f in frames[:-1]]
+    assert chunks == [("stdout", "first\n"), ("stderr", "second\n")]
+    assert frames[-1]["control"] == {
+        "type": "end", "reason": "attempt_ended", "attempt_state": "succeeded",
+    }  # fmt: skip
