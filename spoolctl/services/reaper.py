@@ -66,6 +66,10 @@ def _candidate(conn: Connection, row: Any) -> Candidate:
     worker = None
     if row.locked_by is not None:
         worker = conn.execute(select(workers).where(workers.c.id == row.locked_by)).first()
+    if worker is not None and row.locked_pid is not None and worker.pid != row.locked_pid:
+        # A later worker re-registered under the same --worker-id: the row now
+        # describes it, not the process that claimed this job.
+        worker = None
     job_identity = None
     if attempt is not None and attempt.job_pid is not None:
         job_identity = procs.ProcessIdentity(attempt.job_pid, attempt.job_started_at)
@@ -102,8 +106,8 @@ def owner_verdict(
     liveness = procs.is_same_process(cand.worker_identity, procs.WORKER_MARKER)
     if liveness is procs.Liveness.DEAD:
         return Verdict.DEAD
-    if liveness is procs.Liveness.INCONCLUSIVE:
-        return Verdict.ALIVE
+    if liveness is procs.Liveness.INCONCLUSIVE or cand.worker_identity.started_at is None:
+        return Verdict.ALIVE  # never fence a bare pid: it may be another worker now
     silent_since = cand.worker_heartbeat_at or cand.heartbeat_at
     if hang_threshold_s > 0 and now - max(silent_since, cand.heartbeat_at) > hang_threshold_s:
         return Verdict.HUNG
@@ -159,7 +163,11 @@ def reap(
     if cand.worker_id is not None:
         conn.execute(
             update(workers)
-            .where(workers.c.id == cand.worker_id, workers.c.state == WorkerState.RUNNING.value)
+            .where(
+                workers.c.id == cand.worker_id,
+                workers.c.state == WorkerState.RUNNING.value,
+                workers.c.pid == cand.locked_pid,
+            )
             .values(state=WorkerState.DEAD.value, stopped_at=now)
         )
     record_event(
