@@ -239,6 +239,8 @@ def test_a_recycled_pid_is_judged_dead(impostor: subprocess.Popen[bytes]) -> Non
     assert verdict(candidate(impostor.pid, started - 50)) is reaper.Verdict.DEAD
     assert verdict(candidate(impostor.pid, started), hang_threshold_s=50) is reaper.Verdict.HUNG
     assert verdict(candidate(impostor.pid, started, worker_boot_id="0")) is reaper.Verdict.DEAD
+    # a bare pid (no start time recorded) is never fenced: it may be another worker now
+    assert verdict(candidate(impostor.pid, None), hang_threshold_s=50) is reaper.Verdict.ALIVE
     assert verdict(candidate(impostor.pid, started, worker_hostname="elsewhere")) is (
         reaper.Verdict.ALIVE
     )
@@ -427,3 +429,26 @@ def test_killing_a_process_we_did_not_spawn_does_not_wait_for_its_parent_to_reap
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_crashed_worker_restarted_under_the_same_id_still_gets_its_job_reaped(
+    db: Path, tmp_path: Path
+) -> None:
+    """The restarted worker takes over the `workers` row of its dead previous
+    incarnation; that row now names a live process, but the job was claimed by
+    the dead one (its locked_pid) and must still be recovered."""
+    job_id = submit_probe(db, tmp_path)
+    first = start_worker(db, "--worker-id", "fixed")
+    orphan_pids(tmp_path)
+    crash_worker(first)
+
+    restarted = start_worker(db, "--worker-id", "fixed")
+    try:
+        wait_for(lambda: job(db, job_id)["state"] == "done", timeout=15, what="the rerun")
+        (row,) = rows(db, "SELECT state, pid FROM workers")
+        assert (row["state"], row["pid"]) == ("running", restarted.pid)
+    finally:
+        restarted.send_signal(signal.SIGTERM)
+        restarted.wait(timeout=10)
+    assert (job(db, job_id)["crashes"], job(db, job_id)["attempts"]) == (1, 1)
+    assert json.loads((tmp_path / "check.2").read_text()) == []
