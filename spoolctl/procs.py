@@ -132,12 +132,24 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
 
 
 def kill_group_if_same(identity: ProcessIdentity, pgid: int, wait_s: float = 5.0) -> bool:
-    """SIGKILL a recorded job's process group, only if its leader is still the
-    process that was recorded. Without a recorded start time nothing is killed:
-    a bare pid may have been recycled. Returns True if a group was killed."""
-    if identity.started_at is None or is_same_process(identity) is not Liveness.ALIVE:
+    """SIGKILL a recorded job's process group unless its number may now name
+    someone else's group. Returns True if the group was signalled.
+
+    Killed when the leader is still the recorded process, and also when the
+    leader has exited (gone or a zombie): the kernel does not reuse a pid while
+    a process group of that number has members, so whatever is left of the
+    group (grandchildren that outlived their leader) is the job's. Left alone
+    when the pid now names another process (recycled), when the system will
+    not say, or without a recorded start time to tell the two apart.
+    """
+    if identity.started_at is None:
         return False
-    signal_group(pgid, signal.SIGKILL)
+    liveness = is_same_process(identity)
+    recycled = liveness is Liveness.DEAD and not _exited(identity.pid)
+    if liveness is Liveness.INCONCLUSIVE or recycled:
+        return False
+    if not signal_group(pgid, signal.SIGKILL):
+        return False
     wait_gone(identity.pid, wait_s)
     return True
 
