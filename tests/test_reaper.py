@@ -49,6 +49,10 @@ if attempt <= int(os.environ.get("HANG_ATTEMPTS", "1")):
     child = subprocess.Popen(["sleep", "60"])
     (folder / "pids.tmp").write_text(f"{os.getpid()} {child.pid}")
     os.rename(folder / "pids.tmp", folder / f"pids.{attempt}")
+    if os.environ.get("LEADER_EXITS_AFTER_CRASH"):  # leave the grandchild behind
+        while not (folder / "crashed").exists():
+            time.sleep(0.01)
+        sys.exit(0)
     time.sleep(60)
 """
 
@@ -119,6 +123,23 @@ def test_sigkilled_worker_is_reaped_and_its_orphan_dies_before_the_rerun(
     dead = rows(db, "SELECT state FROM workers WHERE pid = ?", (first.pid,))
     assert [r["state"] for r in dead] == ["dead"]
     assert data["executed"] == 1
+
+
+def test_an_orphan_group_whose_leader_already_exited_is_killed_too(
+    db: Path, tmp_path: Path
+) -> None:
+    job_id = submit_probe(db, tmp_path, env={"LEADER_EXITS_AFTER_CRASH": "1"})
+    first = start_worker(db)
+    leader, grandchild = orphan_pids(tmp_path)
+    crash_worker(first)
+    (tmp_path / "crashed").touch()
+    wait_for(lambda: not pid_alive(leader), 5, what="the leader to exit on its own")
+    assert pid_alive(grandchild)
+
+    drain(db)
+
+    assert job(db, job_id)["state"] == "done"
+    assert json.loads((tmp_path / "check.2").read_text()) == [], "job ran twice at once"
 
 
 def test_max_crashes_zero_dead_letters_on_the_first_crash(db: Path, tmp_path: Path) -> None:
@@ -452,3 +473,23 @@ def test_a_crashed_worker_restarted_under_the_same_id_still_gets_its_job_reaped(
         restarted.wait(timeout=10)
     assert (job(db, job_id)["crashes"], job(db, job_id)["attempts"]) == (1, 1)
     assert json.loads((tmp_path / "check.2").read_text()) == []
+
+
+def test_an_orphan_group_is_only_killed_while_its_number_is_still_the_jobs() -> None:
+    leader = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        started = procs.process_start_time(leader.pid)
+        assert started is not None
+        recycled = procs.ProcessIdentity(leader.pid, started - 50)
+        assert procs.kill_group_if_same(recycled, leader.pid) is False
+        assert (
+            procs.kill_group_if_same(procs.ProcessIdentity(leader.pid, None), leader.pid) is False
+        )
+        assert leader.poll() is None, "a group whose leader pid was recycled was killed"
+
+        same = procs.ProcessIdentity(leader.pid, started)
+        assert procs.kill_group_if_same(same, leader.pid) is True
+        assert leader.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        leader.kill()
+        leader.wait()
