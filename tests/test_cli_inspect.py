@@ -223,7 +223,7 @@ def test_read_only_verbs_answer_while_the_write_lock_is_held(
     assert q.json("cancel", str(q.scheduled)).envelope["errors"][0]["code"] == "LOCKED"
 
 
-def test_read_only_verbs_never_create_a_queue(tmp_path: Path) -> None:
+def test_inspecting_verbs_never_create_a_queue(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere" / "queue.db"
     empty = Populated(missing, 1, 2, 3, 4)
     assert data(empty, "status")["counts"]["queued"] == 0
@@ -234,6 +234,9 @@ def test_read_only_verbs_never_create_a_queue(tmp_path: Path) -> None:
     assert error(empty, "show", "1") == (1, "NOT_FOUND")
     assert error(empty, "output", "1") == (1, "NOT_FOUND")
     assert error(empty, "wait", "1", "--timeout", "0") == (1, "NOT_FOUND")
+    assert error(empty, "retry", "1") == (1, "NOT_FOUND")
+    assert error(empty, "cancel", "1") == (1, "NOT_FOUND")
+    assert data(empty, "prune", "--older-than", "0", "--yes")["matched"] == 0
     assert empty.json("doctor").exit_code == 0
     assert not missing.parent.exists()
 

@@ -5,6 +5,7 @@ built from (plus the data schemas in `schemas.py`), so they cannot drift."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import click
@@ -189,7 +190,9 @@ def contract_problems() -> list[str]:
 
 
 def approx_tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """A conservative estimate: the larger of chars/3.5 and words-plus-punctuation."""
+    pieces = len(re.findall(r"\w+|[^\w\s]", text))
+    return max(math.ceil(len(text) / CHARS_PER_TOKEN), pieces)
 
 
 def usage(name: str, command: SpoolCommand) -> str:

@@ -11,13 +11,22 @@ from spoolctl.cli.options import JOB_ID, Duration, db_option, json_option, verb
 from spoolctl.cli.queues import open_read, open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import QueueFile
-from spoolctl.errors import SafetyBlock
+from spoolctl.errors import NotFound, SafetyBlock
 from spoolctl.services import prune as pruning
 from spoolctl.services.cancel import cancel as cancel_job
 from spoolctl.services.deadletter import requeue
 from spoolctl.states import JobState
 
 KILL_ASYNC = "the owning worker kills the job's process group at its next heartbeat"
+
+
+def existing_queue(db: str | None, job_id: int) -> QueueFile:
+    """The queue for a change to one job; a missing queue is not created for it."""
+    found = open_read(db)
+    if found is None:
+        raise NotFound(f"no job {job_id}", job_id=job_id)
+    found.dispose()
+    return open_write(db)
 
 
 @verb(
@@ -32,7 +41,7 @@ KILL_ASYNC = "the owning worker kills the job's process group at its next heartb
 @json_option
 def retry(job_id: int, force: bool, db: str | None, as_json: bool) -> int:
     """Requeue a dead, failed or canceled job with a fresh budget (history kept)."""
-    queue = open_write(db)
+    queue = existing_queue(db, job_id)
     previous = queue.write(lambda conn: requeue(conn, job_id, force=force, now=time.time()))
     data = {"job_id": job_id, "state": JobState.QUEUED.value, "previous_state": previous}
     reply = Reply(data, text=f"Job {job_id} requeued (was {previous})")
@@ -54,7 +63,7 @@ def retry(job_id: int, force: bool, db: str | None, as_json: bool) -> int:
 @json_option
 def cancel(job_id: int, running: bool, yes: bool, db: str | None, as_json: bool) -> int:
     """Cancel a queued job; with --running --yes also a running one."""
-    queue = open_write(db)
+    queue = existing_queue(db, job_id)
     done = queue.write(
         lambda conn: cancel_job(conn, job_id, running_ok=running and yes, now=time.time())
     )
