@@ -55,7 +55,7 @@ def stop_fleet(fleet: list[subprocess.Popen[str]]) -> None:
 
 def test_many_jobs_many_workers_each_job_runs_exactly_once(db: Path, tmp_path: Path) -> None:
     log = tmp_path / "log"
-    line = f'echo "$SPOOLCTL_JOB_ID $SPOOLCTL_ATTEMPT $SPOOLCTL_WORKER_ID" >> {log}'
+    line = f'echo "$SPOOLCTL_JOB_ID $SPOOLCTL_ATTEMPT $SPOOLCTL_WORKER_ID $SPOOLCTL_SLOT" >> {log}'
     batch = tmp_path / "jobs.ndjson"
     batch.write_text("".join(json.dumps({"cmd": line}) + "\n" for _ in range(JOBS)))
     fleet = start_fleet(db, [[], ["--concurrency", "2"], [], ["--concurrency", "2"]])
@@ -77,7 +77,10 @@ def test_many_jobs_many_workers_each_job_runs_exactly_once(db: Path, tmp_path: P
     claimed = rows(db, "SELECT count(*) FROM job_events WHERE event = 'claimed'")[0][0]
     assert claimed == len(attempts) == JOBS
     by_attempt = {a["job_id"]: a["worker_id"] for a in attempts}
-    assert all(by_attempt[int(job_id)] == worker for job_id, _, worker in runs)
+    assert all(by_attempt[int(job_id)] == worker for job_id, _, worker, _ in runs)
+    concurrency = {row["id"]: row["concurrency"] for row in rows(db, "SELECT * FROM workers")}
+    for _, _, worker, slot in runs:
+        assert 0 <= int(slot) < concurrency[worker], "SPOOLCTL_SLOT out of the worker's range"
     assert len({a["worker_id"] for a in attempts}) >= 2, "the workers did not compete"
 
 

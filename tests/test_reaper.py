@@ -93,7 +93,7 @@ def crash_worker(worker: subprocess.Popen[str]) -> float:
 
 
 def drain(db: Path, env: dict[str, str] | None = None) -> dict[str, object]:
-    result = cli("work", "--drain", db=db, env=env, json=True)
+    result = cli("work", "--drain", "--poll-interval", "0.1", db=db, env=env, json=True)
     assert result.exit_code == 0, result.stdout + result.stderr
     return result.data  # type: ignore[no-any-return]
 
