@@ -74,6 +74,14 @@ class Internal(SpoolError):
     exit_code = EXIT_TOOL
 
 
+class StorageFault(SpoolError):
+    """The database file or spool folder cannot be used (missing, read-only,
+    corrupt, not SQLite, disk full): an environment error, reported clearly."""
+
+    code = "INTERNAL"
+    exit_code = EXIT_TOOL
+
+
 class SchemaOutdated(SpoolError):
     code = "SCHEMA_OUTDATED"
     exit_code = EXIT_TOOL

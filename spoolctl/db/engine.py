@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, DBAPIError, IntegrityError, OperationalError
 
-from spoolctl.errors import Locked, SpoolError
+from spoolctl.errors import Locked, SpoolError, StorageFault
 
 Synchronous = Literal["OFF", "NORMAL", "FULL"]
 SPOOL_DIR_MODE = 0o700
@@ -38,11 +38,16 @@ class RevisionMismatch(SpoolError):
 def ensure_spool(db_path: Path) -> None:
     """Create the spool folder (0700) and an empty database file (0600) if missing."""
     folder = db_path.parent
-    if not folder.exists():
-        folder.mkdir(mode=SPOOL_DIR_MODE, parents=True, exist_ok=True)
-    if not db_path.exists():
-        fd = os.open(db_path, os.O_CREAT | os.O_WRONLY, DB_FILE_MODE)
-        os.close(fd)
+    try:
+        if not folder.exists():
+            folder.mkdir(mode=SPOOL_DIR_MODE, parents=True, exist_ok=True)
+        if not db_path.exists():
+            fd = os.open(db_path, os.O_CREAT | os.O_WRONLY, DB_FILE_MODE)
+            os.close(fd)
+    except OSError as exc:
+        raise StorageFault(
+            f"cannot create the queue at {db_path}: {exc.strerror or exc}", path=str(db_path)
+        ) from None
 
 
 def make_engine(
@@ -116,25 +121,49 @@ def is_busy(exc: BaseException) -> bool:
 @contextmanager
 def write_tx(engine: Engine) -> Iterator[Connection]:
     """One BEGIN IMMEDIATE transaction; a busy timeout becomes `Locked`."""
-    with translate_busy(), engine.begin() as conn:
+    with translate_errors(engine), engine.begin() as conn:
         yield conn
 
 
 @contextmanager
 def read_tx(engine: Engine) -> Iterator[Connection]:
     """One consistent read snapshot (a deferred transaction, no write lock)."""
-    with translate_busy(), engine.begin() as conn:
+    with translate_errors(engine), engine.begin() as conn:
         yield conn
 
 
+STORAGE_HINTS = (
+    ("unable to open database file", "check that the folder exists and is writable"),
+    ("file is not a database", "the file is corrupt or not a spoolctl queue"),
+    ("readonly database", "the database file or its folder is read-only for this user"),
+    ("disk i/o error", "the disk failed or the file was removed underneath"),
+    ("database or disk is full", "free space on the disk holding the spool folder"),
+    ("no such table", "the file is not a spoolctl queue (or was replaced underneath)"),
+)
+
+
 @contextmanager
-def translate_busy() -> Iterator[None]:
+def translate_errors(engine: Engine) -> Iterator[None]:
+    """Busy beyond the timeout becomes `Locked` (exit 4); a file SQLite cannot
+    use becomes `StorageFault` (exit 3) with what to check; other database
+    errors (integrity violations: bugs) pass through as they are."""
     try:
         yield
-    except OperationalError as exc:
-        if is_busy(exc):
+    except DBAPIError as exc:
+        if isinstance(exc, OperationalError) and is_busy(exc):
             raise Locked(
                 "the queue database stayed locked beyond the busy timeout; try again",
                 sqlite_error=str(exc.orig),
             ) from None
-        raise
+        if isinstance(exc, IntegrityError):
+            raise
+        text = str(exc.orig)
+        hint = next((h for key, h in STORAGE_HINTS if key in text.lower()), None)
+        if hint is None and not isinstance(exc, OperationalError | DatabaseError):
+            raise
+        raise StorageFault(
+            f"cannot use the queue database {engine.url.database}: {text}"
+            + (f" ({hint})" if hint else ""),
+            path=engine.url.database,
+            sqlite_error=text,
+        ) from None

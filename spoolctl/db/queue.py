@@ -11,6 +11,7 @@ newer one with SCHEMA_TOO_NEW. Creating and upgrading both go through
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -51,8 +52,7 @@ class QueueFile:
                 return fn(conn)
         except RevisionMismatch:
             prepare(self.path)
-        with write_tx(self.engine) as conn:
-            return fn(conn)
+        return self._after_prepare(write_tx, fn)
 
     def read(self, fn: Callable[[Connection], T]) -> T:
         """Run fn in one read snapshot; refuses a file that is not current
@@ -65,8 +65,20 @@ class QueueFile:
                 diagnose(self.path)
                 raise
             prepare(self.path)
-        with read_tx(self.engine) as conn:
-            return fn(conn)
+        return self._after_prepare(read_tx, fn)
+
+    def _after_prepare(
+        self,
+        transaction: Callable[[Engine], AbstractContextManager[Connection]],
+        fn: Callable[[Connection], T],
+    ) -> T:
+        """The second try; if the revision moved again meanwhile, say how."""
+        try:
+            with transaction(self.engine) as conn:
+                return fn(conn)
+        except RevisionMismatch:
+            diagnose(self.path)
+            raise
 
     def dispose(self) -> None:
         self.engine.dispose()
