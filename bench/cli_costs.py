@@ -151,44 +151,72 @@ def batch(plan: Plan, ref_add_median_s: float | None) -> dict[str, Any]:
 
 def table_growth(plan: Plan) -> dict[str, Any]:
     """claim (in-process), `status --json` and `list --json --limit 50` (fresh
-    processes) with a small and a big jobs table, for both implementations."""
+    processes) with a small and a big jobs table, for both implementations.
+    The two sizes are measured in alternation, so that load from elsewhere
+    on the machine hits both alike instead of skewing their ratio."""
     out: dict[str, Any] = {}
     for impl in IMPLS:
-        sizes = {}
-        for size in (plan.small_table, plan.big_table):
-            with workdir(f"table-{impl.name}-{size}") as d:
-                db = d / "q.db"
-                bigtable.build(impl, db, d, size)
-                sizes[str(size)] = _read_costs(impl, db, d, plan)
+        with workdir(f"small-{impl.name}") as small, workdir(f"big-{impl.name}") as big:
+            queues = {plan.small_table: small, plan.big_table: big}
+            for size, d in queues.items():
+                bigtable.build(impl, d / "q.db", d, size)
+            sizes = _alternating_costs(impl, queues, plan)
         out[impl.name] = {"sizes": sizes, "ratios_big_to_small": _ratios(sizes, plan)}
     return out
 
 
-def _read_costs(impl: Impl, db: Path, d: Path, plan: Plan) -> dict[str, Any]:
-    """Each cost on its own: one verb failing is recorded and the others still run."""
-    measures = {
-        "status": lambda: _process_cost(impl, d, plan, "status", "--db", str(db), "--json"),
-        "list": lambda: _process_cost(
-            impl, d, plan, "list", "--db", str(db), "--json", "--limit", "50"
-        ),
-        "claim": lambda: _claim_cost(impl, db, d, plan.claim_reps),
+CLAIM_ROUNDS = 3
+
+
+def _alternating_costs(impl: Impl, queues: dict[int, Path], plan: Plan) -> dict[str, Any]:
+    samples: dict[int, dict[str, list[float]]] = {n: {} for n in queues}
+    errors: dict[int, dict[str, str]] = {n: {} for n in queues}
+    verbs = {
+        "status": ("status", "--json"),
+        "list": ("list", "--json", "--limit", "50"),
     }
-    costs: dict[str, Any] = {}
-    for label, measure in measures.items():
-        try:
-            costs[label] = measure()
-        except BenchError as exc:
-            costs[label] = {"error": str(exc)}
-    return costs
+    for rep in range(-1, plan.read_reps):  # rep -1 warms the page cache, unrecorded
+        for size, d in queues.items():
+            for label, (verb, *rest) in verbs.items():
+                if label in errors[size]:
+                    continue
+                try:
+                    wall, _ = run_cli(impl, verb, "--db", str(d / "q.db"), *rest, cwd=d)
+                except BenchError as exc:
+                    errors[size][label] = str(exc)
+                    continue
+                if rep >= 0:
+                    samples[size].setdefault(label, []).append(wall)
+    for _ in range(CLAIM_ROUNDS):
+        for size, d in queues.items():
+            if "claim" in errors[size]:
+                continue
+            try:
+                chunk = _claim_samples(impl, d / "q.db", d, plan.claim_reps // CLAIM_ROUNDS)
+            except BenchError as exc:
+                errors[size]["claim"] = str(exc)
+                continue
+            samples[size].setdefault("claim", []).extend(chunk)
+    return {str(size): _summaries(samples[size], errors[size]) for size in queues}
 
 
-def _process_cost(impl: Impl, d: Path, plan: Plan, *args: str) -> dict[str, Any]:
-    run_cli(impl, *args, cwd=d)  # warm the page cache
-    walls = [run_cli(impl, *args, cwd=d)[0] for _ in range(plan.read_reps)]
-    return {"median_s": median(walls), "samples_s": walls}
+def _summaries(samples: dict[str, list[float]], errors: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {label: {"error": text} for label, text in errors.items()}
+    for label, walls in samples.items():
+        if label not in errors:
+            out[label] = {
+                "median_s": median(walls),
+                "p95_s": percentile(walls, 95),
+                "samples_s": walls,
+            }
+    if "claim" in out and "error" not in out["claim"]:
+        out["claim"]["method"] = (
+            "in-process claim transaction incl. COMMIT, undone untimed (bench/claimcost.py)"
+        )
+    return out
 
 
-def _claim_cost(impl: Impl, db: Path, d: Path, reps: int) -> dict[str, Any]:
+def _claim_samples(impl: Impl, db: Path, d: Path, reps: int) -> list[float]:
     warmup = 20
     proc = subprocess.run(
         [str(impl.python), str(BENCH / "claimcost.py"), impl.name, str(db), str(reps + warmup)],
@@ -201,20 +229,15 @@ def _claim_cost(impl: Impl, db: Path, d: Path, reps: int) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         raise BenchError(f"{impl.name}: claimcost failed: {proc.stderr[-800:]}")
-    claims: list[float] = json.loads(proc.stdout)[warmup:]
-    return {
-        "median_s": median(claims),
-        "p95_s": percentile(claims, 95),
-        "samples_s": claims,
-        "method": "in-process claim transaction, rolled back (bench/claimcost.py)",
-    }
+    samples: list[float] = json.loads(proc.stdout)[warmup:]
+    return samples
 
 
 def _ratios(sizes: dict[str, Any], plan: Plan) -> dict[str, float | None]:
     small, big = sizes[str(plan.small_table)], sizes[str(plan.big_table)]
     return {
         k: big[k]["median_s"] / small[k]["median_s"]
-        if "median_s" in big[k] and "median_s" in small[k]
+        if "median_s" in big.get(k, {}) and "median_s" in small.get(k, {})
         else None
         for k in ("claim", "status", "list")
     }

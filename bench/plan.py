@@ -15,7 +15,7 @@ class Plan:
     pickup_samples: int = 30
     idle_s: float = 10.0
     read_reps: int = 7
-    claim_reps: int = 300
+    claim_reps: int = 300  # split into 3 alternating rounds
     small_table: int = 1_000
     big_table: int = 100_000
     spawn_reps: int = 300
@@ -29,6 +29,6 @@ QUICK = Plan(
     pickup_samples=15,
     idle_s=4.0,
     read_reps=3,
-    claim_reps=100,
+    claim_reps=90,
     spawn_reps=100,
 )
