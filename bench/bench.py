@@ -113,6 +113,7 @@ def main(argv: list[str]) -> int:
     doc["table"] = rows
     foreign = {name: r.get("foreign_cpu_cores") for name, r in results.items()}
     print(report.render(rows, doc["machine"], foreign))
+    print(report.import_summary(results))
     _write(doc, started)
     errors = [name for name, r in results.items() if "error" in r]
     for name in errors:

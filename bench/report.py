@@ -245,3 +245,28 @@ def render(table: list[Row], machine: dict[str, Any], foreign: dict[str, float |
             + ", ".join(f"{k} {v:.2f}" for k, v in foreign.items() if v is not None)
         )
     return "\n".join(text)
+
+
+def import_summary(results: dict[str, Any]) -> str:
+    """What `add` imports (python -X importtime), for the people optimising it."""
+    imp = results.get("import_time")
+    if imp is None or "error" in imp:
+        return ""
+    lines = []
+    for name in ("ours", "ref"):
+        s = imp[name]
+        lines.append(
+            f"add imports, {name}: {s['total_ms']:.0f} ms under -X importtime, "
+            f"{s['module_count']} modules ({s['sqlalchemy_modules']} sqlalchemy), "
+            f"flagged: {', '.join(s['flagged_imports']) or 'none'}"
+        )
+    top = imp["ours"]["top10_self"]
+    lines.append(
+        "  ours, top 10 by own time: " + ", ".join(f"{m['module']} {m['self_ms']:.1f}" for m in top)
+    )
+    top = imp["ours"]["top10_toplevel_cumulative"]
+    lines.append(
+        "  ours, top-level imports by cumulative ms: "
+        + ", ".join(f"{m['module']} {m['cumulative_ms']:.0f}" for m in top)
+    )
+    return "\n".join(lines)
