@@ -17,11 +17,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import FrameType
 from typing import Any, Literal
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from spoolctl import procs
 from spoolctl.config import Timing
@@ -316,11 +317,11 @@ class Worker:
             if verdict is reaper.Verdict.HUNG and not reaper.fence(cand):
                 continue
             reaper.kill_orphan(cand)
-            self._write_quietly(
-                lambda conn, c=cand: reaper.reap(
-                    conn, c, now=self.clock(), threshold_s=threshold, reaper_id=self.worker_id
-                )
-            )
+            self._write_quietly(partial(self._reap, cand))
+
+    def _reap(self, cand: reaper.Candidate, conn: Connection) -> None:
+        threshold = self.timing.reap_threshold_s
+        reaper.reap(conn, cand, now=self.clock(), threshold_s=threshold, reaper_id=self.worker_id)
 
     # -- stopping ----------------------------------------------------------
 
@@ -375,7 +376,7 @@ class Worker:
             cursor.close()
         except Exception:
             return True
-        changed = version != self._data_version
+        changed = bool(version != self._data_version)
         self._data_version = version
         return changed
 
