@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from spoolctl import procs
 from spoolctl.db import codec
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, JobState
+
+ENDED_ELSEWHERE = frozenset({AttemptState.CANCELED.value, AttemptState.ABANDONED.value})
+"""Attempts ended by someone other than their worker, whose process may linger."""
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,8 @@ def output_paths(output_root: Path, job_id: int, attempt_no: int) -> tuple[str, 
     return str(folder / "stdout"), str(folder / "stderr")
 
 
-def _claimable(queue: str, now: float):  # type: ignore[no-untyped-def]
-    return (
+def _claimable(queue: str, now: float, skip: list[int]):  # type: ignore[no-untyped-def]
+    query = (
         select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds)
         .where(
             jobs.c.state == JobState.QUEUED.value,
@@ -50,6 +55,7 @@ def _claimable(queue: str, now: float):  # type: ignore[no-untyped-def]
         .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
         .limit(1)
     )
+    return query.where(jobs.c.id.not_in(skip)) if skip else query
 
 
 def running_in_queue(conn: Connection, queue: str) -> int:
@@ -77,21 +83,28 @@ def claim_next(
     Order: priority (high first), then next_run_at, then id. With `slots`, no
     claim is made while that many jobs of the queue are running fleet-wide.
     A job whose stored argv is damaged is skipped here and left for an
-    operator (it is reported by the inspection verbs), never executed.
+    operator (it is reported by the inspection verbs), never executed. A job
+    whose previous attempt was canceled or abandoned while its process still
+    lives stays queued until that process is gone.
     """
     if slots is not None and running_in_queue(conn, queue) >= slots:
         return None
+    skip: list[int] = []
     while True:
-        row = conn.execute(_claimable(queue, now)).first()
+        row = conn.execute(_claimable(queue, now, skip)).first()
         if row is None:
             return None
+        previous = _latest_attempt(conn, row.id)
+        if _still_running(previous):
+            skip.append(row.id)
+            continue
         try:
             argv = codec.load_argv(row.argv)
             env = codec.load_str_map(row.env)
             break
         except codec.DamagedValue as exc:
             _quarantine(conn, row.id, str(exc), now)
-    attempt_no = _next_attempt_no(conn, row.id)
+    attempt_no = 1 if previous is None else previous.attempt_no + 1
     stdout_path, stderr_path = output_paths(output_root, row.id, attempt_no)
     conn.execute(
         update(jobs)
@@ -135,12 +148,33 @@ def claim_next(
     )
 
 
-def _next_attempt_no(conn: Connection, job_id: int) -> int:
-    """Monotonic per job: a manual retry never reuses a number or its output."""
-    last = conn.execute(
-        select(func.max(attempts.c.attempt_no)).where(attempts.c.job_id == job_id)
-    ).scalar()
-    return int(last or 0) + 1
+def _latest_attempt(conn: Connection, job_id: int) -> Any:
+    """The job's newest attempt: the next number follows it (monotonic per job,
+    so a manual retry never reuses a number or its output)."""
+    return conn.execute(
+        select(
+            attempts.c.attempt_no, attempts.c.state, attempts.c.job_pid, attempts.c.job_started_at
+        )
+        .where(attempts.c.job_id == job_id)
+        .order_by(attempts.c.attempt_no.desc())
+        .limit(1)
+    ).first()
+
+
+def _still_running(previous: Any) -> bool:
+    """Whether a canceled or abandoned previous attempt's process still lives.
+
+    Those processes are killed asynchronously (a force-retried job's owner kills
+    it at its next heartbeat), so the job waits in the queue until the old
+    process is gone: two copies of one job never run at once. Only a recorded
+    pid with its start time is trusted; anything less does not block the job.
+    """
+    if previous is None or previous.state not in ENDED_ELSEWHERE:
+        return False
+    if previous.job_pid is None or previous.job_started_at is None:
+        return False
+    identity = procs.ProcessIdentity(previous.job_pid, previous.job_started_at)
+    return procs.is_same_process(identity) is procs.Liveness.ALIVE
 
 
 def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None:

@@ -100,7 +100,7 @@ def requeue(conn: Connection, job_id: int, *, force: bool, now: float) -> str:
                 f"job {job_id} is running; retry --force cancels the running attempt",
                 job_id=job_id,
             )
-        _abandon_running_attempt(conn, job_id, now)
+        _cancel_running_attempt(conn, job_id, now)
     elif state not in RETRYABLE:
         raise Conflict(
             f"job {job_id} is {state}; only dead, failed, canceled or running "
@@ -124,7 +124,7 @@ def requeue(conn: Connection, job_id: int, *, force: bool, now: float) -> str:
     return str(state)
 
 
-def _abandon_running_attempt(conn: Connection, job_id: int, now: float) -> None:
+def _cancel_running_attempt(conn: Connection, job_id: int, now: float) -> None:
     attempt_id = running_attempt_id(conn, job_id)
     if attempt_id is None:
         return
@@ -132,7 +132,7 @@ def _abandon_running_attempt(conn: Connection, job_id: int, now: float) -> None:
         update(attempts)
         .where(attempts.c.id == attempt_id, attempts.c.state == AttemptState.RUNNING.value)
         .values(
-            state=AttemptState.ABANDONED.value,
+            state=AttemptState.CANCELED.value,
             failure_reason=FailureReason.CANCELED.value,
             finished_at=now,
             error="force-retried while running",
