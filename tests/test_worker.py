@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from spoolctl.cli.queues import open_write
 from spoolctl.db.engine import write_tx
 from spoolctl.services.cancel import cancel
+from spoolctl.services.deadletter import requeue
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import (
     attempts_of,
@@ -158,6 +160,52 @@ def test_cancelling_a_running_job_makes_its_worker_kill_the_group(db: Path, tmp_
     (attempt,) = attempts_of(db, job_id)
     assert (attempt["state"], attempt["failure_reason"]) == ("canceled", "canceled")
     assert events_of(db, job_id) == ["added", "claimed", "canceled"]
+
+
+RERUN_PROBE = """
+import os, sys, time
+from pathlib import Path
+folder, attempt = Path(sys.argv[1]), os.environ["SPOOLCTL_ATTEMPT"]
+if attempt == "1":
+    (folder / "pid.1").write_text(str(os.getpid()))
+    time.sleep(60)
+else:
+    pid = int((folder / "pid.1").read_text())
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(") ", 1)[1].split()[0]
+    except OSError:
+        state = "gone"
+    (folder / "seen.2").write_text(state)
+"""
+
+
+def test_a_force_retried_job_does_not_rerun_while_its_first_attempt_lives(
+    db: Path, tmp_path: Path
+) -> None:
+    """retry --force hands the job back at once, but its owner only kills the
+    old attempt at its next heartbeat: no worker may start attempt 2 before then."""
+    script = tmp_path / "probe.py"
+    script.write_text(RERUN_PROBE)
+    job_id = add_job(db, sys.executable, str(script), str(tmp_path))
+    slow = {"SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "2", "SPOOLCTL_TEST_REAP_THRESHOLD": "30"}
+    owner = start_worker(db, env=slow)
+    wait_for((tmp_path / "pid.1").exists, what="attempt 1")
+    other = start_worker(db, "--poll-interval", "0.1", env=slow)
+    wait_for(lambda: len(rows(db, "SELECT id FROM workers")) == 2, what="the other worker")
+    try:
+        queue = open_write(str(db))
+        with write_tx(queue.engine) as conn:
+            requeue(conn, job_id, force=True, now=time.time())
+        queue.engine.dispose()
+        wait_for(lambda: job(db, job_id)["state"] == "done", timeout=15, what="attempt 2")
+    finally:
+        for worker in (owner, other):
+            worker.send_signal(signal.SIGTERM)
+            worker.communicate(timeout=20)
+    assert (tmp_path / "seen.2").read_text() in ("gone", "Z"), "two attempts ran at once"
+    first, _ = attempts_of(db, job_id)
+    assert (first["state"], first["failure_reason"]) == ("canceled", "canceled")
 
 
 def test_the_worker_row_is_registered_heartbeats_and_stops(db: Path) -> None:
