@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import importlib.util
 import sys
@@ -107,7 +108,17 @@ def _wants_json(args: list[str]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    sys.exit(run(sys.argv[1:] if argv is None else argv))
+    """Console entry point.
+
+    A spoolctl process is short-lived (a worker re-enables collection once it
+    is set up): the cyclic garbage collector is off while the verb's modules
+    load, and everything alive at exit is frozen, so neither the import of
+    SQLAlchemy nor interpreter shutdown pays for scanning its objects.
+    """
+    gc.disable()
+    code = run(sys.argv[1:] if argv is None else argv)
+    gc.freeze()
+    sys.exit(code)
 
 
 def run(args: list[str]) -> int:

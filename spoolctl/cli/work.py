@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import click
@@ -103,6 +104,9 @@ def work(
         concurrency=concurrency,
     )
     worker = Worker(queue_file.engine, queue_file.output_root, options, timing)
+    # A worker lives long: collect cycles again, but never rescan what import made.
+    gc.freeze()
+    gc.enable()
     try:
         report = worker.run()
     except RevisionMismatch:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, select
 
 from spoolctl.db import codec
-from spoolctl.db.tables import jobs
+from spoolctl.db.tables import job_events, jobs
 from spoolctl.errors import IdempotencyConflict
 from spoolctl.services.events import record_event
 from spoolctl.states import ACTIVE_JOB_STATES, EventKind, JobState
@@ -103,8 +103,34 @@ def submit(conn: Connection, spec: JobSpec, now: float) -> Submitted:
 
 
 def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list[int]:
-    """Insert every spec in the caller's one transaction; keys deduplicate as in submit."""
-    return [submit(conn, spec, now).job_id for spec in specs]
+    """Insert every spec in the caller's one transaction, ids in input order.
+
+    Runs of specs without a key go in with one multi-row INSERT ... RETURNING
+    (and one for their `added` events); a keyed spec deduplicates as in submit.
+    """
+    ids: list[int] = []
+    plain: list[dict[str, Any]] = []
+    for spec in specs:
+        if spec.idempotency_key is None:
+            plain.append(spec.row(now))
+            continue
+        ids.extend(_insert_many(conn, plain, now))
+        plain = []
+        ids.append(submit(conn, spec, now).job_id)
+    ids.extend(_insert_many(conn, plain, now))
+    return ids
+
+
+def _insert_many(conn: Connection, rows: list[dict[str, Any]], now: float) -> list[int]:
+    if not rows:
+        return []
+    result = conn.execute(insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows)
+    ids = [int(job_id) for job_id in result.scalars()]
+    conn.execute(
+        insert(job_events),
+        [{"job_id": i, "at": now, "event": EventKind.ADDED.value} for i in ids],
+    )
+    return ids
 
 
 def _insert(conn: Connection, row: dict[str, Any], now: float) -> int:
