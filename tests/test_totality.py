@@ -21,7 +21,9 @@ from tests.populated import Populated, populate, run_quiet
 from tests.schema_check import errors as schema_errors
 
 ENVELOPE_KEYS = {"ok", "tool_version", "data", "meta", "warnings", "commands", "errors"}
-NEVER = {"--db", "--json", "--help", "-h", "--follow", "--poll-interval", "--idle-timeout"}
+NEVER = {
+    "--db", "--json", "--help", "-h", "--follow", "--poll-interval", "--idle-timeout", "--watch",
+}
 # Flags left out per verb: they block by design (bounded below instead), or
 # they would legitimately rewrite the schema under every later example.
 LEFT_OUT = {

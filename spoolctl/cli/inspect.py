@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from collections import Counter
 from typing import Any
 
 import click
@@ -20,7 +22,7 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.queues import open_read
-from spoolctl.cli.render import Reply, age, emit, local_time, style, table
+from spoolctl.cli.render import ProgressLine, Reply, age, emit, local_time, style, table
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
 from spoolctl.services import query
 from spoolctl.states import JobState
@@ -42,22 +44,44 @@ def empty_status() -> dict[str, Any]:
 
 @verb(
     "status",
-    examples=("spoolctl status", "spoolctl status --json"),
+    exclusive=(("watch", "as_json"),),
+    examples=("spoolctl status", "spoolctl status --json", "spoolctl status --watch"),
 )
 @click.option("--limit", type=BoundedInt(0, 1000), default=10, show_default=True,
               help="Recent dead jobs shown (0: all).")  # fmt: skip
+@click.option("--watch", is_flag=True, help="Refresh a live view until interrupted (Ctrl-C).")
+@click.option("--interval", type=Seconds(0, 3600), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")  # fmt: skip
 @db_option
 @json_option
-def status(limit: int, db: str | None, as_json: bool) -> int:
+def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bool) -> int:
     """Counts per state, scheduled jobs, queues, recent dead jobs, live workers."""
-    queue = open_read(db)
+    if watch:
+        return watch_status(db, limit, interval)
     now = time.time()
-    data = (
-        empty_status()
-        if queue is None
-        else queue.read(lambda conn: query.status_summary(conn, now, dead_limit=limit))
-    )
+    data = status_data(db, limit, now)
     return emit(Reply(data, text=lambda: status_text(data, now)), as_json)
+
+
+def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
+    queue = open_read(db)
+    if queue is None:
+        return empty_status()
+    return queue.read(lambda conn: query.status_summary(conn, now, dead_limit=limit))
+
+
+def watch_status(db: str | None, limit: int, interval: float) -> int:
+    """Redraw the status every `interval` seconds until Ctrl-C (exit 0)."""
+    try:
+        while True:
+            now = time.time()
+            view = status_text(status_data(db, limit, now), now)
+            if sys.stdout.isatty():
+                click.clear()
+            click.echo(f"{local_time(now)}  (every {interval:g}s, Ctrl-C to stop)\n{view}\n")
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0
 
 
 def status_text(data: dict[str, Any], now: float) -> str:
@@ -230,21 +254,36 @@ def wait(
     time runs out first.
     """
     ids = sorted(set(job_ids))
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
     found = open_read(db)
-    while True:
-        summary = {} if found is None else found.read(lambda conn: query.wait_summary(conn, ids))
-        missing = [i for i in ids if i not in summary]
-        if missing:
-            raise NotFound(f"no job {missing[0]}", job_ids=missing)
-        pending = [i for i in ids if summary[i]["state"] not in WAIT_FINAL]
-        if not pending:
-            return emit(wait_reply(summary), as_json)
-        if time.monotonic() >= deadline:
-            raise WaitTimeout(
-                f"jobs still unfinished after {timeout:g}s: {pending}", pending=pending
+    progress = ProgressLine(as_json)
+    try:
+        while True:
+            summary = (
+                {} if found is None else found.read(lambda conn: query.wait_summary(conn, ids))
             )
-        time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
+            missing = [i for i in ids if i not in summary]
+            if missing:
+                raise NotFound(f"no job {missing[0]}", job_ids=missing)
+            pending = [i for i in ids if summary[i]["state"] not in WAIT_FINAL]
+            if not pending:
+                progress.done()
+                return emit(wait_reply(summary), as_json)
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"jobs still unfinished after {timeout:g}s: {pending}", pending=pending
+                )
+            progress.update(wait_progress(summary, time.monotonic() - started))
+            time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
+    finally:
+        progress.done()
+
+
+def wait_progress(summary: dict[int, dict[str, Any]], elapsed: float) -> str:
+    states = Counter(s["state"] for s in summary.values())
+    parts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    return f"waiting for {len(summary)} jobs: {parts} ({elapsed:.0f}s)"
 
 
 def wait_reply(summary: dict[int, dict[str, Any]]) -> Reply:
@@ -254,9 +293,3 @@ def wait_reply(summary: dict[int, dict[str, Any]]) -> Reply:
     return Reply(
         data, text="\n".join(lines), exit_code=EXIT_OK if all_done else EXIT_JOB_UNSUCCESSFUL
     )
-
-
-# Verbs that live in their own modules, registered under this one (see VERBS).
-from spoolctl.cli.events import events as events  # noqa: E402
-from spoolctl.cli.streams import feedback as feedback  # noqa: E402
-from spoolctl.cli.streams import output as output  # noqa: E402

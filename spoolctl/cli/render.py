@@ -180,3 +180,25 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+class ProgressLine:
+    """One self-overwriting status line on stderr, only for a person at a
+    terminal: never on a pipe, never with --json."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.active = not as_json and sys.stderr.isatty()
+        self._width = 0
+
+    def update(self, text: str) -> None:
+        if not self.active:
+            return
+        sys.stderr.write("\r" + text.ljust(self._width))
+        sys.stderr.flush()
+        self._width = len(text)
+
+    def done(self) -> None:
+        if self.active and self._width:
+            sys.stderr.write("\r" + " " * self._width + "\r")
+            sys.stderr.flush()
+            self._width = 0
