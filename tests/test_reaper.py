@@ -16,7 +16,9 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,9 +27,28 @@ from spoolctl.cli.queues import open_write
 from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.services import reaper
 from spoolctl.services.submit import JobSpec, submit
+from tests import helpers
 from tests.helpers import attempts_of, cli, events_of, job, pid_alive, rows, start_worker, wait_for
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every worker a test starts is gone after it, even when the test failed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def tracked(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
+        started.append(helpers.start_worker(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(sys.modules[__name__], "start_worker", tracked)
+    yield
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
 
 REAP_THRESHOLD_S = 1.0  # tests.helpers.FAST_KNOBS
 PROBE = r"""
@@ -275,12 +296,15 @@ def test_a_pid_that_cannot_be_probed_counts_as_alive(
     def refuse(pid: int, sig: int) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(procs.os, "kill", refuse)
     identity = procs.ProcessIdentity(impostor.pid, started)
-    assert procs.probe(impostor.pid) is procs.Liveness.INCONCLUSIVE
-    assert procs.is_same_process(identity, procs.WORKER_MARKER) is procs.Liveness.INCONCLUSIVE
-    assert verdict(candidate(impostor.pid, started)) is reaper.Verdict.ALIVE
-    assert verdict(candidate(impostor.pid, started), hang_threshold_s=1) is reaper.Verdict.ALIVE
+    with monkeypatch.context() as patch:  # undone before the fixture kills the impostor
+        patch.setattr(procs.os, "kill", refuse)
+        assert procs.probe(impostor.pid) is procs.Liveness.INCONCLUSIVE
+        assert procs.is_same_process(identity, procs.WORKER_MARKER) is (procs.Liveness.INCONCLUSIVE)
+        assert verdict(candidate(impostor.pid, started)) is reaper.Verdict.ALIVE
+        assert verdict(candidate(impostor.pid, started), hang_threshold_s=1) is (
+            reaper.Verdict.ALIVE
+        )
 
 
 def stale_ghost_job(db: Path, folder: Path, pid: int, started_at: float | None) -> int:
