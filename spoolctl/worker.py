@@ -218,8 +218,17 @@ class Worker:
         execution = execute.Execution(claim, slot)
         execution.start(self.worker_id, now)
         self.running[claim.job_id] = execution
-        if execution.proc is not None:
-            self._write_quietly(lambda conn: execute.record_spawn(conn, execution))
+        self._record_spawn(execution)
+
+    def _record_spawn(self, execution: execute.Execution) -> None:
+        """Store the job's pid and start time on its attempt. Retried at every
+        heartbeat until it lands: without it a reaper could not kill the job's
+        group should this worker die, and the job could run twice at once."""
+        if execution.proc is None or execution.spawn_recorded:
+            return
+        execution.spawn_recorded = self._write_quietly(
+            partial(execute.record_spawn, execution=execution)
+        )
 
     def _free_slot(self) -> int:
         used = {e.slot for e in self.running.values()}
@@ -294,6 +303,8 @@ class Worker:
             self.report.results.append(
                 AttemptResult(job_id, execution.claim.attempt_no, "lost_ownership", None)
             )
+        for execution in self.running.values():
+            self._record_spawn(execution)
 
     def _reap_pass(self, now: float) -> None:
         threshold = self.timing.reap_threshold_s
@@ -399,9 +410,11 @@ class Worker:
             with suppress(BlockingIOError):
                 os.read(wake_fd, 512)
 
-    def _write_quietly(self, fn: Callable[[Any], object]) -> None:
+    def _write_quietly(self, fn: Callable[[Any], object]) -> bool:
+        """Run fn in a write transaction; False if the lock stayed busy."""
         try:
             with write_tx(self.engine) as conn:
                 fn(conn)
         except Locked:
-            pass
+            return False
+        return True

@@ -66,6 +66,7 @@ class Execution:
     forced_error: str | None = None
     spawn_error: str | None = None
     pidfd: int | None = None
+    spawn_recorded: bool = False
 
     def start(self, worker_id: str, now: float) -> None:
         """Open the output files and spawn; a failure is kept as the outcome."""
