@@ -15,10 +15,14 @@ from typing import Any
 import pytest
 
 from spoolctl.cli.queues import open_write
+from spoolctl.config import Timing
 from spoolctl.db.engine import write_tx
+from spoolctl.errors import Locked
+from spoolctl.services import execute
 from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
 from spoolctl.services.submit import JobSpec, submit
+from spoolctl.worker import Worker, WorkerOptions
 from tests import helpers
 from tests.helpers import (
     attempts_of,
@@ -226,6 +230,36 @@ def test_a_force_retried_job_does_not_rerun_while_its_first_attempt_lives(
     assert (tmp_path / "seen.2").read_text() in ("gone", "Z"), "two attempts ran at once"
     first, _ = attempts_of(db, job_id)
     assert (first["state"], first["failure_reason"]) == ("canceled", "canceled")
+
+
+def test_a_spawn_record_lost_to_a_busy_lock_is_retried_at_the_next_heartbeat(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the job's pid on its attempt a reaper could not kill the job if
+    this worker died; one busy lock must not lose it for good."""
+    job_id = add_job(db, "sleep", "1")
+    real = execute.record_spawn
+    calls: list[int] = []
+
+    def busy_the_first_time(conn: Any, execution: execute.Execution) -> None:
+        calls.append(execution.claim.job_id)
+        if len(calls) == 1:
+            raise Locked("database is locked")
+        real(conn, execution)
+
+    monkeypatch.setattr(execute, "record_spawn", busy_the_first_time)
+    queue = open_write(str(db))
+    worker = Worker(
+        queue.engine, queue.output_root, WorkerOptions(mode="once"), Timing(0.2, 1.0, 600.0)
+    )
+    try:
+        worker.run()
+    finally:
+        queue.engine.dispose()
+
+    (attempt,) = attempts_of(db, job_id)
+    assert len(calls) == 2
+    assert attempt["job_pid"] is not None and attempt["job_started_at"] is not None
 
 
 def test_the_worker_row_is_registered_heartbeats_and_stops(db: Path) -> None:
