@@ -212,8 +212,12 @@ def test_a_heartbeating_worker_is_never_reaped(db: Path, tmp_path: Path) -> None
     queue.engine.dispose()
     owner = start_worker(db)
     wait_for(marker.exists, what="job started")
+    claimed_beat = job(db, job_id)["heartbeat_at"]
+    wait_for(lambda: job(db, job_id)["heartbeat_at"] > claimed_beat, what="a job heartbeat")
 
-    drain(db)  # a second worker watching the whole 3 s job (3x the reap threshold)
+    # A second worker watches the whole 3 s job: 3x the reap threshold, and
+    # with a hang threshold of 1 s it would fence an owner that went silent.
+    drain(db, env={"SPOOLCTL_HANG_THRESHOLD": "1"})
 
     owner.send_signal(signal.SIGTERM)
     assert owner.wait(timeout=10) == 0
