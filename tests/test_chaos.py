@@ -1,0 +1,194 @@
+"""Chaos: many jobs, several multi-slot workers, and a killer that SIGKILLs a
+random worker every fraction of a second and starts a new one.
+
+Afterwards (a final drain with no killing): every job is done, every job's
+command ran to its end at least once, no two copies of one job ever ran at
+the same moment, and attempts, crash counts and the event ledger agree.
+
+"Never two copies at once" is observed, not inferred: while a job runs it
+holds an exclusive non-blocking `flock` on its own lock file. The lock lives
+as long as the job's process group does (it is inherited by the group and
+released only when the last holder is dead), so a second copy started while
+an orphaned first one still runs fails to take it and records a violation.
+
+CI runs the short variant; `pytest -m slow tests/test_chaos.py` runs a longer one.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from spoolctl.cli.queues import open_write
+from spoolctl.services.submit import JobSpec, submit
+from tests.helpers import cli, rows, start_worker, wait_for
+
+JOB = r"""
+lock="$1/$SPOOLCTL_JOB_ID.lock"; log="$1/$SPOOLCTL_JOB_ID.log"
+exec 9>>"$lock"
+flock -n 9 || echo "$SPOOLCTL_JOB_ID $SPOOLCTL_ATTEMPT $$" >> "$1/violations"
+echo "start $SPOOLCTL_ATTEMPT $$" >> "$log"
+sleep "$2"
+echo "end $SPOOLCTL_ATTEMPT $$" >> "$log"
+"""
+
+
+@dataclass(frozen=True)
+class Chaos:
+    jobs: int
+    workers: int
+    concurrency: int
+    kill_every_s: tuple[float, float]
+    killing_s: float
+    job_sleep_s: str
+
+
+SHORT = Chaos(jobs=150, workers=3, concurrency=3, kill_every_s=(0.2, 0.5), killing_s=8.0,
+              job_sleep_s="0.2")  # fmt: skip
+LONG = Chaos(jobs=600, workers=4, concurrency=4, kill_every_s=(0.1, 0.4), killing_s=60.0,
+             job_sleep_s="0.3")  # fmt: skip
+
+
+class Fleet:
+    """Loop-mode workers; every one started is gone after the test."""
+
+    def __init__(self, db: Path, logs: Path, concurrency: int) -> None:
+        self.db, self.logs, self.concurrency = db, logs, concurrency
+        self.live: list[subprocess.Popen[str]] = []
+        self.started: list[subprocess.Popen[str]] = []
+        self.kills = 0
+
+    def start(self) -> None:
+        log = self.logs / f"worker-{len(self.started)}.log"
+        proc = start_worker(self.db, "--concurrency", str(self.concurrency),
+                            "--poll-interval", "0.1", log=log)  # fmt: skip
+        self.live.append(proc)
+        self.started.append(proc)
+
+    def kill_one(self, rng: random.Random) -> None:
+        victim = self.live.pop(rng.randrange(len(self.live)))
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        self.kills += 1
+
+    def stop_all(self) -> None:
+        """SIGTERM each worker once it is in its loop (it has heartbeated since
+        registering): a worker still starting up would simply die of it."""
+        for proc in self.live:
+            wait_for(lambda proc=proc: self.in_loop(proc.pid), what=f"worker {proc.pid} loop")
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.live:
+            assert proc.wait(timeout=30) == 0, "a worker failed under chaos"
+        self.live.clear()
+
+    def in_loop(self, pid: int) -> bool:
+        found = rows(self.db, "SELECT started_at, heartbeat_at FROM workers WHERE pid = ?", (pid,))
+        return bool(found) and found[0]["heartbeat_at"] > found[0]["started_at"]
+
+    def cleanup(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def fleet(db: Path, tmp_path: Path) -> Iterator[Fleet]:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    fleet = Fleet(db, logs, concurrency=1)
+    yield fleet
+    fleet.cleanup()
+
+
+def submit_all(db: Path, folder: Path, count: int, sleep_s: str) -> list[int]:
+    queue = open_write(str(db))
+    spec = JobSpec(argv=["sh", "-c", JOB, "job", str(folder), sleep_s], timeout_seconds=60)
+    try:
+        return queue.write(lambda conn: [submit(conn, spec, time.time()).job_id
+                                         for _ in range(count)])  # fmt: skip
+    finally:
+        queue.engine.dispose()
+
+
+def not_done(db: Path) -> int:
+    return int(rows(db, "SELECT count(*) AS n FROM jobs WHERE state != 'done'")[0]["n"])
+
+
+def run_chaos(db: Path, folder: Path, fleet: Fleet, plan: Chaos) -> list[int]:
+    job_ids = submit_all(db, folder, plan.jobs, plan.job_sleep_s)
+    rng = random.Random(20261130)
+    fleet.concurrency = plan.concurrency
+    for _ in range(plan.workers):
+        fleet.start()
+    deadline = time.monotonic() + plan.killing_s
+    while time.monotonic() < deadline and not_done(db):
+        time.sleep(rng.uniform(*plan.kill_every_s))
+        fleet.kill_one(rng)
+        fleet.start()
+    fleet.stop_all()
+    result = cli("work", "--drain", "--concurrency", "4", "--poll-interval", "0.1",
+                 db=db, json=True)  # fmt: skip
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert result.data["drained"] is True
+    return job_ids
+
+
+def expected_events(crashes: int) -> list[str]:
+    return ["added", *["claimed", "reaped"] * crashes, "claimed", "succeeded"]
+
+
+def check_ledger(db: Path, job_ids: list[int]) -> int:
+    """Jobs, attempts and events tell one story; returns the total crashes."""
+    jobs = {r["id"]: r for r in rows(db, "SELECT * FROM jobs")}
+    assert sorted(jobs) == sorted(job_ids)
+    assert Counter(r["state"] for r in jobs.values()) == {"done": len(job_ids)}
+    tries: dict[int, list[tuple[str, str | None]]] = {j: [] for j in job_ids}
+    for a in rows(db, "SELECT * FROM attempts ORDER BY job_id, attempt_no"):
+        tries[a["job_id"]].append((a["state"], a["failure_reason"]))
+    events: dict[int, list[str]] = {j: [] for j in job_ids}
+    for e in rows(db, "SELECT job_id, event FROM job_events ORDER BY id"):
+        events[e["job_id"]].append(e["event"])
+    for job_id, row in jobs.items():
+        crashes = row["crashes"]
+        assert tries[job_id] == [("abandoned", "worker_crash")] * crashes + [("succeeded", None)]
+        assert events[job_id] == expected_events(crashes), f"job {job_id}"
+        assert row["attempts"] == crashes
+    return sum(r["crashes"] for r in jobs.values())
+
+
+def check_runs(folder: Path, job_ids: list[int]) -> None:
+    """Each command ran to its end at least once; no two copies overlapped."""
+    violations = folder / "violations"
+    assert not violations.exists(), "two copies ran at once: " + violations.read_text()
+    for job_id in job_ids:
+        lines = (folder / f"{job_id}.log").read_text().splitlines()
+        assert any(line.startswith("end ") for line in lines), f"job {job_id} never completed"
+
+
+def chaos(db: Path, tmp_path: Path, fleet: Fleet, plan: Chaos) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    job_ids = run_chaos(db, folder, fleet, plan)
+    crashes = check_ledger(db, job_ids)
+    check_runs(folder, job_ids)
+    assert fleet.kills >= 5 and crashes > 0, "the chaos never hit a running job"
+
+
+@pytest.mark.timeout(90)
+def test_chaos_short(db: Path, tmp_path: Path, fleet: Fleet) -> None:
+    chaos(db, tmp_path, fleet, SHORT)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_chaos_long(db: Path, tmp_path: Path, fleet: Fleet) -> None:
+    chaos(db, tmp_path, fleet, LONG)
