@@ -190,5 +190,7 @@ def test_chaos_short(db: Path, tmp_path: Path, fleet: Fleet) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_chaos_long(db: Path, tmp_path: Path, fleet: Fleet) -> None:
+def test_chaos_long(db: Path, tmp_path: Path, fleet: Fleet, request: pytest.FixtureRequest) -> None:
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("a long run by hand: pytest -m slow tests/test_chaos.py")
     chaos(db, tmp_path, fleet, LONG)
