@@ -22,7 +22,14 @@ from tests.schema_check import errors as schema_errors
 
 ENVELOPE_KEYS = {"ok", "tool_version", "data", "meta", "warnings", "commands", "errors"}
 NEVER = {
-    "--db", "--json", "--help", "-h", "--follow", "--poll-interval", "--idle-timeout", "--watch",
+    "--db",
+    "--json",
+    "--help",
+    "-h",
+    "--follow",
+    "--poll-interval",
+    "--idle-timeout",
+    "--watch",
 }
 # Flags left out per verb: they block by design (bounded below instead), or
 # they would legitimately rewrite the schema under every later example.
@@ -133,7 +140,8 @@ def test_text_mode_never_shows_a_traceback(scratch: Path, args: list[str]) -> No
     assert "Traceback" not in result.stdout + result.stderr
     assert 0 <= result.exit_code <= 6
     if result.exit_code and result.stderr:
-        assert result.stderr.split("\n")[-2].startswith("spoolctl: "), result.stderr
+        lines = [line for line in result.stderr.splitlines() if not line.startswith("  hint: ")]
+        assert lines[-1].startswith("spoolctl: "), result.stderr
 
 
 def error_of(*args: str) -> tuple[int, dict[str, Any]]:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 import time
+import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,11 +21,19 @@ import click
 
 from spoolctl import __version__
 from spoolctl.errors import (
+    Conflict,
+    IdempotencyConflict,
+    Internal,
     InvalidInput,
+    Locked,
     MissingRequired,
+    NotFound,
+    SchemaOutdated,
+    SchemaTooNew,
     SpoolError,
     UnknownCommand,
     UnknownFlag,
+    WaitTimeout,
 )
 
 CONTRACT_VERSION = "2"
@@ -101,11 +111,90 @@ def error_object(exc: SpoolError) -> dict[str, Any]:
     }
 
 
+# What to do next, per error code, for people (text mode only; the JSON
+# envelope is unchanged). Templates are tried in order and the first whose
+# fields ({verb} and the error's detail keys) are all known is used. A code
+# whose messages already name the next step (SAFETY_BLOCK names its flag) has
+# no entry.
+HINTS: dict[str, tuple[str, ...]] = {
+    InvalidInput.code: (
+        "run 'spoolctl {verb} --help' for accepted values and examples",
+        "run 'spoolctl VERB --help' for accepted values and examples",
+    ),
+    MissingRequired.code: (
+        "run 'spoolctl {verb} --help' for its usage and examples",
+        "run 'spoolctl --help' for the verbs, 'spoolctl VERB --help' for one verb",
+    ),
+    NotFound.code: (
+        "run 'spoolctl list' for the jobs in this queue; "
+        "'spoolctl config-show' says which queue file is used",
+    ),
+    UnknownCommand.code: ("run 'spoolctl --help' for the list of verbs",),
+    UnknownFlag.code: (
+        "run 'spoolctl {verb} --help' for its flags",
+        "run 'spoolctl VERB --help' for its flags",
+    ),
+    Internal.code: (
+        "run 'spoolctl doctor' to check the queue file and spool folder; "
+        "if it finds nothing wrong, please report this as a bug",
+    ),
+    SchemaOutdated.code: ("run 'spoolctl migrate' (it writes a backup first)",),
+    SchemaTooNew.code: ("upgrade spoolctl; 'spoolctl migrate --status' shows the file's revision",),
+    Locked.code: ("retry in a moment; SPOOLCTL_BUSY_TIMEOUT=SECONDS waits longer for the lock",),
+    WaitTimeout.code: (
+        "the jobs keep running: wait again with a longer --timeout, "
+        "or watch them with 'spoolctl status --watch'",
+    ),
+    Conflict.code: (
+        "run 'spoolctl show {job_id}' for its state and history",
+        "pick another --worker-id; 'spoolctl workers' shows who holds {worker_id}",
+    ),
+    IdempotencyConflict.code: (
+        "use another --key, or let job {job_id} finish first: 'spoolctl wait {job_id}'",
+    ),
+}
+
+
+def _failed_verb() -> str | None:
+    """The verb that failed, read from the exception being handled (emit_error
+    runs inside the CLI's except clause): click's own context when it has one,
+    else the innermost verb context on the traceback (an error raised while
+    parsing or running a verb)."""
+    err = sys.exc_info()[1]
+    if err is None:
+        return None
+    frames = [frame.f_locals.get("ctx") for frame, _ in traceback.walk_tb(err.__traceback__)]
+    for ctx in [getattr(err, "ctx", None), *reversed(frames)]:
+        if isinstance(ctx, click.Context) and ctx.parent is not None:
+            return ctx.info_name
+    return None
+
+
+def error_hint(exc: SpoolError, verb: str | None) -> str | None:
+    """The next step for a person, or None when the message already says it."""
+    fields = {**exc.detail, **({"verb": verb} if verb else {})}
+    for template in HINTS.get(exc.code, ()):
+        try:
+            hint = template.format_map(fields)
+        except (KeyError, IndexError, AttributeError):
+            continue
+        commands = re.findall(r"'(spoolctl [^']*)'", hint)
+        if any(command in exc.message for command in commands):
+            return None
+        return hint
+    return None
+
+
 def emit_error(exc: SpoolError, as_json: bool) -> int:
+    """JSON: one envelope. Text: `spoolctl: CODE: message` on one line, then
+    an indented `hint:` line with what to do next, when there is one."""
     if as_json:
         write_json(envelope(None, errors=[error_object(exc)]))
-    else:
-        click.echo(f"spoolctl: {exc.code}: {exc.message}", err=True)
+        return exc.exit_code
+    click.echo(f"spoolctl: {exc.code}: {exc.message}", err=True)
+    hint = error_hint(exc, _failed_verb())
+    if hint:
+        click.echo(f"  hint: {hint}", err=True)
     return exc.exit_code
 
 
