@@ -1,10 +1,14 @@
 """Every command shown in the docs runs: the fenced ```sh blocks of README.md
-and docs/*.md are executed, file by file, against a scratch queue."""
+and docs/*.md are executed, file by file, against a scratch queue. Commands
+that must not run (```console, ```ini blocks and `inline code`) are checked
+against the click tree instead: the verb exists and each flag is one of its
+options, so the docs cannot name a verb or flag that does not exist."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +20,9 @@ from tests.helpers import REPO, child_env
 pytestmark = pytest.mark.timeout(180)
 
 FENCE = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
+ANY_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+INLINE = re.compile(r"`([^`\n]+)`")
+MENTION = re.compile(r"(?<![=\w.-])spoolctl((?:[ \t]+\S+)*)")
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
@@ -53,3 +60,80 @@ def test_shell_examples_run(path: Path, tmp_path: Path) -> None:
             f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
         )
         assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def verb_flags() -> dict[str, set[str]]:
+    """Every verb's option strings (the empty verb is the top-level group)."""
+    from spoolctl.cli.contract import verb_commands
+
+    flags = {"": {"--version", "--help", "-h"}}
+    for name, command in verb_commands().items():
+        opts = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+        flags[name] = opts | {"--help", "-h"}
+    return flags
+
+
+def words(text: str) -> list[str]:
+    """Shell words up to the argv separator `--`, a pipe, `;`, `&&` or a comment."""
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    try:
+        tokens = list(lexer)
+    except ValueError:  # an unbalanced quote in a truncated example
+        tokens = text.split()
+    out: list[str] = []
+    for token in tokens:
+        if token == "--" or set(token) <= set("|;&<>()"):
+            break
+        out.append(token)
+    return out
+
+
+def mentions(path: Path) -> list[str]:
+    """Command lines the docs show without running them: `spoolctl ...` in
+    non-sh fenced blocks and inline code, and inline code that starts with
+    a verb (`retry --force`) or is a bare flag (`--max-retries`)."""
+    text = path.read_text(encoding="utf-8")
+    found: list[str] = []
+    for lang, block in ANY_FENCE.findall(text):
+        if lang != "sh":
+            found += ["spoolctl" + m for line in block.splitlines() for m in MENTION.findall(line)]
+    prose = ANY_FENCE.sub("", text)
+    for span in INLINE.findall(prose):
+        spans = MENTION.findall(span)
+        found += ["spoolctl" + m for m in spans] if spans else [span]
+    return found
+
+
+def unknown_flags(line: str, flags: dict[str, set[str]]) -> list[str]:
+    tokens = words(line)
+    if tokens and tokens[0] == "spoolctl":
+        tokens = tokens[1:]
+        verb = tokens[0] if tokens and tokens[0] in flags else ""
+        if tokens and not tokens[0].startswith("-") and not verb:
+            return [f"no verb {tokens[0]!r}"]
+    elif tokens and tokens[0] in flags:
+        verb = tokens[0]
+    elif tokens and re.fullmatch(r"--[a-z][a-z-]*", tokens[0]):
+        return [] if any(tokens[0] in opts for opts in flags.values()) else [tokens[0]]
+    else:
+        return []
+    named = [t.split("=")[0] for t in tokens if re.fullmatch(r"--?[a-z][a-z-]*(=.*)?", t)]
+    return [f"{verb} {flag}" for flag in named if flag not in flags[verb]]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_shown_commands_name_real_verbs_and_flags(path: Path) -> None:
+    flags = verb_flags()
+    bad = {line: unknown for line in mentions(path) if (unknown := unknown_flags(line, flags))}
+    assert not bad, f"{path.name} names verbs or flags that do not exist: {bad}"
+
+
+def test_the_flag_check_catches_a_made_up_flag() -> None:
+    flags = verb_flags()
+    assert unknown_flags("spoolctl work --drain --bogus", flags) == ["work --bogus"]
+    assert unknown_flags("spoolctl frobnicate 3", flags) == ["no verb 'frobnicate'"]
+    assert unknown_flags("retry --forse", flags) == ["retry --forse"]
+    assert unknown_flags("--max-retry", flags) == ["--max-retry"]
+    assert unknown_flags("spoolctl add --timeout 5 -- sh -c 'x --y'", flags) == []
