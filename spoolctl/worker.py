@@ -30,7 +30,7 @@ from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.errors import Conflict, Locked
 from spoolctl.services import claim as claiming
 from spoolctl.services import execute, heartbeat, reaper
-from spoolctl.services.outcome import Outcome, record_outcome
+from spoolctl.services.outcome import Outcome, OwnershipLost, record_outcome
 from spoolctl.states import FailureReason
 
 Mode = Literal["loop", "once", "drain"]
@@ -146,7 +146,9 @@ class Worker:
         self.running.clear()
         try:
             with write_tx(self.engine) as conn:
-                heartbeat.retire_worker(conn, self.worker_id, self.clock())
+                heartbeat.retire_worker(
+                    conn, self.worker_id, self.clock(), len(self.report.results)
+                )
         except Exception:
             pass
 
@@ -258,6 +260,8 @@ class Worker:
                 break
             except Locked:
                 continue  # the outcome must not be lost: keep trying
+            except OwnershipLost:
+                break
         self.report.results.append(
             AttemptResult(
                 claim.job_id,
@@ -292,7 +296,7 @@ class Worker:
         pairs = [(job_id, e.claim.attempt_id) for job_id, e in self.running.items()]
         try:
             with write_tx(self.engine) as conn:
-                lost = heartbeat.beat(conn, self.worker_id, pairs, now)
+                lost = heartbeat.beat(conn, self.worker_id, pairs, now, len(self.report.results))
         except Locked:
             return
         self._last_beat = now

@@ -27,6 +27,8 @@ from sqlalchemy.exc import DatabaseError, DBAPIError, IntegrityError, Operationa
 from spoolctl.errors import Locked, SpoolError, StorageFault
 
 Synchronous = Literal["OFF", "NORMAL", "FULL"]
+READ_ONLY_OPTION = "spoolctl_read_only"
+"""Connection execution option: the begin hook opens a deferred transaction."""
 SPOOL_DIR_MODE = 0o700
 DB_FILE_MODE = 0o600
 
@@ -85,7 +87,8 @@ def make_engine(
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql(begin_sql)
+        readonly = conn.get_execution_options().get(READ_ONLY_OPTION, False)
+        conn.exec_driver_sql("BEGIN" if readonly else begin_sql)
         if expected_revision is not None:
             _check_revision(conn, expected_revision)
 
@@ -127,9 +130,12 @@ def write_tx(engine: Engine) -> Iterator[Connection]:
 
 @contextmanager
 def read_tx(engine: Engine) -> Iterator[Connection]:
-    """One consistent read snapshot (a deferred transaction, no write lock)."""
-    with translate_errors(engine), engine.begin() as conn:
-        yield conn
+    """One consistent read snapshot: a deferred BEGIN, so no write lock is
+    taken even on a write engine (a worker's reads never block claims)."""
+    with translate_errors(engine), engine.connect() as conn:
+        conn.execution_options(**{READ_ONLY_OPTION: True})
+        with conn.begin():
+            yield conn
 
 
 STORAGE_HINTS = (

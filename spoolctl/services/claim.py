@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, Select, bindparam, func, insert, select, update
 
 from spoolctl import procs
 from spoolctl.db import codec
@@ -44,18 +44,44 @@ def output_paths(output_root: Path, job_id: int, attempt_no: int) -> tuple[str, 
     return str(folder / "stdout"), str(folder / "stderr")
 
 
-def _claimable(queue: str, now: float, skip: list[int]):  # type: ignore[no-untyped-def]
-    query = (
-        select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds)
-        .where(
-            jobs.c.state == JobState.QUEUED.value,
-            jobs.c.queue == queue,
-            jobs.c.next_run_at <= now,
-        )
-        .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
-        .limit(1)
+_CLAIMABLE = (
+    select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds)
+    .where(
+        jobs.c.state == JobState.QUEUED.value,
+        jobs.c.queue == bindparam("queue"),
+        jobs.c.next_run_at <= bindparam("now"),
     )
-    return query.where(jobs.c.id.not_in(skip)) if skip else query
+    .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
+    .limit(1)
+)
+"""Built once: the hot path binds values instead of rebuilding statements."""
+
+_LATEST_ATTEMPT = (
+    select(attempts.c.attempt_no, attempts.c.state, attempts.c.job_pid, attempts.c.job_started_at)
+    .where(attempts.c.job_id == bindparam("job_id"))
+    .order_by(attempts.c.attempt_no.desc())
+    .limit(1)
+)
+
+_TAKE = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.QUEUED.value)
+    .values(
+        state=JobState.RUNNING.value,
+        locked_by=bindparam("b_worker"),
+        locked_pid=bindparam("b_pid"),
+        locked_at=bindparam("b_now"),
+        heartbeat_at=bindparam("b_now"),
+        started_at=bindparam("b_now"),
+        finished_at=None,
+    )
+)
+
+_INSERT_ATTEMPT = insert(attempts)
+
+
+def _claimable(skip: list[int]) -> Select[Any]:
+    return _CLAIMABLE.where(jobs.c.id.not_in(skip)) if skip else _CLAIMABLE
 
 
 def running_in_queue(conn: Connection, queue: str) -> int:
@@ -91,7 +117,7 @@ def claim_next(
         return None
     skip: list[int] = []
     while True:
-        row = conn.execute(_claimable(queue, now, skip)).first()
+        row = conn.execute(_claimable(skip), {"queue": queue, "now": now}).first()
         if row is None:
             return None
         previous = _latest_attempt(conn, row.id)
@@ -106,30 +132,19 @@ def claim_next(
             _quarantine(conn, row.id, str(exc), now)
     attempt_no = 1 if previous is None else previous.attempt_no + 1
     stdout_path, stderr_path = output_paths(output_root, row.id, attempt_no)
-    conn.execute(
-        update(jobs)
-        .where(jobs.c.id == row.id, jobs.c.state == JobState.QUEUED.value)
-        .values(
-            state=JobState.RUNNING.value,
-            locked_by=worker_id,
-            locked_pid=worker_pid,
-            locked_at=now,
-            heartbeat_at=now,
-            started_at=now,
-            finished_at=None,
-        )
-    )
+    conn.execute(_TAKE, {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now})
     attempt_id = conn.execute(
-        insert(attempts).values(
-            job_id=row.id,
-            attempt_no=attempt_no,
-            worker_id=worker_id,
-            worker_pid=worker_pid,
-            state=AttemptState.RUNNING.value,
-            started_at=now,
-            stdout_path=stdout_path,
-            stderr_path=stderr_path,
-        )
+        _INSERT_ATTEMPT,
+        {
+            "job_id": row.id,
+            "attempt_no": attempt_no,
+            "worker_id": worker_id,
+            "worker_pid": worker_pid,
+            "state": AttemptState.RUNNING.value,
+            "started_at": now,
+            "stdout_path": stdout_path,
+            "stderr_path": stderr_path,
+        },
     ).inserted_primary_key[0]  # type: ignore[index]
     record_event(
         conn, row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": attempt_no}
@@ -151,14 +166,7 @@ def claim_next(
 def _latest_attempt(conn: Connection, job_id: int) -> Any:
     """The job's newest attempt: the next number follows it (monotonic per job,
     so a manual retry never reuses a number or its output)."""
-    return conn.execute(
-        select(
-            attempts.c.attempt_no, attempts.c.state, attempts.c.job_pid, attempts.c.job_started_at
-        )
-        .where(attempts.c.job_id == job_id)
-        .order_by(attempts.c.attempt_no.desc())
-        .limit(1)
-    ).first()
+    return conn.execute(_LATEST_ATTEMPT, {"job_id": job_id}).first()
 
 
 def _still_running(previous: Any) -> bool:

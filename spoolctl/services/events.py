@@ -10,6 +10,8 @@ from spoolctl.db import codec
 from spoolctl.db.tables import job_events
 from spoolctl.states import EventKind
 
+_INSERT_EVENT = insert(job_events)
+
 
 def record_event(
     conn: Connection,
@@ -21,11 +23,12 @@ def record_event(
     detail: dict[str, Any] | None = None,
 ) -> None:
     conn.execute(
-        insert(job_events).values(
-            job_id=job_id,
-            at=at,
-            event=event.value,
-            worker_id=worker_id,
-            detail=None if detail is None else codec.dumps(detail),
-        )
+        _INSERT_EVENT,
+        {
+            "job_id": job_id,
+            "at": at,
+            "event": event.value,
+            "worker_id": worker_id,
+            "detail": None if detail is None else codec.dumps(detail),
+        },
     )

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, bindparam, update
 
 from spoolctl import procs
 from spoolctl.db.tables import attempts
@@ -192,6 +192,17 @@ def _pidfd(pid: int) -> int | None:
     return fd
 
 
+_RECORD_SPAWN = (
+    update(attempts)
+    .where(attempts.c.id == bindparam("b_id"))
+    .values(
+        job_pid=bindparam("b_pid"),
+        job_pgid=bindparam("b_pid"),
+        job_started_at=bindparam("b_started"),
+    )
+)
+
+
 def record_spawn(conn: Connection, execution: Execution) -> None:
     """Store the job's pid, group and start time on its attempt, so a reaper can
     later kill an orphaned group after checking it is still the same process."""
@@ -199,7 +210,10 @@ def record_spawn(conn: Connection, execution: Execution) -> None:
         return
     pid = execution.proc.pid
     conn.execute(
-        update(attempts)
-        .where(attempts.c.id == execution.claim.attempt_id)
-        .values(job_pid=pid, job_pgid=pid, job_started_at=procs.process_start_time(pid))
+        _RECORD_SPAWN,
+        {
+            "b_id": execution.claim.attempt_id,
+            "b_pid": pid,
+            "b_started": procs.process_start_time(pid),
+        },
     )

@@ -55,25 +55,30 @@ def get_worker(conn: Connection, worker_id: str) -> Any:
     return conn.execute(select(workers).where(workers.c.id == worker_id)).first()
 
 
-def retire_worker(conn: Connection, worker_id: str, now: float) -> None:
+def retire_worker(conn: Connection, worker_id: str, now: float, jobs_run: int) -> None:
     conn.execute(
         update(workers)
         .where(workers.c.id == worker_id)
-        .values(state=WorkerState.STOPPED.value, stopped_at=now, heartbeat_at=now)
+        .values(
+            state=WorkerState.STOPPED.value, stopped_at=now, heartbeat_at=now, jobs_run=jobs_run
+        )
     )
 
 
 def beat(
-    conn: Connection, worker_id: str, running: Iterable[tuple[int, int]], now: float
+    conn: Connection,
+    worker_id: str,
+    running: Iterable[tuple[int, int]],
+    now: float,
+    jobs_run: int,
 ) -> list[int]:
-    """Refresh the worker row and each (job_id, attempt_id) it runs.
-
-    Returns the job ids whose ownership was lost.
+    """Refresh the worker row (with its count of attempts run) and each
+    (job_id, attempt_id) it runs. Returns the job ids whose ownership was lost.
     """
     conn.execute(
         update(workers)
         .where(workers.c.id == worker_id)
-        .values(heartbeat_at=now, state=WorkerState.RUNNING.value)
+        .values(heartbeat_at=now, state=WorkerState.RUNNING.value, jobs_run=jobs_run)
     )
     lost = []
     for job_id, attempt_id in running:

@@ -8,13 +8,19 @@ being reaped, canceled or force-retried) changes nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
-from spoolctl.db.tables import attempts, jobs, workers
+from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.deadletter import RELEASE_LOCK, requeue_or_dead
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
+
+
+class OwnershipLost(Exception):
+    """The job row was ours but its attempt no longer runs (canceled or reaped in
+    the same instant): raised to roll the transaction back, so nothing changes."""
 
 
 @dataclass(frozen=True)
@@ -53,62 +59,76 @@ def record_outcome(
     )
 
 
+_FINISH_ATTEMPT = (
+    update(attempts)
+    .where(attempts.c.id == bindparam("b_id"), attempts.c.state == AttemptState.RUNNING.value)
+    .values(
+        state=bindparam("b_state"),
+        finished_at=bindparam("b_now"),
+        exit_code=bindparam("b_exit"),
+        error=bindparam("b_error"),
+        failure_reason=bindparam("b_reason"),
+    )
+)
+_OWNED_JOB = select(jobs).where(
+    jobs.c.id == bindparam("b_id"),
+    jobs.c.state == JobState.RUNNING.value,
+    jobs.c.locked_by == bindparam("b_worker"),
+)
+_MARK_DONE = (
+    update(jobs)
+    .where(
+        jobs.c.id == bindparam("b_id"),
+        jobs.c.state == JobState.RUNNING.value,
+        jobs.c.locked_by == bindparam("b_worker"),
+    )
+    .values(
+        **RELEASE_LOCK,
+        state=JobState.DONE.value,
+        finished_at=bindparam("b_now"),
+        last_exit_code=0,
+        last_error=None,
+        last_failure_reason=None,
+    )
+)
+"""Built once: recording an outcome binds values instead of rebuilding statements."""
+
+
 def _finish_attempt(
     conn: Connection, attempt_id: int, state: AttemptState, outcome: Outcome | None, now: float
 ) -> bool:
+    reason = None if outcome is None or outcome.reason is None else outcome.reason.value
     result = conn.execute(
-        update(attempts)
-        .where(attempts.c.id == attempt_id, attempts.c.state == AttemptState.RUNNING.value)
-        .values(
-            state=state.value,
-            finished_at=now,
-            exit_code=0 if outcome is None else outcome.exit_code,
-            error=None if outcome is None else outcome.error,
-            failure_reason=None
-            if outcome is None or outcome.reason is None
-            else outcome.reason.value,
-        )
+        _FINISH_ATTEMPT,
+        {
+            "b_id": attempt_id,
+            "b_state": state.value,
+            "b_now": now,
+            "b_exit": 0 if outcome is None else outcome.exit_code,
+            "b_error": None if outcome is None else outcome.error,
+            "b_reason": reason,
+        },
     )
     return result.rowcount == 1
 
 
-def _owned_job(conn: Connection, job_id: int, worker_id: str):  # type: ignore[no-untyped-def]
-    return conn.execute(
-        select(jobs).where(
-            jobs.c.id == job_id,
-            jobs.c.state == JobState.RUNNING.value,
-            jobs.c.locked_by == worker_id,
-        )
-    ).first()
-
-
-def _count_run(conn: Connection, worker_id: str) -> None:
-    conn.execute(
-        update(workers).where(workers.c.id == worker_id).values(jobs_run=workers.c.jobs_run + 1)
-    )
+def _owned_job(conn: Connection, job_id: int, worker_id: str) -> Any:
+    return conn.execute(_OWNED_JOB, {"b_id": job_id, "b_worker": worker_id}).first()
 
 
 def record_success(
     conn: Connection, *, job_id: int, attempt_id: int, worker_id: str, now: float
 ) -> JobState | None:
-    if _owned_job(conn, job_id, worker_id) is None:
-        return None
+    """The attempt succeeded and the job is done. The attempt is changed only
+    while it still runs (so a stale outcome of a canceled attempt never touches
+    a job the same worker claimed again), the job only while this worker owns
+    it; if the second fails after the first, OwnershipLost rolls both back."""
     if not _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now):
         return None
-    conn.execute(
-        update(jobs)
-        .where(jobs.c.id == job_id)
-        .values(
-            **RELEASE_LOCK,
-            state=JobState.DONE.value,
-            finished_at=now,
-            last_exit_code=0,
-            last_error=None,
-            last_failure_reason=None,
-        )
-    )
+    done = conn.execute(_MARK_DONE, {"b_id": job_id, "b_worker": worker_id, "b_now": now})
+    if done.rowcount != 1:
+        raise OwnershipLost(job_id)
     record_event(conn, job_id, EventKind.SUCCEEDED, now, worker_id=worker_id)
-    _count_run(conn, worker_id)
     return JobState.DONE
 
 
@@ -142,7 +162,6 @@ def record_failure(
             "error": outcome.error,
         },
     )
-    _count_run(conn, worker_id)
     return requeue_or_dead(
         conn,
         job,
