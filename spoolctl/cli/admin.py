@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import platform
 import sqlite3
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import sqlalchemy
 
 from spoolctl import __version__
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
+from spoolctl.cli.probes import Check, database_checks
 from spoolctl.cli.render import CONTRACT_VERSION, Reply, emit, style, table
 from spoolctl.config import (
     CONFIG_KEYS,
@@ -29,17 +28,7 @@ from spoolctl.config import (
     resolve_db,
 )
 from spoolctl.db import revision
-from spoolctl.db.engine import make_engine, read_tx
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, EXIT_USER, SpoolError
-
-
-@dataclass
-class Check:
-    id: str
-    status: str  # pass | warn | fail | skip
-    message: str
-    remediation: str | None = None
-    blocked_by: str | None = None
 
 
 @verb("doctor", examples=("spoolctl doctor", "spoolctl doctor --json"))
@@ -81,7 +70,14 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
         location = None
         checks.append(Check("db_path_resolvable", "fail", exc.message, blocked_by="config_valid"))
     if location is None:
-        names = ("folder_writable", "database_exists", "opens_read_write", "schema_current")
+        names = (
+            "folder_writable",
+            "disk_space",
+            "database_exists",
+            "opens_read_write",
+            "schema_current",
+            "integrity",
+        )
         checks += [
             Check(n, "skip", "no database path", blocked_by="db_path_resolvable") for n in names
         ]
@@ -108,70 +104,6 @@ def env_check() -> Check:
     except SpoolError as exc:
         return Check("env_valid", "fail", exc.message, "fix or unset the variable")
     return Check("env_valid", "pass", "environment knobs are valid")
-
-
-def database_checks(path: Path) -> list[Check]:
-    checks = [folder_check(path.parent)]
-    if not path.exists():
-        fix = "it is created by the first `spoolctl add` or `spoolctl work`"
-        checks.append(Check("database_exists", "warn", f"{path} does not exist yet", fix))
-        checks += [Check(n, "skip", "no database yet", blocked_by="database_exists")
-                   for n in ("opens_read_write", "schema_current")]  # fmt: skip
-        return checks
-    checks.append(Check("database_exists", "pass", str(path)))
-    opened = guarded("opens_read_write", lambda: opens_read_write(path))
-    checks.append(opened)
-    if opened.status != "pass":
-        checks.append(Check("schema_current", "skip", "cannot open", blocked_by="opens_read_write"))
-    else:
-        checks.append(guarded("schema_current", lambda: schema_check(path)))
-    return checks
-
-
-def guarded(check_id: str, probe: Callable[[], Check]) -> Check:
-    """A probe that fails reports a failed check, never an exception."""
-    try:
-        return probe()
-    except (OSError, sqlite3.Error, sqlalchemy.exc.SQLAlchemyError, SpoolError) as exc:
-        return Check(check_id, "fail", f"{type(exc).__name__}: {exc}")
-
-
-def folder_check(folder: Path) -> Check:
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
-        note = "" if probe == folder else f" (will be created under {probe})"
-        return Check("folder_writable", "pass", f"{folder} is writable{note}")
-    return Check("folder_writable", "fail", f"{probe} is not a writable folder",
-                 "choose another --db or fix the folder's permissions")  # fmt: skip
-
-
-def opens_read_write(path: Path) -> Check:
-    """Opens without creating (mode=rw) and reads the schema, taking no lock."""
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=busy_timeout_s())
-    try:
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    finally:
-        conn.close()
-    return Check("opens_read_write", "pass", "opens read-write")
-
-
-def schema_check(path: Path) -> Check:
-    engine = make_engine(path, write=False, busy_timeout_s=busy_timeout_s())
-    try:
-        with read_tx(engine) as conn:
-            status = revision.inspect_schema(conn)
-    finally:
-        engine.dispose()
-    if status.is_head:
-        return Check("schema_current", "pass", f"at head revision {revision.HEAD_REVISION}")
-    try:
-        revision.refuse_unless_current(status, path)
-    except SpoolError as exc:
-        fix = exc.detail.get("command") or "upgrade spoolctl"
-        return Check("schema_current", "fail", f"{exc.code}: {exc.message}", str(fix))
-    return Check("schema_current", "fail", f"schema is {status.label}")
 
 
 def contract_check() -> Check:

@@ -1,0 +1,143 @@
+"""doctor's probes of the database file and its folder: each answers one
+Check, and a probe that fails reports a failed check, never an exception."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy
+
+from spoolctl.config import busy_timeout_s
+from spoolctl.db import revision
+from spoolctl.db.engine import make_engine, read_tx
+from spoolctl.errors import SpoolError
+
+MIN_FREE_BYTES = 1_048_576
+"""Below this a worker cannot count on recording an attempt or its output."""
+
+
+@dataclass
+class Check:
+    id: str
+    status: str  # pass | warn | fail | skip
+    message: str
+    remediation: str | None = None
+    blocked_by: str | None = None
+
+
+def database_checks(path: Path) -> list[Check]:
+    checks = [folder_check(path.parent), space_check(path.parent)]
+    if not path.exists():
+        checks.append(missing_check(path))
+        checks += [Check(n, "skip", "no database yet", blocked_by="database_exists")
+                   for n in ("opens_read_write", "schema_current", "integrity")]  # fmt: skip
+        return checks
+    checks.append(Check("database_exists", "pass", str(path)))
+    opened = guarded("opens_read_write", lambda: opens_read_write(path))
+    checks.append(opened)
+    if opened.status == "fail":
+        checks += [Check(n, "skip", "cannot open", blocked_by="opens_read_write")
+                   for n in ("schema_current", "integrity")]  # fmt: skip
+    else:
+        checks.append(guarded("schema_current", lambda: schema_check(path)))
+        checks.append(guarded("integrity", lambda: integrity_check(path)))
+    return checks
+
+
+def missing_check(path: Path) -> Check:
+    """No file: normal before the first add, alarming if its WAL is still there."""
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists():
+        return Check("database_exists", "fail",
+                     f"{path} is missing but its write-ahead log {wal.name} is there: "
+                     "the database was deleted or moved underneath",
+                     "stop every worker of this queue, then restore the file from a backup "
+                     "or move the -wal and -shm files aside")  # fmt: skip
+    fix = "it is created by the first `spoolctl add` or `spoolctl work`"
+    return Check("database_exists", "warn", f"{path} does not exist yet", fix)
+
+
+def guarded(check_id: str, probe: Callable[[], Check]) -> Check:
+    """A probe that fails reports a failed check, never an exception."""
+    try:
+        return probe()
+    except (OSError, sqlite3.Error, sqlalchemy.exc.SQLAlchemyError, SpoolError) as exc:
+        return Check(check_id, "fail", f"{type(exc).__name__}: {exc}")
+
+
+def folder_check(folder: Path) -> Check:
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
+        note = "" if probe == folder else f" (will be created under {probe})"
+        return Check("folder_writable", "pass", f"{folder} is writable{note}")
+    return Check("folder_writable", "fail", f"{probe} is not a writable folder",
+                 "choose another --db or fix the folder's permissions")  # fmt: skip
+
+
+def opens_read_write(path: Path) -> Check:
+    """Opens without creating (mode=rw) and reads the schema, taking no lock.
+
+    SQLite quietly opens a file it cannot write read-only, so writability is
+    asked of the system too (os.access says no on a read-only mount even to root).
+    """
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=busy_timeout_s())
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    finally:
+        conn.close()
+    if not os.access(path, os.W_OK):
+        return Check("opens_read_write", "fail",
+                     f"{path} is read-only (its mode, or a read-only file system)",
+                     "make it and its folder writable, or remount the disk read-write")  # fmt: skip
+    return Check("opens_read_write", "pass", "opens read-write")
+
+
+def space_check(folder: Path) -> Check:
+    """Free space where the database and the output are written (the output
+    folder may be a mount of its own)."""
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    places = [probe] + [p for p in (folder / "output",) if p.is_dir()]
+    free, where = min((shutil.disk_usage(p).free, p) for p in places)
+    if free < MIN_FREE_BYTES:
+        return Check("disk_space", "fail", f"only {free} bytes free under {where}",
+                     "free space on that disk: `spoolctl prune` deletes old output")  # fmt: skip
+    return Check("disk_space", "pass", f"{free // 1_048_576} MiB free under {where}")
+
+
+def integrity_check(path: Path) -> Check:
+    """SQLite's quick_check: damaged pages are found before a verb trips on them."""
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=busy_timeout_s())
+    try:
+        found = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+    finally:
+        conn.close()
+    if found == ["ok"]:
+        return Check("integrity", "pass", "quick_check ok")
+    return Check("integrity", "fail", "the file is damaged: " + "; ".join(found)[:500],
+                 "stop the workers and restore the queue from a backup")  # fmt: skip
+
+
+def schema_check(path: Path) -> Check:
+    engine = make_engine(path, write=False, busy_timeout_s=busy_timeout_s())
+    try:
+        with read_tx(engine) as conn:
+            status = revision.inspect_schema(conn)
+    finally:
+        engine.dispose()
+    if status.is_head:
+        return Check("schema_current", "pass", f"at head revision {revision.HEAD_REVISION}")
+    try:
+        revision.refuse_unless_current(status, path)
+    except SpoolError as exc:
+        fix = exc.detail.get("command") or "upgrade spoolctl"
+        return Check("schema_current", "fail", f"{exc.code}: {exc.message}", str(fix))
+    return Check("schema_current", "fail", f"schema is {status.label}")

@@ -1,0 +1,191 @@
+"""Environment faults: a read-only disk, an unwritable spool folder, a full
+disk (under the output only, and under the whole spool), a damaged or foreign
+file at the database path. Each gives a clear error, loses no job, and is
+named by `doctor`.
+
+Read-only and full disks are real: a small tmpfs mounted (and remounted
+read-only) by the test, because as root neither chmod nor file modes stop a
+write. Those tests are skipped only where mounting is impossible (not root,
+or no permission to mount).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from spoolctl.cli.queues import open_write
+from spoolctl.services.submit import JobSpec, submit
+from tests.helpers import Result, add, attempts_of, cli_json, job, rows
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _mount(*args: str) -> bool:
+    found = subprocess.run(["mount", *args], capture_output=True, timeout=20)
+    return found.returncode == 0
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], None]]:
+    """mount(path, size): a fresh tmpfs of that size at path, unmounted after."""
+    mounted: list[Path] = []
+
+    def mount(path: Path, size: str) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        if not _mount("-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)):
+            pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+        mounted.append(path)
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=20)
+
+
+def add_jobs(db: Path, *argvs: list[str], max_retries: int = 0) -> list[int]:
+    queue = open_write(str(db))
+    try:
+        specs = [JobSpec(argv=argv, max_retries=max_retries) for argv in argvs]
+        return queue.write(lambda conn: [submit(conn, s, time.time()).job_id for s in specs])
+    finally:
+        queue.engine.dispose()
+
+
+def doctor(db: Path) -> dict[str, dict[str, str]]:
+    result = cli_json("doctor", db=db)
+    assert result.exit_code == 3 and result.data["ready"] is False, result.stdout
+    return {c["id"]: c for c in result.data["checks"]}
+
+
+def failed_with(result: Result, code: str, fragment: str) -> None:
+    assert result.exit_code == 3, result.stdout + result.stderr
+    (error,) = result.envelope["errors"]
+    assert error["code"] == code
+    assert fragment in error["message"]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def job_count(db: Path) -> int:
+    return int(rows(db, "SELECT count(*) AS n FROM jobs")[0]["n"])
+
+
+def test_a_read_only_disk_refuses_every_write_clearly_and_keeps_every_job(
+    tmp_path: Path, tmpfs: Callable[[Path, str], None]
+) -> None:
+    spool = tmp_path / "spool"
+    tmpfs(spool, "8m")
+    db = spool / "queue.db"
+    add(db, "true"), add(db, "true")  # through the CLI: its -wal and -shm stay, as in use
+    assert _mount("-o", "remount,ro", str(spool))
+
+    failed_with(cli_json("add", "--", "true", db=db), "INTERNAL", "read-only")
+    failed_with(cli_json("work", "--once", db=db), "INTERNAL", "read-only")
+    failed_with(cli_json("cancel", "1", db=db), "INTERNAL", "read-only")
+    listed = cli_json("list", db=db)
+    assert listed.exit_code == 0 and listed.data["count"] == 2, "reads still work"
+    checks = doctor(db)
+    assert checks["folder_writable"]["status"] == "fail"
+    assert checks["opens_read_write"]["status"] == "fail"
+    assert "read-only" in checks["opens_read_write"]["message"]
+
+    assert _mount("-o", "remount,rw", str(spool))
+    assert [r["state"] for r in rows(db, "SELECT state FROM jobs")] == ["queued", "queued"]
+    assert cli_json("work", "--drain", db=db).data["executed"] == 2
+
+
+def test_a_spool_folder_that_cannot_be_written_creates_nothing(
+    tmp_path: Path, tmpfs: Callable[[Path, str], None]
+) -> None:
+    disk = tmp_path / "disk"
+    tmpfs(disk, "1m")
+    assert _mount("-o", "remount,ro", str(disk))
+    db = disk / "spool" / "queue.db"
+
+    failed_with(cli_json("add", "--", "true", db=db), "INTERNAL", "cannot create the queue")
+    failed_with(cli_json("work", "--once", db=db), "INTERNAL", "Read-only file system")
+    assert not (disk / "spool").exists()
+    assert doctor(db)["folder_writable"]["status"] == "fail"
+
+
+FILL = ["head", "-c", "3000000", "/dev/zero"]  # fails (exit 1) when the disk is full
+
+
+def test_a_full_output_disk_truncates_output_but_every_attempt_is_recorded(
+    db: Path, tmpfs: Callable[[Path, str], None]
+) -> None:
+    filler, after = add_jobs(db, FILL, ["echo", "after"])
+    tmpfs(db.parent / "output", "1m")
+
+    result = cli_json("work", "--drain", db=db)
+
+    assert result.exit_code == 0 and result.data["executed"] == 2, "the worker survived"
+    (attempt,) = attempts_of(db, filler)
+    assert attempt["state"] == "failed" and attempt["exit_code"] == 1
+    shown = cli_json("output", str(filler), "--stream", "stdout", db=db).data
+    size = shown["streams"]["stdout"]["size_bytes"]
+    assert 0 < size <= 1_048_576 and shown["streams"]["stdout"]["preview_truncated"]
+    (second,) = attempts_of(db, after)
+    assert second["state"] in ("succeeded", "failed"), "recorded whatever the disk allowed"
+    assert doctor(db)["disk_space"]["status"] == "fail"
+
+
+def test_a_full_database_disk_stops_the_worker_clearly_and_loses_no_job(
+    tmp_path: Path, tmpfs: Callable[[Path, str], None]
+) -> None:
+    """A worker that cannot write its queue stops (exit 3, saying the disk is
+    full); the job it ran stays `running` and is reaped and rerun once there
+    is room again, so nothing is lost."""
+    spool = tmp_path / "spool"
+    tmpfs(spool, "1m")
+    db = spool / "queue.db"
+    once_fill = ["sh", "-c", 'if [ "$SPOOLCTL_ATTEMPT" = 1 ]; then exec "$@"; fi', "sh", *FILL]
+    filler, *others = add_jobs(db, once_fill, ["true"], ["true"])
+
+    failed_with(cli_json("work", "--drain", db=db), "INTERNAL", "database or disk is full")
+    assert job_count(db) == 3
+    assert doctor(db)["disk_space"]["status"] == "fail"
+
+    assert _mount("-o", "remount,size=16m", str(spool))  # the operator makes room
+    assert cli_json("work", "--drain", "--poll-interval", "0.1", db=db).exit_code == 0
+    assert [job(db, j)["state"] for j in (filler, *others)] == ["done"] * 3
+    first, second = attempts_of(db, filler)
+    assert (first["state"], first["failure_reason"]) == ("abandoned", "worker_crash")
+    assert second["state"] == "succeeded"
+
+
+def test_a_foreign_file_at_the_database_path_stops_a_worker_and_doctor_names_it(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "queue.db"
+    db.write_text("not a database\n" * 100)
+    before = db.read_bytes()
+
+    failed_with(cli_json("work", "--once", db=db), "INTERNAL", "not a spoolctl queue")
+    opened = doctor(db)["opens_read_write"]
+    assert opened["status"] == "fail" and "not a database" in opened["message"]
+    assert db.read_bytes() == before
+
+
+def test_a_damaged_queue_is_found_by_doctor_and_refused_by_verbs(db: Path) -> None:
+    add_jobs(db, *[["echo", "x" * 2000] for _ in range(50)])
+    subprocess.run(
+        [sys.executable, "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); "
+         "c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()", str(db)],
+        check=True, timeout=20,
+    )  # fmt: skip
+    half = db.stat().st_size // 2 // 4096 * 4096
+    with open(db, "r+b") as handle:  # scribble over the later pages: the table's rows
+        handle.seek(half)
+        handle.write(b"\xa5" * half)
+
+    integrity = doctor(db)["integrity"]
+    assert integrity["status"] == "fail" and "damaged" in integrity["message"]
+    result = cli_json("list", db=db)
+    assert result.exit_code == 3 and "Traceback" not in result.stdout + result.stderr
+    assert result.envelope["errors"][0]["code"] == "INTERNAL"
+    assert "malformed" in result.envelope["errors"][0]["message"]
