@@ -22,7 +22,9 @@ pytestmark = pytest.mark.timeout(180)
 FENCE = re.compile(r"^```sh\n(.*?)^```", re.MULTILINE | re.DOTALL)
 ANY_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 INLINE = re.compile(r"`([^`\n]+)`")
-MENTION = re.compile(r"(?<![=\w.-])spoolctl((?:[ \t]+\S+)*)")
+MENTION = re.compile(
+    r"(?<![=\w.-])(?:'spoolctl([^'\n]*)'|\"spoolctl([^\"\n]*)\"|spoolctl((?:[ \t]+\S+)*))"
+)
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
@@ -98,12 +100,16 @@ def mentions(path: Path) -> list[str]:
     found: list[str] = []
     for lang, block in ANY_FENCE.findall(text):
         if lang != "sh":
-            found += ["spoolctl" + m for line in block.splitlines() for m in MENTION.findall(line)]
+            found += [m for line in block.splitlines() for m in commands_in(line)]
     prose = ANY_FENCE.sub("", text)
     for span in INLINE.findall(prose):
-        spans = MENTION.findall(span)
-        found += ["spoolctl" + m for m in spans] if spans else [span]
+        found += commands_in(span) or [span]
     return found
+
+
+def commands_in(text: str) -> list[str]:
+    """`spoolctl ...` commands in a line; a quoted one ends at its quote."""
+    return ["spoolctl" + "".join(groups) for groups in MENTION.findall(text)]
 
 
 def unknown_flags(line: str, flags: dict[str, set[str]]) -> list[str]:
@@ -111,6 +117,8 @@ def unknown_flags(line: str, flags: dict[str, set[str]]) -> list[str]:
     if tokens and tokens[0] == "spoolctl":
         tokens = tokens[1:]
         verb = tokens[0] if tokens and tokens[0] in flags else ""
+        if tokens and tokens[0].isupper():  # a placeholder: `spoolctl VERB --help`
+            return []
         if tokens and not tokens[0].startswith("-") and not verb:
             return [f"no verb {tokens[0]!r}"]
     elif tokens and tokens[0] in flags:
@@ -134,6 +142,11 @@ def test_the_flag_check_catches_a_made_up_flag() -> None:
     flags = verb_flags()
     assert unknown_flags("spoolctl work --drain --bogus", flags) == ["work --bogus"]
     assert unknown_flags("spoolctl frobnicate 3", flags) == ["no verb 'frobnicate'"]
+    assert unknown_flags("spoolctl VERB --help", flags) == []
     assert unknown_flags("retry --forse", flags) == ["retry --forse"]
     assert unknown_flags("--max-retry", flags) == ["--max-retry"]
     assert unknown_flags("spoolctl add --timeout 5 -- sh -c 'x --y'", flags) == []
+    assert commands_in("run 'spoolctl list --bogus' then 'spoolctl show 1'") == [
+        "spoolctl list --bogus",
+        "spoolctl show 1",
+    ]
