@@ -30,11 +30,11 @@ from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.errors import Conflict, Locked
 from spoolctl.services import claim as claiming
 from spoolctl.services import execute, heartbeat, reaper
-from spoolctl.services.outcome import Outcome, OwnershipLost, record_outcome
-from spoolctl.states import FailureReason
+from spoolctl.services.outcome import Outcome, record_outcome
+from spoolctl.states import FailureReason, JobState
 
 Mode = Literal["loop", "once", "drain"]
-WATCH_TICK_S = 0.01
+WATCH_TICK_S = 0.02
 """How often an idle worker looks at the database's change counter."""
 NO_PIDFD_TICK_S = 0.005
 
@@ -80,12 +80,14 @@ class Worker:
         options: WorkerOptions,
         timing: Timing,
         clock: Callable[[], float] = time.time,
+        on_result: Callable[[WorkReport], None] | None = None,
     ) -> None:
         self.engine = engine
         self.output_root = output_root
         self.options = options
         self.timing = timing
         self.clock = clock
+        self.on_result = on_result
         self.worker_id = options.worker_id or default_worker_id()
         self.identity = procs.self_identity()
         self.hostname = procs.hostname()
@@ -161,58 +163,111 @@ class Worker:
                 self._hard_stop(now)
                 return
             self._beat_if_due(now)
-            self._collect(now)
-            if self._may_claim(now, watch):
-                self._reap_pass(now)
-                self._fill(now)
+            finished = self._ended(now)
+            wanted = self._wanted(now, watch, len(finished))
+            if finished or wanted:
+                for claim in self._settle_and_claim(now, finished, wanted):
+                    self._start(claim, now)
+            self._record_spawns_due(now)
             if self._finished(now):
                 return
             self._wait(wake_fd, now)
 
-    def _may_claim(self, now: float, watch: Any) -> bool:
-        if self.signals or len(self.running) >= self.options.concurrency:
-            return False
-        if self.options.mode == "once" and self.report.claimed:
-            return False
+    def _ended(self, now: float) -> list[tuple[execute.Execution, Outcome]]:
+        """Attempts whose process is over, with their outcome (still in `running`)."""
+        ended = []
+        for execution in self.running.values():
+            outcome = execution.poll(now)
+            if outcome is not None:
+                ended.append((execution, outcome))
+        return ended
+
+    def _wanted(self, now: float, watch: Any, ended: int) -> int:
+        """How many jobs to try to claim now (0: none); `ended` attempts are
+        about to free their slots."""
+        if self.signals or (self.options.mode == "once" and self.report.claimed):
+            return 0
+        free = self.options.concurrency - len(self.running) + ended
+        if free <= 0:
+            return 0
+        something_ended = ended > 0
         changed = self._database_changed(watch)
-        return changed or not self._claim_exhausted or now >= self._next_claim_at
+        if not (
+            changed or something_ended or not self._claim_exhausted or now >= self._next_claim_at
+        ):
+            return 0
+        return 1 if self.options.mode == "once" else free
 
-    def _fill(self, now: float) -> None:
-        while len(self.running) < self.options.concurrency:
-            claim = self._claim(now)
+    def _settle_and_claim(
+        self, now: float, ended: list[tuple[execute.Execution, Outcome]], wanted: int
+    ) -> list[claiming.Claim]:
+        """Record ended attempts and claim up to `wanted` (plus the slots they
+        free) in one BEGIN IMMEDIATE transaction. The reap pass comes first: if
+        a stale job exists, nothing is claimed until it has been judged."""
+        while True:
+            try:
+                with write_tx(self.engine) as conn:
+                    states = [self._settle(conn, e, o, now) for e, o in ended]
+                    stale = self._stale(conn, now) if wanted else []
+                    claims = [] if stale else self._claim_in(conn, now, wanted)
+                break
+            except Locked:
+                if not ended:
+                    return []  # busy beyond the timeout: jobs stay queued for the next pass
+                # an outcome must not be lost: keep trying
+        for (execution, outcome), state in zip(ended, states, strict=True):
+            self._report(execution, outcome, state)
+        if stale:
+            self._reap_pass(stale, now)
+            claims = self._claim_only(now, wanted)
+        return claims
+
+    def _settle(
+        self, conn: Connection, execution: execute.Execution, outcome: Outcome, now: float
+    ) -> JobState | None:
+        del self.running[execution.claim.job_id]
+        if execution.proc is not None and not execution.spawn_recorded:
+            execute.record_spawn(conn, execution, None)
+        return record_outcome(
+            conn,
+            job_id=execution.claim.job_id,
+            attempt_id=execution.claim.attempt_id,
+            worker_id=self.worker_id,
+            outcome=outcome,
+            now=now,
+        )
+
+    def _claim_in(self, conn: Connection, now: float, wanted: int) -> list[claiming.Claim]:
+        claims = []
+        for _ in range(wanted):
+            claim = claiming.claim_next(
+                conn,
+                worker_id=self.worker_id,
+                worker_pid=self.identity.pid,
+                queue=self.options.queue,
+                slots=self.options.slots,
+                output_root=self.output_root,
+                now=now,
+            )
             if claim is None:
-                self._claim_exhausted = True
-                self._schedule_next_claim(now)
-                return
-            self._claim_exhausted = False
-            self._start(claim, now)
-            if self.options.mode == "once":
-                return
+                break
+            claims.append(claim)
+        self._claim_exhausted = len(claims) < wanted
+        if self._claim_exhausted:
+            self._next_claim_at = self._next_claim_time(conn, now)
+        return claims
 
-    def _claim(self, now: float) -> claiming.Claim | None:
+    def _claim_only(self, now: float, wanted: int) -> list[claiming.Claim]:
         try:
             with write_tx(self.engine) as conn:
-                return claiming.claim_next(
-                    conn,
-                    worker_id=self.worker_id,
-                    worker_pid=self.identity.pid,
-                    queue=self.options.queue,
-                    slots=self.options.slots,
-                    output_root=self.output_root,
-                    now=now,
-                )
+                return self._claim_in(conn, now, wanted)
         except Locked:
-            return None  # busy beyond the timeout: the job stays queued for the next pass
+            return []
 
-    def _schedule_next_claim(self, now: float) -> None:
-        due = None
-        try:
-            with read_tx(self.engine) as conn:
-                due = claiming.next_due_at(conn, self.options.queue)
-        except Locked:
-            pass
+    def _next_claim_time(self, conn: Connection, now: float) -> float:
+        due = claiming.next_due_at(conn, self.options.queue)
         fallback = now + self.options.poll_interval_s
-        self._next_claim_at = fallback if due is None or due <= now else min(due, fallback)
+        return fallback if due is None or due <= now else min(due, fallback)
 
     def _start(self, claim: claiming.Claim, now: float) -> None:
         self.report.claimed += 1
@@ -220,57 +275,47 @@ class Worker:
         execution = execute.Execution(claim, slot)
         execution.start(self.worker_id, now)
         self.running[claim.job_id] = execution
-        self._record_spawn(execution)
 
-    def _record_spawn(self, execution: execute.Execution) -> None:
-        """Store the job's pid and start time on its attempt. Retried at every
-        heartbeat until it lands: without it a reaper could not kill the job's
-        group should this worker die, and the job could run twice at once."""
-        if execution.proc is None or execution.spawn_recorded:
+    def _record_spawns_due(self, now: float) -> None:
+        """Store the pid and start time of jobs that outlived the short delay.
+        Retried on every pass until it lands: without it a reaper could not
+        kill the job's group should this worker die, and the job could run
+        twice at once."""
+        due = [
+            e
+            for e in self.running.values()
+            if e.proc is not None and not e.spawn_recorded and now >= e.record_spawn_at
+        ]
+        if not due:
             return
-        execution.spawn_recorded = self._write_quietly(
-            partial(execute.record_spawn, execution=execution)
-        )
+
+        def record(conn: Connection) -> None:
+            for execution in due:
+                pid = execution.pid
+                started = None if pid is None else procs.process_start_time(pid)
+                execute.record_spawn(conn, execution, started)
+
+        if self._write_quietly(record):
+            for execution in due:
+                execution.spawn_recorded = True
 
     def _free_slot(self) -> int:
         used = {e.slot for e in self.running.values()}
         return next(i for i in range(self.options.concurrency) if i not in used)
 
-    def _collect(self, now: float) -> None:
-        for job_id, execution in list(self.running.items()):
-            outcome = execution.poll(now)
-            if outcome is not None:
-                self._record(execution, outcome)
-                del self.running[job_id]
-
-    def _record(self, execution: execute.Execution, outcome: Outcome) -> None:
-        claim = execution.claim
-        state = None
-        while True:
-            try:
-                with write_tx(self.engine) as conn:
-                    state = record_outcome(
-                        conn,
-                        job_id=claim.job_id,
-                        attempt_id=claim.attempt_id,
-                        worker_id=self.worker_id,
-                        outcome=outcome,
-                        now=self.clock(),
-                    )
-                break
-            except Locked:
-                continue  # the outcome must not be lost: keep trying
-            except OwnershipLost:
-                break
+    def _report(
+        self, execution: execute.Execution, outcome: Outcome, state: JobState | None
+    ) -> None:
         self.report.results.append(
             AttemptResult(
-                claim.job_id,
-                claim.attempt_no,
+                execution.claim.job_id,
+                execution.claim.attempt_no,
                 outcome.label if state is not None else "lost_ownership",
                 None if state is None else state.value,
             )
         )
-        self._claim_exhausted = False
+        if self.on_result is not None:
+            self.on_result(self.report)
 
     def _finished(self, now: float) -> bool:
         mode = self.options.mode
@@ -307,19 +352,19 @@ class Worker:
             self.report.results.append(
                 AttemptResult(job_id, execution.claim.attempt_no, "lost_ownership", None)
             )
-        for execution in self.running.values():
-            self._record_spawn(execution)
 
-    def _reap_pass(self, now: float) -> None:
-        threshold = self.timing.reap_threshold_s
-        try:
-            with read_tx(self.engine) as conn:
-                candidates = reaper.reap_candidates(conn, now, threshold)
-        except Locked:
-            return
+    def _stale(self, conn: Connection, now: float) -> list[reaper.Candidate]:
+        """Running jobs of other workers whose heartbeat is older than the threshold."""
+        return [
+            cand
+            for cand in reaper.reap_candidates(conn, now, self.timing.reap_threshold_s)
+            if not (cand.worker_id == self.worker_id and cand.job_id in self.running)
+        ]
+
+    def _reap_pass(self, candidates: list[reaper.Candidate], now: float) -> None:
+        """Judge each stale owner; reap the jobs of dead (or fenced) ones after
+        killing their orphaned process groups."""
         for cand in candidates:
-            if cand.worker_id == self.worker_id and cand.job_id in self.running:
-                continue
             verdict = reaper.owner_verdict(
                 cand,
                 now=now,
@@ -343,11 +388,9 @@ class Worker:
     def _hard_stop(self, now: float) -> None:
         for execution in self.running.values():
             execution.force_end(FailureReason.CANCELED, "worker stopped by a second signal")
-        for execution in list(self.running.values()):
+        for execution in self.running.values():
             execution.wait_blocking()
-            outcome = execution.poll(now)
-            if outcome is not None:
-                self._record(execution, outcome)
+        self._settle_and_claim(now, self._ended(now), 0)
         self.running.clear()
         self.report.stopped_by_signal = True
 
@@ -399,6 +442,8 @@ class Worker:
         deadline = self._last_beat + self.timing.heartbeat_interval_s
         for execution in self.running.values():
             deadline = min(deadline, execution.next_wakeup())
+            if execution.proc is not None and not execution.spawn_recorded:
+                deadline = min(deadline, execution.record_spawn_at)
         idle_capacity = len(self.running) < self.options.concurrency and not self.signals
         if idle_capacity and not (self.options.mode == "once" and self.report.claimed):
             deadline = min(deadline, now + WATCH_TICK_S, self._next_claim_at)

@@ -232,7 +232,7 @@ def test_a_force_retried_job_does_not_rerun_while_its_first_attempt_lives(
     assert (first["state"], first["failure_reason"]) == ("canceled", "canceled")
 
 
-def test_a_spawn_record_lost_to_a_busy_lock_is_retried_at_the_next_heartbeat(
+def test_a_spawn_record_lost_to_a_busy_lock_is_retried_until_it_lands(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without the job's pid on its attempt a reaper could not kill the job if
@@ -241,11 +241,13 @@ def test_a_spawn_record_lost_to_a_busy_lock_is_retried_at_the_next_heartbeat(
     real = execute.record_spawn
     calls: list[int] = []
 
-    def busy_the_first_time(conn: Any, execution: execute.Execution) -> None:
+    def busy_the_first_time(
+        conn: Any, execution: execute.Execution, started_at: float | None
+    ) -> None:
         calls.append(execution.claim.job_id)
         if len(calls) == 1:
             raise Locked("database is locked")
-        real(conn, execution)
+        real(conn, execution, started_at)
 
     monkeypatch.setattr(execute, "record_spawn", busy_the_first_time)
     queue = open_write(str(db))

@@ -10,17 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, bindparam, exists, select, update
 
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.deadletter import RELEASE_LOCK, requeue_or_dead
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
-
-
-class OwnershipLost(Exception):
-    """The job row was ours but its attempt no longer runs (canceled or reaped in
-    the same instant): raised to roll the transaction back, so nothing changes."""
 
 
 @dataclass(frozen=True)
@@ -70,18 +65,21 @@ _FINISH_ATTEMPT = (
         failure_reason=bindparam("b_reason"),
     )
 )
-_OWNED_JOB = select(jobs).where(
+_ATTEMPT_STILL_RUNS = exists().where(
+    attempts.c.id == bindparam("b_attempt"), attempts.c.state == AttemptState.RUNNING.value
+)
+_OWNED = (
     jobs.c.id == bindparam("b_id"),
     jobs.c.state == JobState.RUNNING.value,
     jobs.c.locked_by == bindparam("b_worker"),
+    _ATTEMPT_STILL_RUNS,
 )
+"""The job is running, owned by this worker, and its attempt is still the one
+running: checked first, so the attempt update that follows cannot miss."""
+_OWNED_JOB = select(jobs).where(*_OWNED)
 _MARK_DONE = (
     update(jobs)
-    .where(
-        jobs.c.id == bindparam("b_id"),
-        jobs.c.state == JobState.RUNNING.value,
-        jobs.c.locked_by == bindparam("b_worker"),
-    )
+    .where(*_OWNED)
     .values(
         **RELEASE_LOCK,
         state=JobState.DONE.value,
@@ -96,9 +94,9 @@ _MARK_DONE = (
 
 def _finish_attempt(
     conn: Connection, attempt_id: int, state: AttemptState, outcome: Outcome | None, now: float
-) -> bool:
+) -> None:
     reason = None if outcome is None or outcome.reason is None else outcome.reason.value
-    result = conn.execute(
+    conn.execute(
         _FINISH_ATTEMPT,
         {
             "b_id": attempt_id,
@@ -109,25 +107,23 @@ def _finish_attempt(
             "b_reason": reason,
         },
     )
-    return result.rowcount == 1
 
 
-def _owned_job(conn: Connection, job_id: int, worker_id: str) -> Any:
-    return conn.execute(_OWNED_JOB, {"b_id": job_id, "b_worker": worker_id}).first()
+def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -> Any:
+    params = {"b_id": job_id, "b_worker": worker_id, "b_attempt": attempt_id}
+    return conn.execute(_OWNED_JOB, params).first()
 
 
 def record_success(
     conn: Connection, *, job_id: int, attempt_id: int, worker_id: str, now: float
 ) -> JobState | None:
-    """The attempt succeeded and the job is done. The attempt is changed only
-    while it still runs (so a stale outcome of a canceled attempt never touches
-    a job the same worker claimed again), the job only while this worker owns
-    it; if the second fails after the first, OwnershipLost rolls both back."""
-    if not _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now):
+    """The attempt succeeded and the job is done, if this worker still owns both
+    (a stale outcome of a canceled attempt never touches a job the same worker
+    claimed again)."""
+    owned = {"b_id": job_id, "b_worker": worker_id, "b_attempt": attempt_id, "b_now": now}
+    if conn.execute(_MARK_DONE, owned).rowcount != 1:
         return None
-    done = conn.execute(_MARK_DONE, {"b_id": job_id, "b_worker": worker_id, "b_now": now})
-    if done.rowcount != 1:
-        raise OwnershipLost(job_id)
+    _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now)
     record_event(conn, job_id, EventKind.SUCCEEDED, now, worker_id=worker_id)
     return JobState.DONE
 
@@ -143,13 +139,12 @@ def record_failure(
 ) -> JobState | None:
     """A job-owned failure (exit, timeout, spawn failure, shutdown kill)."""
     assert outcome.reason is not None
-    job = _owned_job(conn, job_id, worker_id)
+    job = _owned_job(conn, job_id, attempt_id, worker_id)
     if job is None:
         return None
     timed_out = outcome.reason is FailureReason.TIMEOUT
     attempt_state = AttemptState.TIMED_OUT if timed_out else AttemptState.FAILED
-    if not _finish_attempt(conn, attempt_id, attempt_state, outcome, now):
-        return None
+    _finish_attempt(conn, attempt_id, attempt_state, outcome, now)
     record_event(
         conn,
         job_id,
