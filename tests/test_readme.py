@@ -1,0 +1,58 @@
+"""The newcomer's path holds together: the README has the sections a newcomer
+needs (and the marked table bench numbers go into), docs/index.md links every
+page of docs/, and every relative link in README.md and docs/*.md points at a
+file (and heading) that exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces to dashes."""
+    headings = re.findall(r"^#+ (.+)$", FENCE.sub("", path.read_text(encoding="utf-8")), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_readme_has_the_newcomers_sections() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    for wanted in ("Two commands", "A ten-line tour", "What it guarantees", "How it compares",
+                   "Performance", "Limitations", "Documentation"):  # fmt: skip
+        assert wanted in headings, wanted
+    assert "./scripts/demo" in text and "./scripts/test" in text
+    table = text.split("<!-- perf-table -->")[1].split("<!-- /perf-table -->")[0]
+    assert table.strip().startswith("|"), "the perf table sits between its markers"
+    for tool in ("nohup", "tmux", "task-spooler", "nq", "pueue", "cron", "Celery"):
+        assert tool in text, tool
+
+
+def test_the_index_links_every_page() -> None:
+    index = (REPO / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = {target.split("#")[0] for target in LINK.findall(index)}
+    pages = {p.name for p in (REPO / "docs").glob("*.md")} - {"index.md"}
+    assert pages <= linked, pages - linked
+    assert "docs/index.md" in (REPO / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_relative_links_resolve(page: Path) -> None:
+    text = FENCE.sub("", page.read_text(encoding="utf-8"))
+    broken = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target):
+            continue  # http(s), mailto: not checked offline
+        file_part, _, anchor = target.partition("#")
+        resolved = (page.parent / file_part).resolve() if file_part else page
+        if not resolved.exists() or (anchor and anchor not in anchors(resolved)):
+            broken.append(target)
+    assert not broken, f"{page.name}: broken links {broken}"
