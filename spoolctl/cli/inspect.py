@@ -106,7 +106,7 @@ def status_text(data: dict[str, Any], now: float) -> str:
     if workers:
         rows = [
             [w["id"], w["queue"], str(w["pid"]), ",".join(map(str, w["running_jobs"])) or "-",
-             f"{w['heartbeat_age_s']:.1f}s"]
+             "?" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f}s"]
             for w in workers
         ]  # fmt: skip
         lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))

@@ -242,14 +242,14 @@ def style(text: str, **kwargs: Any) -> str:
 
 
 def local_time(ts: float | None) -> str:
-    if ts is None:
-        return "-"
+    if not isinstance(ts, int | float):
+        return "-" if ts is None else "?"  # a damaged row: reported elsewhere
     return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def age(ts: float | None, now: float | None = None) -> str:
-    if ts is None:
-        return "-"
+    if not isinstance(ts, int | float):
+        return "-" if ts is None else "?"  # a damaged row: reported elsewhere
     seconds = (time.time() if now is None else now) - ts
     suffix = "ago" if seconds >= 0 else "from now"
     seconds = abs(seconds)

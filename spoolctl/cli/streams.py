@@ -65,7 +65,8 @@ def output(
 ) -> int:
     """Captured stdout and stderr of a job's latest attempt (or of --attempt N)."""
     queue = open_existing(db, job_id)
-    ref = queue.read(lambda conn: outputs.find_attempt(conn, job_id, attempt_no))
+    found = queue.read(lambda conn: outputs.find_attempt(conn, job_id, attempt_no))
+    ref = outputs.confine(found, queue.output_root)
     names = selected(stream)
     if ref.attempt_no is not None and follow:
         return follow_output(queue, ref, names, as_json)
@@ -88,7 +89,24 @@ def output_reply(ref: AttemptOutput, names: tuple[str, ...]) -> Reply:
         reply.warn("NO_ATTEMPTS_YET", f"job {ref.job_id} has no attempt yet")
         return reply
     data["streams"] = {name: outputs.preview(ref.paths[name]) for name in names}
-    return Reply(data, text=lambda: output_text(data))
+    reply = Reply(data, text=lambda: output_text(data))
+    refuse_outside(reply, ref, data["streams"])
+    return reply
+
+
+def refuse_outside(reply: Reply, ref: AttemptOutput, streams: dict[str, Any]) -> None:
+    """Name each stream left unread because its row points outside the spool."""
+    for name, path in ref.refused.items():
+        if name in streams:
+            streams[name]["path"] = path
+            reply.warn("OUTPUT_PATH_REFUSED", refusal(ref, name, path))
+
+
+def refusal(ref: AttemptOutput, name: str, path: str) -> str:
+    return (
+        f"{name} of job {ref.job_id} attempt {ref.attempt_no} is recorded as {path}, "
+        "outside the spool's output folder: not read"
+    )
 
 
 def output_text(data: dict[str, Any]) -> str:
@@ -107,6 +125,8 @@ def output_text(data: dict[str, Any]) -> str:
 def write_raw(ref: AttemptOutput, names: tuple[str, ...]) -> int:
     """Bytes as captured; with both streams, stderr's bytes go to our stderr."""
     for name in names:
+        if name in ref.refused:
+            click.echo(f"spoolctl: warning: {refusal(ref, name, ref.refused[name])}", err=True)
         sink = sys.stderr.buffer if name == "stderr" and len(names) == 2 else sys.stdout.buffer
         outputs.copy_all(ref.paths[name], sink)
         sink.flush()
@@ -186,13 +206,15 @@ def end_follow(as_json: bool, reason: str, state: str | None) -> int:
 def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json: bool) -> int:
     """One verdict on a job: how it ended, the tail of its output, what to run next."""
     queue = open_existing(db, job_id)
-    job, ref = queue.read(lambda conn: feedback_facts(conn, job_id))
+    job, found = queue.read(lambda conn: feedback_facts(conn, job_id))
+    ref = outputs.confine(found, queue.output_root)
     data = verdict(job, ref, time.time())
     data["streams"] = (
         {} if ref.attempt_no is None
         else {name: outputs.tail(ref.paths[name], tail_bytes) for name in selected(stream)}
     )  # fmt: skip
     reply = Reply(data, text=lambda: feedback_text(data))
+    refuse_outside(reply, ref, data["streams"])
     if ref.attempt_no is None:
         reply.warn("NO_ATTEMPTS_YET", f"job {job_id} has no attempt yet")
     return emit(reply, as_json)

@@ -1,15 +1,19 @@
 """Captured output of attempts: which files, and reading them safely.
 
-A path comes from a database row, so it is treated as untrusted: only regular
-files are read (a FIFO or device named by a row would block or worse), opened
-non-blocking, and never more than the caller's byte budget at once.
+A path comes from a database row, so it is treated as untrusted: only a path
+whose real location (symlinks resolved) lies inside the spool's output folder
+is read at all (a row edited to name another file must not disclose it), only
+regular files are read (a FIFO or device named by a row would block or worse),
+opened non-blocking, and never more than the caller's byte budget at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, func, select
@@ -32,6 +36,23 @@ class AttemptOutput:
     attempts_total: int
     paths: dict[str, str]
     row: dict[str, Any]
+    refused: dict[str, str] = field(default_factory=dict)
+    """Streams whose row path lies outside the output folder: never read."""
+
+
+def inside(path: str, output_root: Path) -> bool:
+    """Whether path's real location is strictly inside output_root."""
+    root = os.path.realpath(output_root)
+    real = os.path.realpath(path)
+    return real != root and os.path.commonpath([root, real]) == root
+
+
+def confine(ref: AttemptOutput, output_root: Path) -> AttemptOutput:
+    """The same attempt with every path outside output_root blanked: a blank
+    path reads as a missing file, and the row's path is kept in `refused`."""
+    refused = {n: p for n, p in ref.paths.items() if p and not inside(p, output_root)}
+    paths = {n: ("" if n in refused else p) for n, p in ref.paths.items()}
+    return dataclasses.replace(ref, paths=paths, refused=refused)
 
 
 def find_attempt(conn: Connection, job_id: int, attempt_no: int | None) -> AttemptOutput:
@@ -59,6 +80,8 @@ def find_attempt(conn: Connection, job_id: int, attempt_no: int | None) -> Attem
 
 def open_regular(path: str) -> int | None:
     """A read-only descriptor on a regular file, or None (missing or not a file)."""
+    if not path:
+        return None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:

@@ -148,13 +148,12 @@ def live_workers(
                 jobs.c.state == JobState.RUNNING.value, jobs.c.locked_by == row["id"]
             )
         ).scalars()
-        result.append(
-            {
-                **dict(row),
-                "heartbeat_age_s": round(max(0.0, now - row["heartbeat_at"]), 3),
-                "running_jobs": list(running),
-            }
-        )
+        entry = {**dict(row), "heartbeat_age_s": None, "running_jobs": list(running)}
+        if isinstance(row["heartbeat_at"], int | float):
+            entry["heartbeat_age_s"] = round(max(0.0, now - row["heartbeat_at"]), 3)
+        else:
+            entry["damaged"] = [f"heartbeat_at: not a number {row['heartbeat_at']!r:.80}"]
+        result.append(entry)
     return result
 
 

@@ -1,0 +1,185 @@
+"""Rows edited by hand, damaged or hostile: they are reported, never followed,
+and never a traceback.
+
+- an attempt whose output path names a file outside the spool (directly, by
+  `..`, or through a symlink): `output`, `feedback` and `prune` never read,
+  follow or delete it;
+- a command (argv) that is not a JSON list of strings, an env that is not an
+  object of strings: never executed, quarantined to `dead` on claim;
+- a state no spoolctl writes (CHECK constraints bypassed), a timeout or a
+  priority that is not a number: every verb still answers with an envelope and
+  a documented exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from spoolctl.errors import ERROR_CODES
+from tests.helpers import add, attempts_of, cli, cli_json, job, rows
+from tests.populated import Populated, populate, run_quiet
+
+pytestmark = pytest.mark.timeout(90)
+SECRET = "TOP-SECRET-CONTENT"
+
+
+def tamper(db: Path, sql: str, params: tuple[object, ...] = ()) -> None:
+    """Write behind spoolctl's back, past the CHECK constraints of revision 0002."""
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        conn.execute("PRAGMA ignore_check_constraints=ON")
+        with conn:
+            conn.execute(sql, params)
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def q(tmp_path: Path) -> Populated:
+    return populate(tmp_path / "spool" / "queue.db")
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "outside" / "secret.txt"
+    path.parent.mkdir()
+    path.write_text(SECRET)
+    return path
+
+
+def point_outside(q: Populated, secret: Path) -> tuple[Path, Path]:
+    """The done job's stdout row names the secret by a `..` path; its stderr
+    file is replaced by a symlink to the secret. Returns both row paths."""
+    (attempt,) = attempts_of(q.db, q.done)
+    output = q.db.parent / "output"
+    dotdot = output / ".." / ".." / "outside" / "secret.txt"
+    link = Path(attempt["stderr_path"])
+    link.unlink()
+    link.symlink_to(secret)
+    tamper(q.db, "UPDATE attempts SET stdout_path = ? WHERE id = ?", (str(dotdot), attempt["id"]))
+    return dotdot, link
+
+
+def no_leak(*outputs: str) -> None:
+    for text in outputs:
+        assert SECRET not in text
+        assert "Traceback" not in text
+
+
+def test_output_and_feedback_never_read_a_file_outside_the_spool(
+    q: Populated, secret: Path
+) -> None:
+    dotdot, link = point_outside(q, secret)
+
+    shown = cli_json("output", str(q.done), db=q.db)
+    fed = cli_json("feedback", str(q.done), db=q.db)
+    raw = cli("output", str(q.done), "--raw", db=q.db)
+    text = cli("output", str(q.done), db=q.db)
+
+    no_leak(shown.stdout, fed.stdout, raw.stdout, raw.stderr, text.stdout, text.stderr)
+    for result in (shown, fed):
+        assert result.exit_code == 0
+        streams = result.data["streams"]
+        assert streams["stdout"]["missing"] and streams["stderr"]["missing"]
+        assert (streams["stdout"]["path"], streams["stderr"]["path"]) == (str(dotdot), str(link))
+        codes = [w["code"] for w in result.envelope["warnings"]]
+        assert codes == ["OUTPUT_PATH_REFUSED"] * 2
+    assert raw.exit_code == 0 and "outside the spool" in raw.stderr
+    assert secret.read_text() == SECRET
+
+
+def test_prune_never_deletes_or_follows_a_path_outside_the_spool(
+    q: Populated, secret: Path
+) -> None:
+    _, link = point_outside(q, secret)
+
+    result = cli_json("prune", "--older-than", "0s", "--state", "done", "--yes", db=q.db)
+
+    assert result.exit_code == 0, result.stdout
+    assert rows(q.db, "SELECT id FROM jobs WHERE id = ?", (q.done,)) == []
+    assert secret.read_text() == SECRET, "prune followed a row (or a symlink) out of the spool"
+    assert link.is_symlink(), "a symlink inside the spool was skipped, not followed"
+
+
+DAMAGED_ARGV = ['{"not": "a list"}', "not json", "[]", '["sh", 5]', "null"]
+
+
+def test_a_damaged_command_or_env_is_never_executed(q: Populated, tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    ids = [add(q.db, "touch", str(marker)) for _ in range(len(DAMAGED_ARGV) + 2)]
+    for job_id, raw in zip(ids, DAMAGED_ARGV, strict=False):
+        tamper(q.db, "UPDATE jobs SET argv = ? WHERE id = ?", (raw, job_id))
+    tamper(q.db, "UPDATE jobs SET env = '[1, 2]' WHERE id = ?", (ids[-2],))
+    tamper(q.db, "UPDATE jobs SET env = '{\"K\": 5}' WHERE id = ?", (ids[-1],))
+
+    drained = cli_json("work", "--drain", db=q.db)
+
+    assert drained.exit_code == 0 and drained.data["executed"] == 0, drained.stdout
+    assert not marker.exists(), "a damaged row was executed"
+    for job_id in ids:
+        row = job(q.db, job_id)
+        assert row["state"] == "dead" and row["last_error"].startswith("damaged row")
+        assert attempts_of(q.db, job_id) == []
+
+
+HOSTILE = {
+    "state": "UPDATE jobs SET state = 'zombie' WHERE id = :id",
+    "argv": "UPDATE jobs SET argv = 'not json' WHERE id = :id",
+    "tags": "UPDATE jobs SET tags = '[\"x\"]' WHERE id = :id",
+    "timeout": "UPDATE jobs SET timeout_seconds = 'soon' WHERE id = :id",
+    "priority": "UPDATE jobs SET priority = 'high' WHERE id = :id",
+    "attempt_state": "UPDATE attempts SET state = 'lost' WHERE job_id = :id",
+    "event": "UPDATE job_events SET event = 'teleported', detail = '{bad' WHERE job_id = :id",
+    "worker": "UPDATE workers SET state = 'sleepy', heartbeat_at = 'later'",
+}
+
+
+def verbs(job_id: int) -> list[list[str]]:
+    jid = str(job_id)
+    return [
+        ["list"], ["list", "--state", "queued"], ["status"], ["show", jid], ["feedback", jid],
+        ["output", jid], ["wait", jid, "--timeout", "0"], ["events"], ["workers", "--all"],
+        ["cancel", jid], ["retry", jid], ["prune", "--dry-run", "--older-than", "0s"],
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", sorted(HOSTILE))
+def test_every_verb_reports_a_hostile_row_without_a_traceback(q: Populated, damage: str) -> None:
+    sql = HOSTILE[damage].replace(":id", str(q.done))
+    tamper(q.db, sql)
+    for args in verbs(q.done):
+        text = run_quiet(*q.args(*args))
+        assert "Traceback" not in text.stdout + text.stderr, (args, text.stderr)
+        assert "INTERNAL" not in text.stderr, (args, text.stderr)
+        result = q.json(*args)
+        assert text.exit_code == result.exit_code, args
+        assert "Traceback" not in result.stdout + result.stderr, (args, result.stderr)
+        envelope = result.envelope
+        if envelope["ok"]:
+            assert result.exit_code in (0, 1, 4), (args, result.stdout)  # wait: not done / timeout
+        else:
+            (error,) = envelope["errors"]
+            assert error["code"] != "INTERNAL", (args, error)
+            assert ERROR_CODES[error["code"]] == result.exit_code
+
+
+@pytest.mark.parametrize("timeout", [-5, 0, 2**62])
+def test_a_negative_zero_or_huge_timeout_never_hangs_or_crashes_a_worker(
+    q: Populated, timeout: int
+) -> None:
+    job_id = add(q.db, "true")
+    tamper(q.db, "UPDATE jobs SET timeout_seconds = ?, max_retries = 0 WHERE id = ?",
+           (timeout, job_id))  # fmt: skip
+    started = time.monotonic()
+
+    result = cli_json("work", "--drain", db=q.db)
+
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert time.monotonic() - started < 20
+    assert job(q.db, job_id)["state"] in ("done", "dead")
+    assert os.path.exists(q.db)
