@@ -19,6 +19,7 @@ from spoolctl.errors import (
     SchemaOutdated,
     SchemaTooNew,
 )
+from tests.helpers import REPO
 
 
 def text_and_json(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[list[str], dict]:
@@ -98,3 +99,12 @@ def test_hints_for_errors_raised_below_the_cli() -> None:
 def test_every_error_code_is_decided() -> None:
     """A new error code must get a hint or be knowingly left without one."""
     assert set(HINTS) | {SafetyBlock.code} == set(ERROR_CODES)
+
+
+def test_the_quick_start_shows_the_real_error_text(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(["show", "--db", str(db), "99"]) == 1
+    shown = (REPO / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    for line in capsys.readouterr().err.splitlines():
+        assert f"\n{line}\n" in shown, line
