@@ -194,3 +194,35 @@ def test_chaos_long(db: Path, tmp_path: Path, fleet: Fleet, request: pytest.Fixt
     if "slow" not in (request.config.option.markexpr or ""):
         pytest.skip("a long run by hand: pytest -m slow tests/test_chaos.py")
     chaos(db, tmp_path, fleet, LONG)
+
+
+def test_an_owner_that_heartbeats_is_never_touched_by_two_polling_workers(
+    db: Path, tmp_path: Path, fleet: Fleet
+) -> None:
+    """A job running for four reap thresholds while two other workers reap
+    (with a 1 s hang threshold too) every tenth of a second: nobody reaps or
+    fences its heartbeating owner, and the command runs exactly once."""
+    marker = tmp_path / "ran"
+    queue = open_write(str(db))
+    spec = JobSpec(argv=["sh", "-c", f"echo x >> {marker}; sleep 4"])
+    job_id = queue.write(lambda conn: submit(conn, spec, time.time())).job_id
+    queue.engine.dispose()
+    fleet.start()
+    owner = fleet.live[0]
+    wait_for(marker.exists, what="the job to start")
+    for i in range(2):
+        fleet.started.append(start_worker(db, "--poll-interval", "0.1", log=tmp_path / f"{i}.log",
+                                          env={"SPOOLCTL_HANG_THRESHOLD": "1"}))  # fmt: skip
+        fleet.live.append(fleet.started[-1])
+
+    wait_for(lambda: rows(db, "SELECT state FROM jobs")[0]["state"] == "done", timeout=15,
+             what="the long job to finish")  # fmt: skip
+
+    assert owner.poll() is None, "the owner was fenced"
+    (attempt,) = rows(db, "SELECT * FROM attempts")
+    assert (attempt["worker_pid"], attempt["state"]) == (owner.pid, "succeeded")
+    events = [r["event"] for r in rows(db, "SELECT event FROM job_events WHERE job_id = ?",
+                                       (job_id,))]  # fmt: skip
+    assert events == ["added", "claimed", "succeeded"]
+    assert marker.read_text() == "x\n"
+    fleet.stop_all()
