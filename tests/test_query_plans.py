@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Connection, Engine, event
 
 from spoolctl.db.engine import make_engine, read_tx, write_tx
-from spoolctl.services import claim, ledger, prune, query
+from spoolctl.services import claim, ledger, prune, query, reaper
 from spoolctl.services.query import JobFilter
 from tests.helpers import rows
 from tests.populated import populate, run_json
@@ -61,25 +61,26 @@ def engine(db: Path) -> Iterator[Engine]:
 
 
 def plans_of(engine: Engine, work: Callable[[Connection], Any]) -> list[tuple[str, list[str]]]:
-    """Run work in one transaction; explain every SELECT it issued."""
-    seen: list[tuple[str, Any]] = []
+    """Run work in one transaction; explain every SELECT it issued.
 
-    def capture(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+    SQL is captured on the sqlite3 connection itself (bound values expanded),
+    so statements run through SQLAlchemy and the worker's prepared statements
+    on the driver are both seen."""
+    seen: list[str] = []
+
+    def capture(statement: str) -> None:
         if statement.lstrip().upper().startswith("SELECT") and "alembic" not in statement:
-            seen.append((statement, params))
+            seen.append(statement)
 
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
-        with write_tx(engine) as conn:
+    with write_tx(engine) as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        raw.set_trace_callback(capture)
+        try:
             work(conn)
-            raw = conn.connection.driver_connection
-            assert raw is not None
-            return [
-                (sql, [r[3] for r in raw.execute("EXPLAIN QUERY PLAN " + sql, params)])
-                for sql, params in seen
-            ]
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
+        finally:
+            raw.set_trace_callback(None)
+        return [(sql, [r[3] for r in raw.execute("EXPLAIN QUERY PLAN " + sql)]) for sql in seen]
 
 
 def assert_indexed(plans: list[tuple[str, list[str]]]) -> None:
@@ -137,12 +138,17 @@ def test_events_prune_and_claim_are_served_by_indexes(engine: Engine, db: Path) 
         ledger.read_events(conn, since_id=5, limit=10)
         ledger.read_events(conn, since_id=0, job_id=2, limit=10)
         prune.survey(conn, ("done", "dead", "canceled"), time.time(), output, prune.PruneReport())
+        reaper.reap_candidates(conn, time.time(), 30.0)
         claim.claim_next(conn, worker_id="w1", worker_pid=1, queue="q1", slots=3,
                          output_root=output, now=time.time())  # fmt: skip
 
     plans = plans_of(engine, work)
     assert_indexed(plans)
     claim_plan = next(plan for sql, plan in plans if "next_run_at <=" in sql)
+    reap_plan = next(plan for sql, plan in plans if "heartbeat_at <" in sql)
+    assert reap_plan == [
+        "SEARCH jobs USING INDEX ix_jobs_state_heartbeat (state=? AND heartbeat_at<?)"
+    ]
     assert claim_plan == ["SEARCH jobs USING INDEX ix_jobs_claim (state=? AND queue=?)"]
     assert rows(db, "SELECT count(*) AS n FROM jobs WHERE state = 'running'")[0]["n"] == 1
 

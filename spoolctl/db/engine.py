@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import DatabaseError, DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from spoolctl.errors import Locked, SpoolError, StorageFault
 
@@ -151,22 +151,22 @@ STORAGE_HINTS = (
 @contextmanager
 def translate_errors(engine: Engine) -> Iterator[None]:
     """Busy beyond the timeout becomes `Locked` (exit 4); a file SQLite cannot
-    use becomes `StorageFault` (exit 3) with what to check; other database
-    errors (integrity violations: bugs) pass through as they are."""
+    use becomes `StorageFault` (exit 3) with what to check; integrity
+    violations (bugs) pass through as they are. Errors of statements run on the
+    driver directly (`prepared.py`) are treated the same way."""
     try:
         yield
-    except DBAPIError as exc:
-        if isinstance(exc, OperationalError) and is_busy(exc):
+    except (DBAPIError, sqlite3.Error) as exc:
+        raw = exc.orig if isinstance(exc, DBAPIError) else exc
+        if isinstance(raw, sqlite3.IntegrityError) or not isinstance(raw, sqlite3.DatabaseError):
+            raise
+        text = str(raw)
+        if isinstance(raw, sqlite3.OperationalError) and is_busy(raw):
             raise Locked(
                 "the queue database stayed locked beyond the busy timeout; try again",
-                sqlite_error=str(exc.orig),
+                sqlite_error=text,
             ) from None
-        if isinstance(exc, IntegrityError):
-            raise
-        text = str(exc.orig)
         hint = next((h for key, h in STORAGE_HINTS if key in text.lower()), None)
-        if hint is None and not isinstance(exc, OperationalError | DatabaseError):
-            raise
         raise StorageFault(
             f"cannot use the queue database {engine.url.database}: {text}"
             + (f" ({hint})" if hint else ""),

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Select, bindparam, func, insert, select, upda
 
 from spoolctl import procs
 from spoolctl.db import codec
+from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, JobState
@@ -44,7 +45,7 @@ def output_paths(output_root: Path, job_id: int, attempt_no: int) -> tuple[str, 
     return str(folder / "stdout"), str(folder / "stderr")
 
 
-_CLAIMABLE = (
+_CLAIMABLE_QUERY = (
     select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds)
     .where(
         jobs.c.state == JobState.QUEUED.value,
@@ -54,16 +55,17 @@ _CLAIMABLE = (
     .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
     .limit(1)
 )
+_CLAIMABLE = Prepared(_CLAIMABLE_QUERY)
 """Built once: the hot path binds values instead of rebuilding statements."""
 
-_LATEST_ATTEMPT = (
+_LATEST_ATTEMPT = Prepared(
     select(attempts.c.attempt_no, attempts.c.state, attempts.c.job_pid, attempts.c.job_started_at)
     .where(attempts.c.job_id == bindparam("job_id"))
     .order_by(attempts.c.attempt_no.desc())
     .limit(1)
 )
 
-_TAKE = (
+_TAKE = Prepared(
     update(jobs)
     .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.QUEUED.value)
     .values(
@@ -77,11 +79,22 @@ _TAKE = (
     )
 )
 
-_INSERT_ATTEMPT = insert(attempts)
+_INSERT_ATTEMPT = Prepared(
+    insert(attempts).values(
+        job_id=bindparam("b_job"),
+        attempt_no=bindparam("b_no"),
+        worker_id=bindparam("b_worker"),
+        worker_pid=bindparam("b_pid"),
+        state=AttemptState.RUNNING.value,
+        started_at=bindparam("b_now"),
+        stdout_path=bindparam("b_stdout"),
+        stderr_path=bindparam("b_stderr"),
+    )
+)
 
 
-def _claimable(skip: list[int]) -> Select[Any]:
-    return _CLAIMABLE.where(jobs.c.id.not_in(skip)) if skip else _CLAIMABLE
+def _claimable_skipping(skip: list[int]) -> Select[Any]:
+    return _CLAIMABLE_QUERY.where(jobs.c.id.not_in(skip))
 
 
 def running_in_queue(conn: Connection, queue: str) -> int:
@@ -117,7 +130,11 @@ def claim_next(
         return None
     skip: list[int] = []
     while True:
-        row = conn.execute(_claimable(skip), {"queue": queue, "now": now}).first()
+        params = {"queue": queue, "now": now}
+        if skip:
+            row = conn.execute(_claimable_skipping(skip), params).first()
+        else:
+            row = _CLAIMABLE.first(conn, params)
         if row is None:
             return None
         previous = _latest_attempt(conn, row.id)
@@ -132,20 +149,19 @@ def claim_next(
             _quarantine(conn, row.id, str(exc), now)
     attempt_no = 1 if previous is None else previous.attempt_no + 1
     stdout_path, stderr_path = output_paths(output_root, row.id, attempt_no)
-    conn.execute(_TAKE, {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now})
-    attempt_id = conn.execute(
-        _INSERT_ATTEMPT,
+    _TAKE.execute(conn, {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now})
+    attempt_id = _INSERT_ATTEMPT.execute(
+        conn,
         {
-            "job_id": row.id,
-            "attempt_no": attempt_no,
-            "worker_id": worker_id,
-            "worker_pid": worker_pid,
-            "state": AttemptState.RUNNING.value,
-            "started_at": now,
-            "stdout_path": stdout_path,
-            "stderr_path": stderr_path,
+            "b_job": row.id,
+            "b_no": attempt_no,
+            "b_worker": worker_id,
+            "b_pid": worker_pid,
+            "b_now": now,
+            "b_stdout": stdout_path,
+            "b_stderr": stderr_path,
         },
-    ).inserted_primary_key[0]  # type: ignore[index]
+    ).lastrowid
     record_event(
         conn, row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": attempt_no}
     )
@@ -166,7 +182,7 @@ def claim_next(
 def _latest_attempt(conn: Connection, job_id: int) -> Any:
     """The job's newest attempt: the next number follows it (monotonic per job,
     so a manual retry never reuses a number or its output)."""
-    return conn.execute(_LATEST_ATTEMPT, {"job_id": job_id}).first()
+    return _LATEST_ATTEMPT.first(conn, {"job_id": job_id})
 
 
 def _still_running(previous: Any) -> bool:

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, bindparam, insert
 
 from spoolctl.db import codec
+from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import job_events
 from spoolctl.states import EventKind
 
-_INSERT_EVENT = insert(job_events)
+_INSERT_EVENT = Prepared(
+    insert(job_events).values(
+        job_id=bindparam("b_job"),
+        at=bindparam("b_at"),
+        event=bindparam("b_event"),
+        worker_id=bindparam("b_worker"),
+        detail=bindparam("b_detail"),
+    )
+)
 
 
 def record_event(
@@ -22,13 +31,13 @@ def record_event(
     worker_id: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    conn.execute(
-        _INSERT_EVENT,
+    _INSERT_EVENT.execute(
+        conn,
         {
-            "job_id": job_id,
-            "at": at,
-            "event": event.value,
-            "worker_id": worker_id,
-            "detail": None if detail is None else codec.dumps(detail),
+            "b_job": job_id,
+            "b_at": at,
+            "b_event": event.value,
+            "b_worker": worker_id,
+            "b_detail": None if detail is None else codec.dumps(detail),
         },
     )

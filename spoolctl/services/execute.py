@@ -17,6 +17,7 @@ from pathlib import Path
 from sqlalchemy import Connection, bindparam, update
 
 from spoolctl import procs
+from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts
 from spoolctl.services.claim import Claim
 from spoolctl.services.outcome import Outcome
@@ -203,7 +204,7 @@ def _pidfd(pid: int) -> int | None:
     return fd
 
 
-_RECORD_SPAWN = (
+_RECORD_SPAWN = Prepared(
     update(attempts)
     .where(attempts.c.id == bindparam("b_id"))
     .values(
@@ -221,4 +222,4 @@ def record_spawn(conn: Connection, execution: Execution, started_at: float | Non
     if execution.proc is None:
         return
     params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid}
-    conn.execute(_RECORD_SPAWN, {**params, "b_started": started_at})
+    _RECORD_SPAWN.execute(conn, {**params, "b_started": started_at})

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, select, update
 
+from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.deadletter import RELEASE_LOCK, requeue_or_dead
 from spoolctl.services.events import record_event
@@ -54,7 +55,7 @@ def record_outcome(
     )
 
 
-_FINISH_ATTEMPT = (
+_FINISH_ATTEMPT = Prepared(
     update(attempts)
     .where(attempts.c.id == bindparam("b_id"), attempts.c.state == AttemptState.RUNNING.value)
     .values(
@@ -76,8 +77,8 @@ _OWNED = (
 )
 """The job is running, owned by this worker, and its attempt is still the one
 running: checked first, so the attempt update that follows cannot miss."""
-_OWNED_JOB = select(jobs).where(*_OWNED)
-_MARK_DONE = (
+_OWNED_JOB = Prepared(select(jobs).where(*_OWNED))
+_MARK_DONE = Prepared(
     update(jobs)
     .where(*_OWNED)
     .values(
@@ -96,8 +97,8 @@ def _finish_attempt(
     conn: Connection, attempt_id: int, state: AttemptState, outcome: Outcome | None, now: float
 ) -> None:
     reason = None if outcome is None or outcome.reason is None else outcome.reason.value
-    conn.execute(
-        _FINISH_ATTEMPT,
+    _FINISH_ATTEMPT.execute(
+        conn,
         {
             "b_id": attempt_id,
             "b_state": state.value,
@@ -111,7 +112,7 @@ def _finish_attempt(
 
 def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -> Any:
     params = {"b_id": job_id, "b_worker": worker_id, "b_attempt": attempt_id}
-    return conn.execute(_OWNED_JOB, params).first()
+    return _OWNED_JOB.first(conn, params)
 
 
 def record_success(
@@ -121,7 +122,7 @@ def record_success(
     (a stale outcome of a canceled attempt never touches a job the same worker
     claimed again)."""
     owned = {"b_id": job_id, "b_worker": worker_id, "b_attempt": attempt_id, "b_now": now}
-    if conn.execute(_MARK_DONE, owned).rowcount != 1:
+    if _MARK_DONE.execute(conn, owned).rowcount != 1:
         return None
     _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now)
     record_event(conn, job_id, EventKind.SUCCEEDED, now, worker_id=worker_id)

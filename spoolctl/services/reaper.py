@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from spoolctl import procs
+from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs, workers
 from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.events import record_event
@@ -46,13 +47,17 @@ class Candidate:
     worker_heartbeat_at: float | None
 
 
+_STALE = Prepared(
+    select(jobs.c.id, jobs.c.locked_by, jobs.c.locked_pid, jobs.c.heartbeat_at)
+    .where(jobs.c.state == JobState.RUNNING.value, jobs.c.heartbeat_at < bindparam("b_before"))
+    .order_by(jobs.c.heartbeat_at)
+)
+"""Runs before every claim: built once."""
+
+
 def reap_candidates(conn: Connection, now: float, threshold_s: float) -> list[Candidate]:
     """Running jobs whose heartbeat is older than the reap threshold."""
-    rows = conn.execute(
-        select(jobs.c.id, jobs.c.locked_by, jobs.c.locked_pid, jobs.c.heartbeat_at)
-        .where(jobs.c.state == JobState.RUNNING.value, jobs.c.heartbeat_at < now - threshold_s)
-        .order_by(jobs.c.heartbeat_at)
-    ).all()
+    rows = _STALE.all(conn, {"b_before": now - threshold_s})
     return [_candidate(conn, row) for row in rows]
 
 
