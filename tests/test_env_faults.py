@@ -11,6 +11,7 @@ or no permission to mount).
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 import time
@@ -189,3 +190,15 @@ def test_a_damaged_queue_is_found_by_doctor_and_refused_by_verbs(db: Path) -> No
     assert result.exit_code == 3 and "Traceback" not in result.stdout + result.stderr
     assert result.envelope["errors"][0]["code"] == "INTERNAL"
     assert "malformed" in result.envelope["errors"][0]["message"]
+
+
+def test_doctor_names_a_database_deleted_underneath(db: Path) -> None:
+    add_jobs(db, ["true"])
+    holder = sqlite3.connect(db)  # like a running worker: its -wal stays open
+    try:
+        holder.execute("SELECT count(*) FROM jobs").fetchone()
+        db.unlink()
+        missing = doctor(db)["database_exists"]
+    finally:
+        holder.close()
+    assert missing["status"] == "fail" and "deleted" in missing["message"]
