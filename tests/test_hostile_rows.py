@@ -136,6 +136,12 @@ HOSTILE = {
     "attempt_state": "UPDATE attempts SET state = 'lost' WHERE job_id = :id",
     "event": "UPDATE job_events SET event = 'teleported', detail = '{bad' WHERE job_id = :id",
     "worker": "UPDATE workers SET state = 'sleepy', heartbeat_at = 'later'",
+    "env": "UPDATE jobs SET env = '\"PATH=/x\"' WHERE id = :id",
+    "nulls": "UPDATE jobs SET state = 'running', locked_by = NULL, heartbeat_at = NULL, "
+    "started_at = NULL, next_run_at = 'x' WHERE id = :id",
+    "times": "UPDATE jobs SET created_at = 1e308, finished_at = -1e308, "
+    "priority = 9223372036854775807 WHERE id = :id",
+    "paths": "UPDATE attempts SET stdout_path = '', stderr_path = '/dev/zero' WHERE job_id = :id",
 }
 
 

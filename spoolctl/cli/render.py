@@ -244,7 +244,10 @@ def style(text: str, **kwargs: Any) -> str:
 def local_time(ts: float | None) -> str:
     if not isinstance(ts, int | float):
         return "-" if ts is None else "?"  # a damaged row: reported elsewhere
-    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return "?"  # beyond the calendar: a damaged row
 
 
 def age(ts: float | None, now: float | None = None) -> str:
