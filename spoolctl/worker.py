@@ -26,8 +26,8 @@ from sqlalchemy import Connection, Engine
 
 from spoolctl import procs
 from spoolctl.config import Timing
-from spoolctl.db.engine import read_tx, write_tx
-from spoolctl.errors import Conflict, Locked
+from spoolctl.db.engine import db_path_of, read_tx, write_tx
+from spoolctl.errors import Conflict, Locked, StorageFault
 from spoolctl.services import claim as claiming
 from spoolctl.services import execute, heartbeat, reaper
 from spoolctl.services.outcome import Outcome, record_outcome
@@ -89,6 +89,9 @@ class Worker:
         self.clock = clock
         self.on_result = on_result
         self.worker_id = options.worker_id or default_worker_id()
+        self.db_path = db_path_of(engine)
+        self._db_identity: tuple[int, int] | None = None
+        self._db_gone = False
         self.identity = procs.self_identity()
         self.hostname = procs.hostname()
         self.boot_id = procs.boot_id()
@@ -103,6 +106,7 @@ class Worker:
     # -- lifecycle -------------------------------------------------------
 
     def run(self) -> WorkReport:
+        self._db_identity = self._file_identity()
         self._register()
         with self._signal_handling() as wake_fd, self._watch_connection() as watch:
             try:
@@ -146,6 +150,8 @@ class Worker:
             execution.kill_now()
             execution.wait_blocking()
         self.running.clear()
+        if self._db_gone:
+            return
         try:
             with write_tx(self.engine) as conn:
                 heartbeat.retire_worker(
@@ -335,9 +341,28 @@ class Worker:
 
     # -- heartbeats and reaping ------------------------------------------
 
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.db_path)
+        except OSError:
+            return None
+        return (info.st_dev, info.st_ino)
+
+    def _check_database_file(self) -> None:
+        """A queue file deleted or replaced underneath would have this worker
+        write into an unlinked inode nobody else sees: stop instead."""
+        if self._file_identity() != self._db_identity:
+            self._db_gone = True
+            raise StorageFault(
+                f"the queue database {self.db_path} was deleted or replaced while this "
+                "worker ran; it stopped (its running jobs were killed)",
+                path=self.db_path,
+            )
+
     def _beat_if_due(self, now: float) -> None:
         if now - self._last_beat < self.timing.heartbeat_interval_s:
             return
+        self._check_database_file()
         pairs = [(job_id, e.claim.attempt_id) for job_id, e in self.running.items()]
         try:
             with write_tx(self.engine) as conn:

@@ -22,7 +22,7 @@ from pytest_alembic.tests import (  # noqa: F401 - collected as tests of this mo
 from sqlalchemy import Engine
 
 from spoolctl.db import revision
-from spoolctl.db.engine import make_engine
+from spoolctl.db.engine import ensure_spool, make_engine
 from spoolctl.db.migration import migrate_file
 from spoolctl.db.tables import metadata
 
@@ -38,7 +38,9 @@ def alembic_config() -> Config:
 @pytest.fixture
 def alembic_engine(tmp_path: Path) -> Iterator[Engine]:
     """A temp-file engine from spoolctl's own factory, set up as `migrate` uses it."""
-    engine = make_engine(tmp_path / "alembic.db", write=True, busy_timeout_s=5, foreign_keys=False)
+    path = tmp_path / "alembic.db"
+    ensure_spool(path)  # engines never create the file (mode=rw)
+    engine = make_engine(path, write=True, busy_timeout_s=5, foreign_keys=False)
     yield engine
     engine.dispose()
 
@@ -86,6 +88,7 @@ def test_migrated_schema_matches_the_models_exactly(tmp_path: Path) -> None:
     migrated = tmp_path / "migrated.db"
     migrate_file(migrated)
     modeled = tmp_path / "modeled.db"
+    ensure_spool(modeled)
     engine = make_engine(modeled, write=True, busy_timeout_s=5)
     metadata.create_all(engine)
     engine.dispose()

@@ -24,6 +24,19 @@ def load_argv(raw: str | None) -> list[str]:
     return value
 
 
+def load_timeout(raw: object) -> int:
+    """A stored timeout must be a whole number of seconds >= 1."""
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise DamagedValue(f"timeout_seconds is not a whole number >= 1: {raw!r:.40}")
+    return raw
+
+
+def load_cwd(raw: object) -> str | None:
+    if raw is not None and (not isinstance(raw, str) or not raw or "\0" in raw):
+        raise DamagedValue(f"cwd is not a path: {raw!r:.40}")
+    return raw
+
+
 def load_str_map(raw: str | None) -> dict[str, str]:
     if raw is None or raw == "":
         return {}

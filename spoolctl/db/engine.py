@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote, unquote
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
@@ -70,10 +71,14 @@ def make_engine(
     tables (SQLite ignores this pragma inside a transaction, so it is set on
     connect) and must run `PRAGMA foreign_key_check` before committing.
     """
+    # mode=rw: SQLite never creates the file behind our back (a pool connection
+    # opened after the queue was deleted would otherwise start an empty one);
+    # ensure_spool() creates it, with its permissions, when a verb may.
     engine = create_engine(
-        f"sqlite:///{db_path}",
+        f"sqlite:///file:{quote(str(db_path))}?mode=rw&uri=true",
         connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
     )
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
         dbapi_conn.isolation_level = None
@@ -145,6 +150,12 @@ def _check_revision(conn: Connection, expected: str) -> None:
         )
 
 
+def db_path_of(engine: Engine) -> str:
+    """The queue file an engine opens (its URL is a `file:` URI with options)."""
+    database = engine.url.database or ""
+    return unquote(database.removeprefix("file:"))
+
+
 def is_busy(exc: BaseException) -> bool:
     """True when SQLite gave up waiting for a lock."""
     text = str(getattr(exc, "orig", exc)).lower()
@@ -198,8 +209,8 @@ def translate_errors(engine: Engine) -> Iterator[None]:
             ) from None
         hint = next((h for key, h in STORAGE_HINTS if key in text.lower()), None)
         raise StorageFault(
-            f"cannot use the queue database {engine.url.database}: {text}"
+            f"cannot use the queue database {db_path_of(engine)}: {text}"
             + (f" ({hint})" if hint else ""),
-            path=engine.url.database,
+            path=db_path_of(engine),
             sqlite_error=text,
         ) from None

@@ -144,6 +144,8 @@ def claim_next(
         try:
             argv = codec.load_argv(row.argv)
             env = codec.load_str_map(row.env)
+            timeout_seconds = codec.load_timeout(row.timeout_seconds)
+            cwd = codec.load_cwd(row.cwd)
             break
         except codec.DamagedValue as exc:
             _quarantine(conn, row.id, str(exc), now)
@@ -170,9 +172,9 @@ def claim_next(
         attempt_id=int(attempt_id),
         attempt_no=attempt_no,
         argv=argv,
-        cwd=row.cwd,
+        cwd=cwd,
         env=env,
-        timeout_seconds=row.timeout_seconds,
+        timeout_seconds=timeout_seconds,
         queue=queue,
         stdout_path=stdout_path,
         stderr_path=stderr_path,
