@@ -370,6 +370,7 @@ class Worker:
         except Locked:
             return
         self._last_beat = now
+        self._bury_dead_workers(now)
         for job_id in lost:
             execution = self.running.pop(job_id)
             execution.kill_now()
@@ -377,6 +378,22 @@ class Worker:
             self.report.results.append(
                 AttemptResult(job_id, execution.claim.attempt_no, "lost_ownership", None)
             )
+
+    def _bury_dead_workers(self, now: float) -> None:
+        """Mark rows of workers that died idle as dead (once per heartbeat)."""
+        try:
+            with read_tx(self.engine) as conn:
+                stale = reaper.stale_workers(conn, now, self.timing.reap_threshold_s)
+        except Locked:
+            return
+        dead = [
+            row
+            for row in stale
+            if row.id != self.worker_id
+            and reaper.worker_is_dead(row, boot_id=self.boot_id, hostname=self.hostname)
+        ]
+        if dead:
+            self._write_quietly(partial(reaper.bury_workers, rows=dead, now=now))
 
     def _stale(self, conn: Connection, now: float) -> list[reaper.Candidate]:
         """Running jobs of other workers whose heartbeat is older than the threshold."""

@@ -98,25 +98,75 @@ def _candidate(conn: Connection, row: Any) -> Candidate:
     )
 
 
+def _liveness(
+    hostname: str | None,
+    boot: str | None,
+    identity: procs.ProcessIdentity | None,
+    *,
+    boot_id: str,
+    my_hostname: str,
+) -> procs.Liveness:
+    """Whether a recorded worker process is still the same living process."""
+    if hostname is not None and hostname != my_hostname:
+        return procs.Liveness.INCONCLUSIVE  # another machine: cannot probe
+    if boot is not None and boot != boot_id:
+        return procs.Liveness.DEAD
+    if identity is None:
+        return procs.Liveness.DEAD
+    return procs.is_same_process(identity, procs.WORKER_MARKER)
+
+
 def owner_verdict(
     cand: Candidate, *, now: float, hang_threshold_s: float, boot_id: str, hostname: str
 ) -> Verdict:
     """Is the worker that owns `cand` dead, alive, or alive but hung?"""
-    if cand.worker_hostname is not None and cand.worker_hostname != hostname:
-        return Verdict.ALIVE  # another machine: cannot probe, so inconclusive
-    if cand.worker_boot_id is not None and cand.worker_boot_id != boot_id:
-        return Verdict.DEAD
-    if cand.worker_identity is None:
-        return Verdict.DEAD
-    liveness = procs.is_same_process(cand.worker_identity, procs.WORKER_MARKER)
+    identity = cand.worker_identity
+    liveness = _liveness(
+        cand.worker_hostname, cand.worker_boot_id, identity, boot_id=boot_id, my_hostname=hostname
+    )
     if liveness is procs.Liveness.DEAD:
         return Verdict.DEAD
-    if liveness is procs.Liveness.INCONCLUSIVE or cand.worker_identity.started_at is None:
-        return Verdict.ALIVE  # never fence a bare pid: it may be another worker now
+    if liveness is procs.Liveness.INCONCLUSIVE or identity is None or identity.started_at is None:
+        return Verdict.ALIVE  # inconclusive means alive; never fence a bare pid
     silent_since = cand.worker_heartbeat_at or cand.heartbeat_at
     if hang_threshold_s > 0 and now - max(silent_since, cand.heartbeat_at) > hang_threshold_s:
         return Verdict.HUNG
     return Verdict.ALIVE
+
+
+_STALE_WORKERS = Prepared(
+    select(workers).where(
+        workers.c.state == WorkerState.RUNNING.value,
+        workers.c.heartbeat_at < bindparam("b_before"),
+    )
+)
+_BURY = Prepared(
+    update(workers)
+    .where(
+        workers.c.id == bindparam("b_id"),
+        workers.c.state == WorkerState.RUNNING.value,
+        workers.c.heartbeat_at == bindparam("b_beat"),
+    )
+    .values(state=WorkerState.DEAD.value, stopped_at=bindparam("b_now"))
+)
+
+
+def stale_workers(conn: Connection, now: float, threshold_s: float) -> list[Any]:
+    """Worker rows still marked running whose heartbeat is older than the threshold."""
+    return _STALE_WORKERS.all(conn, {"b_before": now - threshold_s})
+
+
+def worker_is_dead(row: Any, *, boot_id: str, hostname: str) -> bool:
+    identity = procs.ProcessIdentity(row.pid, row.process_started_at)
+    liveness = _liveness(row.hostname, row.boot_id, identity, boot_id=boot_id, my_hostname=hostname)
+    return liveness is procs.Liveness.DEAD
+
+
+def bury_workers(conn: Connection, rows: list[Any], now: float) -> None:
+    """Mark dead workers' rows dead (a worker killed while idle has no job for
+    the reaper to find); a row that heartbeated meanwhile is left alone."""
+    for row in rows:
+        _BURY.execute(conn, {"b_id": row.id, "b_beat": row.heartbeat_at, "b_now": now})
 
 
 def fence(cand: Candidate) -> bool:
