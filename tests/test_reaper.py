@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from spoolctl import procs
@@ -238,7 +239,15 @@ def impostor() -> subprocess.Popen[bytes]:
         [sys.executable, "-c", "import time; time.sleep(60)", "spoolctl", "work"],
         stdin=subprocess.DEVNULL,
     )
-    wait_for(lambda: procs.process_start_time(proc.pid) is not None, what="impostor start")
+
+    def exec_done() -> bool:
+        try:
+            return "spoolctl" in psutil.Process(proc.pid).cmdline()
+        except psutil.Error:
+            return False
+
+    # Before its exec the child still has the test runner's command line.
+    wait_for(exec_done, what="impostor exec")
     yield proc
     proc.kill()
     proc.wait()

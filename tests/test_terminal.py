@@ -55,6 +55,20 @@ def test_wait_draws_a_progress_line_on_a_tty_only(db: Path) -> None:
     assert "waiting for" not in piped.stderr + piped.stdout
 
 
+def test_drain_draws_a_progress_line_on_a_tty_only(db: Path) -> None:
+    for _ in range(3):
+        add(db, "true")
+    argv = [sys.executable, "-m", "spoolctl", "work", "--drain", "--db", str(db)]
+    drawn = run_in_pty(argv, child_env(), until=b"drained:")
+    assert b"\rdraining: 3 attempts (3 succeeded)" in drawn
+    assert b"drained: 3 attempts, 3 succeeded" in drawn
+    add(db, "true")
+    piped = cli("work", "--drain", db=db)
+    assert piped.exit_code == 0
+    assert "draining" not in piped.stdout + piped.stderr
+    assert piped.stdout.strip() == "drained: 1 attempts, 1 succeeded"
+
+
 def test_status_watch_redraws_until_interrupted(db: Path) -> None:
     add(db, "true")
     argv = [sys.executable, "-m", "spoolctl", "status", "--watch", "--interval", "0.2",

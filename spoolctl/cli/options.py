@@ -7,6 +7,7 @@ from the same objects that parse the command line.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -43,7 +44,8 @@ class SpoolCommand(click.Command):
         self.traits = traits or {"mutates": False, "destructive": False, "idempotent": True}
         self.examples = examples
         if examples and self.help is not None:
-            self.help = self.help + "\n\n\b\nExamples:\n" + "\n".join(f"  {e}" for e in examples)
+            lines = "\n".join(f"  {e}" for e in examples)
+            self.help = inspect.cleandoc(self.help) + "\n\n\b\nExamples:\n" + lines
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         rest = super().parse_args(ctx, args)

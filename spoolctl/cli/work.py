@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from collections import Counter
 from typing import Any
 
 import click
@@ -17,7 +18,7 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.queues import open_write
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.render import ProgressLine, Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
 from spoolctl.db.queue import diagnose, prepare
@@ -103,7 +104,14 @@ def work(
         poll_interval_s=poll_interval,
         concurrency=concurrency,
     )
-    worker = Worker(queue_file.engine, queue_file.output_root, options, timing)
+    progress = ProgressLine(as_json or mode != "drain")
+    worker = Worker(
+        queue_file.engine,
+        queue_file.output_root,
+        options,
+        timing,
+        on_result=lambda report: progress.update(drain_progress(report)),
+    )
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()
     gc.enable()
@@ -112,6 +120,8 @@ def work(
     except RevisionMismatch:
         diagnose(queue_file.path)
         raise
+    finally:
+        progress.done()
     return emit(Reply(report_data(report, mode), text=lambda: report_text(report, mode)), as_json)
 
 
@@ -137,13 +147,23 @@ def report_data(report: WorkReport, mode: str) -> dict[str, Any]:
     return data
 
 
+def drain_progress(report: WorkReport) -> str:
+    results = Counter(r.result for r in report.results)
+    summary = ", ".join(f"{n} {label}" for label, n in results.most_common())
+    return f"draining: {len(report.results)} attempts ({summary})"
+
+
 def report_text(report: WorkReport, mode: str) -> str:
+    """One line per attempt that did not succeed, then a summary line."""
     lines = [
         f"job {r.job_id} attempt {r.attempt_no}: {r.result} -> {r.job_state or '-'}"
         for r in report.results
+        if r.result != "succeeded" or mode == "once"
     ]
     if mode == "once" and not report.results:
         lines.append("nothing to run")
-    elif mode == "drain":
-        lines.append(f"drained: {len(report.results)} attempts executed")
+    elif mode != "once":
+        succeeded = sum(r.result == "succeeded" for r in report.results)
+        verb = "drained" if mode == "drain" else "stopped"
+        lines.append(f"{verb}: {len(report.results)} attempts, {succeeded} succeeded")
     return "\n".join(lines)
