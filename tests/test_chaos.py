@@ -226,3 +226,25 @@ def test_an_owner_that_heartbeats_is_never_touched_by_two_polling_workers(
     assert events == ["added", "claimed", "succeeded"]
     assert marker.read_text() == "x\n"
     fleet.stop_all()
+
+
+def test_a_worker_killed_while_idle_is_not_listed_as_live(
+    db: Path, tmp_path: Path, fleet: Fleet
+) -> None:
+    """Only reaping a job used to mark its owner dead: after the chaos run a
+    third of the worker rows were ghosts still counted as live by `status`."""
+    submit_all(db, tmp_path, 1, "0")  # creates the queue
+    fleet.start()
+    ghost = fleet.live[0]
+    wait_for(lambda: fleet.in_loop(ghost.pid), what="the worker to start")
+    fleet.kill_one(random.Random(0))
+    fleet.start()
+
+    def listed() -> list[int]:
+        result = cli("workers", db=db, json=True)
+        return [w["pid"] for w in result.data["workers"]]
+
+    wait_for(lambda: ghost.pid not in listed(), timeout=10, what="the ghost to be buried")
+    assert [r["state"] for r in rows(db, "SELECT state FROM workers WHERE pid = ?",
+                                     (ghost.pid,))] == ["dead"]  # fmt: skip
+    fleet.stop_all()

@@ -11,6 +11,7 @@ or no permission to mount).
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 
 from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
-from tests.helpers import Result, add, attempts_of, cli_json, job, rows
+from tests.helpers import Result, add, attempts_of, cli_json, job, rows, start_worker, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -202,3 +203,25 @@ def test_doctor_names_a_database_deleted_underneath(db: Path) -> None:
     finally:
         holder.close()
     assert missing["status"] == "fail" and "deleted" in missing["message"]
+
+
+def test_a_worker_whose_database_is_deleted_stops_and_recreates_nothing(
+    db: Path, tmp_path: Path
+) -> None:
+    """SQLite would go on writing to the unlinked file, and a new connection
+    used to create an empty file at the path and pair it with the old -wal."""
+    add(db, "true")
+    log = tmp_path / "worker.log"
+    worker = start_worker(db, "--poll-interval", "0.1", log=log)
+    try:
+        wait_for(lambda: job(db, 1)["state"] == "done", what="the first job")
+        db.unlink()
+        code = worker.wait(timeout=10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    envelope = json.loads(log.read_text().splitlines()[-1])
+    assert code == 3 and envelope["errors"][0]["code"] == "INTERNAL"
+    assert "deleted or replaced" in envelope["errors"][0]["message"]
+    assert not db.exists(), "the worker recreated the queue file"

@@ -174,6 +174,24 @@ def test_every_verb_reports_a_hostile_row_without_a_traceback(q: Populated, dama
             assert ERROR_CODES[error["code"]] == result.exit_code
 
 
+def test_a_timeout_that_is_not_a_number_is_quarantined_not_fatal_to_workers(
+    q: Populated,
+) -> None:
+    """SQLite keeps text in an INTEGER column: such a job once crashed every
+    worker that claimed it (each then reaped and claimed again by the next)."""
+    bad = add(q.db, "true")
+    fine = add(q.db, "true")
+    tamper(q.db, "UPDATE jobs SET timeout_seconds = 'soon' WHERE id = ?", (bad,))
+
+    result = cli_json("work", "--drain", db=q.db)
+
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert job(q.db, fine)["state"] == "done"
+    assert job(q.db, bad)["state"] == "dead"
+    assert job(q.db, bad)["last_error"].startswith("damaged row")
+    assert attempts_of(q.db, bad) == []
+
+
 @pytest.mark.parametrize("timeout", [-5, 0, 2**62])
 def test_a_negative_zero_or_huge_timeout_never_hangs_or_crashes_a_worker(
     q: Populated, timeout: int
