@@ -124,20 +124,21 @@ def main(argv: list[str] | None = None) -> None:
 def run(args: list[str]) -> int:
     """Parse and run one command line; return the exit code. Never raises."""
     as_json = _wants_json(args)
+    verb = args[0] if args and args[0] in VERBS else None
     try:
         result: Any = cli.main(args, prog_name="spoolctl", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
-        return emit_error(Internal("aborted"), as_json)
+        return emit_error(Internal("aborted"), as_json, verb)
     except click.ClickException as exc:
-        return emit_error(from_click(exc), as_json)
+        return emit_error(from_click(exc), as_json, verb)
     except SpoolError as exc:
-        return emit_error(exc, as_json)
+        return emit_error(exc, as_json, verb)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
     except Exception as exc:  # totality: no traceback ever reaches a user
-        return emit_error(Internal(f"unexpected {type(exc).__name__}: {exc}"), as_json)
+        return emit_error(Internal(f"unexpected {type(exc).__name__}: {exc}"), as_json, verb)
     return int(result) if isinstance(result, int) else 0

@@ -10,7 +10,6 @@ import os
 import re
 import sys
 import time
-import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -155,21 +154,6 @@ HINTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _failed_verb() -> str | None:
-    """The verb that failed, read from the exception being handled (emit_error
-    runs inside the CLI's except clause): click's own context when it has one,
-    else the innermost verb context on the traceback (an error raised while
-    parsing or running a verb)."""
-    err = sys.exc_info()[1]
-    if err is None:
-        return None
-    frames = [frame.f_locals.get("ctx") for frame, _ in traceback.walk_tb(err.__traceback__)]
-    for ctx in [getattr(err, "ctx", None), *reversed(frames)]:
-        if isinstance(ctx, click.Context) and ctx.parent is not None:
-            return ctx.info_name
-    return None
-
-
 def error_hint(exc: SpoolError, verb: str | None) -> str | None:
     """The next step for a person, or None when the message already says it."""
     fields = {**exc.detail, **({"verb": verb} if verb else {})}
@@ -185,14 +169,15 @@ def error_hint(exc: SpoolError, verb: str | None) -> str | None:
     return None
 
 
-def emit_error(exc: SpoolError, as_json: bool) -> int:
+def emit_error(exc: SpoolError, as_json: bool, verb: str | None = None) -> int:
     """JSON: one envelope. Text: `spoolctl: CODE: message` on one line, then
-    an indented `hint:` line with what to do next, when there is one."""
+    an indented `hint:` line with what to do next (naming `verb`'s help where
+    that helps), when there is one."""
     if as_json:
         write_json(envelope(None, errors=[error_object(exc)]))
         return exc.exit_code
     click.echo(f"spoolctl: {exc.code}: {exc.message}", err=True)
-    hint = error_hint(exc, _failed_verb())
+    hint = error_hint(exc, verb)
     if hint:
         click.echo(f"  hint: {hint}", err=True)
     return exc.exit_code
