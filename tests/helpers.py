@@ -79,12 +79,16 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+STARTED_WORKERS: list[subprocess.Popen[str]] = []
+"""Every worker start_worker() launched; tests/conftest.py kills leftovers."""
+
+
 def start_worker(
     db: Path, *args: str, env: dict[str, str] | None = None, log: Path | None = None
 ) -> subprocess.Popen[str]:
     """A real `spoolctl work` process (loop mode unless args say otherwise)."""
     out = open(log, "w") if log is not None else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "spoolctl", "work", "--db", str(db), "--json", *args],
         stdout=subprocess.PIPE if log is None else out,
         stderr=subprocess.PIPE if log is None else subprocess.STDOUT,
@@ -92,6 +96,8 @@ def start_worker(
         env=child_env(env),
         stdin=subprocess.DEVNULL,
     )
+    STARTED_WORKERS.append(proc)
+    return proc
 
 
 def wait_for(

@@ -9,10 +9,8 @@ import json
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +18,9 @@ import pytest
 
 from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
-from tests import helpers
 from tests.helpers import attempts_of, cli, job, rows, start_worker, wait_for
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture(autouse=True)
-def _no_stray_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every worker a test starts is gone after it, even when the test failed."""
-    started: list[subprocess.Popen[str]] = []
-
-    def tracked(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
-        started.append(helpers.start_worker(*args, **kwargs))
-        return started[-1]
-
-    monkeypatch.setattr(sys.modules[__name__], "start_worker", tracked)
-    yield
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
 
 
 JOBS = 200

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,6 @@ from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
 from spoolctl.services.submit import JobSpec, submit
 from spoolctl.worker import Worker, WorkerOptions
-from tests import helpers
 from tests.helpers import (
     attempts_of,
     cli,
@@ -37,23 +34,6 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(autouse=True)
-def _no_stray_workers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Every worker a test starts is gone after it, even when the test failed."""
-    started: list[subprocess.Popen[str]] = []
-
-    def tracked(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
-        started.append(helpers.start_worker(*args, **kwargs))
-        return started[-1]
-
-    monkeypatch.setattr(sys.modules[__name__], "start_worker", tracked)
-    yield
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
 
 
 def add_job(db: Path, *argv: str, **spec: Any) -> int:
