@@ -11,27 +11,24 @@ from __future__ import annotations
 
 import os
 import secrets
-import select
-import signal
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from types import FrameType
-from typing import Any, Literal
+from typing import Literal
 
 from sqlalchemy import Connection, Engine
 
 from spoolctl import procs
 from spoolctl.config import Timing
-from spoolctl.db.engine import db_path_of, read_tx, write_tx
+from spoolctl.db.engine import db_path_of, read_tx, write_quietly, write_tx
 from spoolctl.errors import Conflict, Locked, StorageFault
+from spoolctl.reaping import Reaping
 from spoolctl.services import claim as claiming
-from spoolctl.services import execute, heartbeat, reaper
+from spoolctl.services import execute, heartbeat
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import FailureReason, JobState
+from spoolctl.wakeup import ChangeWatch, Signals, counting_signals, wait_readable
 
 Mode = Literal["loop", "once", "drain"]
 WATCH_TICK_S = 0.02
@@ -97,22 +94,29 @@ class Worker:
         self.boot_id = procs.boot_id()
         self.running: dict[int, execute.Execution] = {}
         self.report = WorkReport(self.worker_id)
-        self.signals = 0
+        self.signals = Signals()
+        self.reaping = Reaping(
+            engine, timing, self.worker_id, self.boot_id, self.hostname, self.clock
+        )
         self._last_beat = 0.0
         self._next_claim_at = 0.0
         self._claim_exhausted = False
-        self._data_version: int | None = None
 
     # -- lifecycle -------------------------------------------------------
 
     def run(self) -> WorkReport:
         self._db_identity = self._file_identity()
         self._register()
-        with self._signal_handling() as wake_fd, self._watch_connection() as watch:
-            try:
-                self._loop(wake_fd, watch)
-            finally:
-                self._shutdown()
+        watch = ChangeWatch(self.engine)
+        try:
+            with counting_signals() as self.signals:
+                try:
+                    self._loop(watch)
+                finally:
+                    self._shutdown()
+        finally:
+            watch.close()
+        self.report.stopped_by_signal = self.signals.count > 0
         return self.report
 
     def _register(self) -> None:
@@ -162,10 +166,10 @@ class Worker:
 
     # -- the loop --------------------------------------------------------
 
-    def _loop(self, wake_fd: int, watch: Any) -> None:
+    def _loop(self, watch: ChangeWatch) -> None:
         while True:
             now = self.clock()
-            if self.signals >= 2:
+            if self.signals.count >= 2:
                 self._hard_stop(now)
                 return
             self._beat_if_due(now)
@@ -177,7 +181,7 @@ class Worker:
             self._record_spawns_due(now)
             if self._finished(now):
                 return
-            self._wait(wake_fd, now)
+            self._wait(now)
 
     def _ended(self, now: float) -> list[tuple[execute.Execution, Outcome]]:
         """Attempts whose process is over, with their outcome (still in `running`)."""
@@ -188,16 +192,16 @@ class Worker:
                 ended.append((execution, outcome))
         return ended
 
-    def _wanted(self, now: float, watch: Any, ended: int) -> int:
+    def _wanted(self, now: float, watch: ChangeWatch, ended: int) -> int:
         """How many jobs to try to claim now (0: none); `ended` attempts are
         about to free their slots."""
-        if self.signals or (self.options.mode == "once" and self.report.claimed):
+        if self.signals.count or (self.options.mode == "once" and self.report.claimed):
             return 0
         free = self.options.concurrency - len(self.running) + ended
         if free <= 0:
             return 0
         something_ended = ended > 0
-        changed = self._database_changed(watch)
+        changed = watch.changed()
         if not (
             changed or something_ended or not self._claim_exhausted or now >= self._next_claim_at
         ):
@@ -214,7 +218,7 @@ class Worker:
             try:
                 with write_tx(self.engine) as conn:
                     states = [self._settle(conn, e, o, now) for e, o in ended]
-                    stale = self._stale(conn, now) if wanted else []
+                    stale = self.reaping.stale(conn, now, self.running) if wanted else []
                     claims = [] if stale else self._claim_in(conn, now, wanted)
                 break
             except Locked:
@@ -224,7 +228,7 @@ class Worker:
         for (execution, outcome), state in zip(ended, states, strict=True):
             self._report(execution, outcome, state)
         if stale:
-            self._reap_pass(stale, now)
+            self.reaping.reap(stale, now)
             claims = self._claim_only(now, wanted)
         return claims
 
@@ -301,7 +305,7 @@ class Worker:
                 started = None if pid is None else procs.process_start_time(pid)
                 execute.record_spawn(conn, execution, started)
 
-        if self._write_quietly(record):
+        if write_quietly(self.engine, record):
             for execution in due:
                 execution.spawn_recorded = True
 
@@ -325,7 +329,7 @@ class Worker:
 
     def _finished(self, now: float) -> bool:
         mode = self.options.mode
-        if self.signals:
+        if self.signals.count:
             return not self.running
         if mode == "once":
             return not self.running and (self.report.claimed > 0 or self._claim_exhausted)
@@ -370,7 +374,7 @@ class Worker:
         except Locked:
             return
         self._last_beat = now
-        self._bury_dead_workers(now)
+        self.reaping.bury_dead_workers(now)
         for job_id in lost:
             execution = self.running.pop(job_id)
             execution.kill_now()
@@ -378,52 +382,6 @@ class Worker:
             self.report.results.append(
                 AttemptResult(job_id, execution.claim.attempt_no, "lost_ownership", None)
             )
-
-    def _bury_dead_workers(self, now: float) -> None:
-        """Mark rows of workers that died idle as dead (once per heartbeat)."""
-        try:
-            with read_tx(self.engine) as conn:
-                stale = reaper.stale_workers(conn, now, self.timing.reap_threshold_s)
-        except Locked:
-            return
-        dead = [
-            row
-            for row in stale
-            if row.id != self.worker_id
-            and reaper.worker_is_dead(row, boot_id=self.boot_id, hostname=self.hostname)
-        ]
-        if dead:
-            self._write_quietly(partial(reaper.bury_workers, rows=dead, now=now))
-
-    def _stale(self, conn: Connection, now: float) -> list[reaper.Candidate]:
-        """Running jobs of other workers whose heartbeat is older than the threshold."""
-        return [
-            cand
-            for cand in reaper.reap_candidates(conn, now, self.timing.reap_threshold_s)
-            if not (cand.worker_id == self.worker_id and cand.job_id in self.running)
-        ]
-
-    def _reap_pass(self, candidates: list[reaper.Candidate], now: float) -> None:
-        """Judge each stale owner; reap the jobs of dead (or fenced) ones after
-        killing their orphaned process groups."""
-        for cand in candidates:
-            verdict = reaper.owner_verdict(
-                cand,
-                now=now,
-                hang_threshold_s=self.timing.hang_threshold_s,
-                boot_id=self.boot_id,
-                hostname=self.hostname,
-            )
-            if verdict is reaper.Verdict.ALIVE:
-                continue
-            if verdict is reaper.Verdict.HUNG and not reaper.fence(cand):
-                continue
-            reaper.kill_orphan(cand)
-            self._write_quietly(partial(self._reap, cand))
-
-    def _reap(self, cand: reaper.Candidate, conn: Connection) -> None:
-        threshold = self.timing.reap_threshold_s
-        reaper.reap(conn, cand, now=self.clock(), threshold_s=threshold, reaper_id=self.worker_id)
 
     # -- stopping ----------------------------------------------------------
 
@@ -434,78 +392,23 @@ class Worker:
             execution.wait_blocking()
         self._settle_and_claim(now, self._ended(now), 0)
         self.running.clear()
-        self.report.stopped_by_signal = True
-
-    @contextmanager
-    def _signal_handling(self) -> Iterator[int]:
-        """First SIGINT/SIGTERM: finish running jobs, then exit. Second: kill them."""
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(read_fd, False)
-        os.set_blocking(write_fd, False)
-
-        def handler(_signum: int, _frame: FrameType | None) -> None:
-            self.signals += 1
-            self.report.stopped_by_signal = True
-
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        old_wakeup = signal.set_wakeup_fd(write_fd)
-        try:
-            yield read_fd
-        finally:
-            signal.set_wakeup_fd(old_wakeup)
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-            os.close(read_fd)
-            os.close(write_fd)
 
     # -- waiting -----------------------------------------------------------
 
-    @contextmanager
-    def _watch_connection(self) -> Iterator[Any]:
-        raw = self.engine.raw_connection()
-        try:
-            yield raw
-        finally:
-            raw.close()
-
-    def _database_changed(self, watch: Any) -> bool:
-        try:
-            cursor = watch.cursor()
-            cursor.execute("PRAGMA data_version")
-            version = cursor.fetchone()[0]
-            cursor.close()
-        except Exception:
-            return True
-        changed = bool(version != self._data_version)
-        self._data_version = version
-        return changed
-
-    def _wait(self, wake_fd: int, now: float) -> None:
+    def _wait(self, now: float) -> None:
+        """Sleep until a job ends, a signal comes, or the next thing is due."""
         deadline = self._last_beat + self.timing.heartbeat_interval_s
         for execution in self.running.values():
             deadline = min(deadline, execution.next_wakeup())
             if execution.proc is not None and not execution.spawn_recorded:
                 deadline = min(deadline, execution.record_spawn_at)
-        idle_capacity = len(self.running) < self.options.concurrency and not self.signals
+        idle_capacity = len(self.running) < self.options.concurrency and not self.signals.count
         if idle_capacity and not (self.options.mode == "once" and self.report.claimed):
             deadline = min(deadline, now + WATCH_TICK_S, self._next_claim_at)
-        fds = [wake_fd] + [e.pidfd for e in self.running.values() if e.pidfd is not None]
-        if any(e.pidfd is None for e in self.running.values()):
-            deadline = min(deadline, now + NO_PIDFD_TICK_S)
-        timeout = max(0.0, deadline - now)
-        try:
-            ready, _, _ = select.select(fds, [], [], timeout)
-        except InterruptedError:
-            return
-        if wake_fd in ready:
-            with suppress(BlockingIOError):
-                os.read(wake_fd, 512)
-
-    def _write_quietly(self, fn: Callable[[Any], object]) -> bool:
-        """Run fn in a write transaction; False if the lock stayed busy."""
-        try:
-            with write_tx(self.engine) as conn:
-                fn(conn)
-        except Locked:
-            return False
-        return True
+        fds = [self.signals.wake_fd]
+        for execution in self.running.values():
+            if execution.pidfd is None:
+                deadline = min(deadline, now + NO_PIDFD_TICK_S)
+            else:
+                fds.append(execution.pidfd)
+        wait_readable(fds, deadline - now, self.signals.wake_fd)

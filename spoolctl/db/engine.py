@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -167,6 +167,17 @@ def write_tx(engine: Engine) -> Iterator[Connection]:
     """One BEGIN IMMEDIATE transaction; a busy timeout becomes `Locked`."""
     with translate_errors(engine), engine.begin() as conn:
         yield conn
+
+
+def write_quietly(engine: Engine, fn: Callable[[Connection], object]) -> bool:
+    """Run fn in a write transaction; False (nothing written) if the lock
+    stayed busy beyond the timeout: for work that is retried later anyway."""
+    try:
+        with write_tx(engine) as conn:
+            fn(conn)
+    except Locked:
+        return False
+    return True
 
 
 @contextmanager

@@ -1,0 +1,82 @@
+"""What wakes an idle worker: a signal, a job process ending (its pidfd
+becomes readable), or another process committing to the queue (SQLite's
+`PRAGMA data_version` change counter, cheap enough to read every few ms)."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from sqlalchemy import Engine
+
+
+@dataclass
+class Signals:
+    """SIGINT/SIGTERM received so far, and a pipe that becomes readable on each."""
+
+    count: int = 0
+    wake_fd: int = -1
+
+
+@contextmanager
+def counting_signals() -> Iterator[Signals]:
+    """Count SIGINT/SIGTERM instead of dying on them, for the duration."""
+    state = Signals()
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(read_fd, False)
+    os.set_blocking(write_fd, False)
+    state.wake_fd = read_fd
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        state.count += 1
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    old_wakeup = signal.set_wakeup_fd(write_fd)
+    try:
+        yield state
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+class ChangeWatch:
+    """Tells whether any connection committed to the queue since the last look."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._raw: Any = engine.raw_connection()
+        self._version: int | None = None
+
+    def changed(self) -> bool:
+        try:
+            cursor = self._raw.cursor()
+            cursor.execute("PRAGMA data_version")
+            version = cursor.fetchone()[0]
+            cursor.close()
+        except Exception:  # a failed peek only means "look properly"
+            return True
+        changed = bool(version != self._version)
+        self._version = version
+        return changed
+
+    def close(self) -> None:
+        self._raw.close()
+
+
+def wait_readable(fds: list[int], timeout_s: float, drain_fd: int) -> None:
+    """Sleep until one of fds is readable or the timeout passes; empty drain_fd."""
+    try:
+        ready, _, _ = select.select(fds, [], [], max(0.0, timeout_s))
+    except InterruptedError:
+        return
+    if drain_fd in ready:
+        with suppress(BlockingIOError):
+            os.read(drain_fd, 512)
