@@ -13,7 +13,6 @@ import sqlalchemy
 
 from spoolctl import __version__
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
-from spoolctl.cli.probes import Check, database_checks
 from spoolctl.cli.render import CONTRACT_VERSION, Reply, emit, style, table
 from spoolctl.config import (
     CONFIG_KEYS,
@@ -28,6 +27,7 @@ from spoolctl.config import (
     resolve_db,
 )
 from spoolctl.db import revision
+from spoolctl.db.health import Check, database_checks
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, EXIT_USER, SpoolError
 
 

@@ -1,4 +1,4 @@
-"""doctor's probes of the database file and its folder: each answers one
+"""Readiness probes of the database file and its folder, for `doctor`: each answers one
 Check, and a probe that fails reports a failed check, never an exception."""
 
 from __future__ import annotations
