@@ -31,7 +31,7 @@ from spoolctl.states import FailureReason, JobState
 from spoolctl.wakeup import ChangeWatch, Signals, counting_signals, wait_readable
 
 Mode = Literal["loop", "once", "drain"]
-WATCH_TICK_S = 0.02
+WATCH_TICK_S = 0.03
 """How often an idle worker looks at the database's change counter."""
 NO_PIDFD_TICK_S = 0.005
 
