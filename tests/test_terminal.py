@@ -66,7 +66,7 @@ def test_drain_draws_a_progress_line_on_a_tty_only(db: Path) -> None:
     piped = cli("work", "--drain", db=db)
     assert piped.exit_code == 0
     assert "draining" not in piped.stdout + piped.stderr
-    assert piped.stdout.strip() == "drained: 1 attempts, 1 succeeded"
+    assert piped.stdout.strip() == "drained: 1 attempt, 1 succeeded"
 
 
 def test_status_watch_redraws_until_interrupted(db: Path) -> None:

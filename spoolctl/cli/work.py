@@ -147,10 +147,14 @@ def report_data(report: WorkReport, mode: str) -> dict[str, Any]:
     return data
 
 
+def attempts(count: int) -> str:
+    return f"{count} attempt" + ("" if count == 1 else "s")
+
+
 def drain_progress(report: WorkReport) -> str:
     results = Counter(r.result for r in report.results)
     summary = ", ".join(f"{n} {label}" for label, n in results.most_common())
-    return f"draining: {len(report.results)} attempts ({summary})"
+    return f"draining: {attempts(len(report.results))} ({summary})"
 
 
 def report_text(report: WorkReport, mode: str) -> str:
@@ -165,5 +169,5 @@ def report_text(report: WorkReport, mode: str) -> str:
     elif mode != "once":
         succeeded = sum(r.result == "succeeded" for r in report.results)
         verb = "drained" if mode == "drain" else "stopped"
-        lines.append(f"{verb}: {len(report.results)} attempts, {succeeded} succeeded")
+        lines.append(f"{verb}: {attempts(len(report.results))}, {succeeded} succeeded")
     return "\n".join(lines)
