@@ -121,8 +121,9 @@ def claim_next(
 
     Order: priority (high first), then next_run_at, then id. With `slots`, no
     claim is made while that many jobs of the queue are running fleet-wide.
-    A job whose stored argv is damaged is skipped here and left for an
-    operator (it is reported by the inspection verbs), never executed. A job
+    A job whose stored row is damaged (argv, env, timeout or cwd that are not
+    what the schema promises) is sent to dead unexecuted, with the reason in
+    its last_error, and the next job is tried. A job
     whose previous attempt was canceled or abandoned while its process still
     lives stays queued until that process is gone.
     """
