@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from spoolctl.cli import run as cli_run
+from spoolctl.cli.queues import open_write
+from spoolctl.services.submit import JobSpec, submit
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_KNOBS = {
@@ -156,3 +158,14 @@ def pid_alive(pid: int) -> bool:
             return handle.read().split(") ")[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def add_job(db: Path, *argv: str, **spec: Any) -> int:
+    """Submit in-process through the submit service: fast, no subprocess (the
+    CLI's own checks of `add` are in tests/test_add.py)."""
+    queue = open_write(str(db))
+    try:
+        spec_obj = JobSpec(argv=list(argv), **spec)
+        return queue.write(lambda conn: submit(conn, spec_obj, time.time())).job_id
+    finally:
+        queue.engine.dispose()

@@ -9,30 +9,17 @@ import json
 import signal
 import sqlite3
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from spoolctl.cli.queues import open_write
-from spoolctl.services.submit import JobSpec, submit
-from tests.helpers import attempts_of, cli, job, rows, start_worker, wait_for
+from tests.helpers import add_job, attempts_of, cli, job, rows, start_worker, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
 
 JOBS = 200
-
-
-def add_job(db: Path, *argv: str, **spec: Any) -> int:
-    queue = open_write(str(db))
-    try:
-        spec_obj = JobSpec(argv=list(argv), **spec)
-        return queue.write(lambda conn: submit(conn, spec_obj, time.time())).job_id
-    finally:
-        queue.engine.dispose()
 
 
 def start_fleet(db: Path, worker_args: list[list[str]]) -> list[subprocess.Popen[str]]:

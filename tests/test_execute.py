@@ -16,21 +16,9 @@ import pytest
 from spoolctl.cli.queues import open_write
 from spoolctl.db.engine import write_tx
 from spoolctl.services.deadletter import requeue
-from spoolctl.services.submit import JobSpec, submit
-from tests.helpers import attempts_of, cli, events_of, job, pid_alive, wait_for
+from tests.helpers import add_job, attempts_of, cli, events_of, job, pid_alive, wait_for
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def add_job(db: Path, *argv: str, **spec: Any) -> int:
-    """Submit in-process through the service (the CLI's own checks are in test_add)."""
-    queue = open_write(str(db))
-    try:
-        return queue.write(
-            lambda conn: submit(conn, JobSpec(argv=list(argv), **spec), time.time())
-        ).job_id
-    finally:
-        queue.engine.dispose()
 
 
 def work(db: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from spoolctl.errors import Locked
 from spoolctl.services import execute
 from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
-from spoolctl.services.submit import JobSpec, submit
 from spoolctl.worker import Worker, WorkerOptions
 from tests.helpers import (
+    add_job,
     attempts_of,
     cli,
     events_of,
@@ -34,15 +34,6 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def add_job(db: Path, *argv: str, **spec: Any) -> int:
-    queue = open_write(str(db))
-    try:
-        spec_obj = JobSpec(argv=list(argv), **spec)
-        return queue.write(lambda conn: submit(conn, spec_obj, time.time())).job_id
-    finally:
-        queue.engine.dispose()
 
 
 def once(db: Path) -> dict[str, Any]:
