@@ -33,6 +33,14 @@ def _mount(*args: str) -> bool:
     return found.returncode == 0
 
 
+def _mount_or_fail(*args: str) -> None:
+    found = subprocess.run(["mount", *args], capture_output=True, text=True, timeout=20)
+    assert found.returncode == 0, (
+        "these tests need a real tmpfs (CI runs as root and can mount one): "
+        f"mount {' '.join(args)} failed: {found.stderr.strip()}"
+    )
+
+
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], None]]:
     """mount(path, size): a fresh tmpfs of that size at path, unmounted after."""
@@ -40,8 +48,7 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[Path, str], None]]:
 
     def mount(path: Path, size: str) -> None:
         path.mkdir(parents=True, exist_ok=True)
-        if not _mount("-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)):
-            pytest.skip("cannot mount a tmpfs here (needs root and mount permission)")
+        _mount_or_fail("-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path))
         mounted.append(path)
 
     yield mount
