@@ -1,6 +1,6 @@
 """Adopting databases of the original standard-library spoolctl.
 
-Every test works on a copy of `../shared/fixtures/legacy/` (never the
+Every test works on a copy of `tests/fixtures/legacy/` (never the
 originals) and checks the adopted file row by row against the fixtures'
 `expected.json`.
 """
@@ -20,7 +20,7 @@ import pytest
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from tests.helpers import REPO, Result, cli, cli_json, inproc
 
-FIXTURES = Path(os.environ.get("SPOOLCTL_LEGACY_FIXTURES", REPO.parent / "shared/fixtures/legacy"))
+FIXTURES = Path(os.environ.get("SPOOLCTL_LEGACY_FIXTURES", REPO / "tests/fixtures/legacy"))
 EXPECTED: dict[str, Any] = json.loads((FIXTURES / "expected.json").read_text())["fixtures"]
 NAMES = sorted(EXPECTED)
 DERIVED_REASON = {"failed": "unknown", "timed_out": "timeout", "canceled": "canceled",
