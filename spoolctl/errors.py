@@ -82,6 +82,11 @@ class StorageFault(SpoolError):
     exit_code = EXIT_TOOL
 
 
+class DiskFull(StorageFault):
+    """The disk under the database is full: a worker waits for space instead
+    of stopping; a one-shot verb reports it like any storage fault."""
+
+
 class SchemaOutdated(SpoolError):
     code = "SCHEMA_OUTDATED"
     exit_code = EXIT_TOOL

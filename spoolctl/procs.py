@@ -21,6 +21,11 @@ import psutil
 
 START_TIME_TOLERANCE_S = 1.0
 WORKER_MARKER = "spoolctl"
+TOKEN_ENV = "SPOOLCTL_ATTEMPT_TOKEN"
+"""Environment variable that marks every process of one attempt (set before
+the spawn, inherited by the job's children), so an orphan is found even when
+its worker died before it could record the job's pid."""
+GROUP_POLL_S = 0.01
 
 
 class Liveness(Enum):
@@ -42,6 +47,11 @@ def hostname() -> str:
 def boot_id() -> str:
     """Identifies this boot of the machine: a different value means a restart."""
     return f"{psutil.boot_time():.0f}"
+
+
+def boot_time() -> float:
+    """When this machine booted: no process of ours can have locked anything before."""
+    return float(psutil.boot_time())
 
 
 def process_start_time(pid: int) -> float | None:
@@ -69,12 +79,15 @@ def probe(pid: int) -> Liveness:
     return Liveness.ALIVE
 
 
-def is_same_process(identity: ProcessIdentity, marker: str | None = None) -> Liveness:
+def is_same_process(
+    identity: ProcessIdentity, marker: str | None = None, *, existed_at: float | None = None
+) -> Liveness:
     """Whether `identity` still names the process it named when recorded.
 
-    DEAD when the pid is gone, a zombie, started at another time (recycled), or
-    no longer carries `marker` in its command line; INCONCLUSIVE when the
-    system will not say; ALIVE otherwise.
+    DEAD when the pid is gone, a zombie, started at another time (recycled),
+    started after `existed_at` (a bare pid recorded then cannot name a younger
+    process), or no longer carries `marker` in its command line; INCONCLUSIVE
+    when the system will not say; ALIVE otherwise.
     """
     first = probe(identity.pid)
     if first is not Liveness.ALIVE:
@@ -86,6 +99,8 @@ def is_same_process(identity: ProcessIdentity, marker: str | None = None) -> Liv
         if identity.started_at is not None and (
             abs(proc.create_time() - identity.started_at) > START_TIME_TOLERANCE_S
         ):
+            return Liveness.DEAD
+        if existed_at is not None and proc.create_time() > existed_at + START_TIME_TOLERANCE_S:
             return Liveness.DEAD
         if marker is not None and marker not in " ".join(proc.cmdline()):
             return Liveness.DEAD
@@ -131,27 +146,33 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def kill_group_if_same(identity: ProcessIdentity, pgid: int, wait_s: float = 5.0) -> bool:
-    """SIGKILL a recorded job's process group unless its number may now name
-    someone else's group. Returns True if the group was signalled.
+def end_group(identity: ProcessIdentity, pgid: int, wait_s: float = 5.0) -> str | None:
+    """SIGKILL a recorded job's process group and confirm nothing of it runs
+    any more. None when the group is confirmed gone; else why it is not.
 
     Killed when the leader is still the recorded process, and also when the
     leader has exited (gone or a zombie): the kernel does not reuse a pid while
     a process group of that number has members, so whatever is left of the
-    group (grandchildren that outlived their leader) is the job's. Left alone
-    when the pid now names another process (recycled), when the system will
-    not say, or without a recorded start time to tell the two apart.
+    group (grandchildren that outlived their leader) is the job's. A pid that
+    now names another process (recycled) means the group is gone. Without a
+    recorded start time, or when the system will not say, nothing is confirmed.
     """
     if identity.started_at is None:
-        return False
+        return f"pid {identity.pid} was recorded without its start time"
     liveness = is_same_process(identity)
-    recycled = liveness is Liveness.DEAD and not _exited(identity.pid)
-    if liveness is Liveness.INCONCLUSIVE or recycled:
-        return False
-    if not signal_group(pgid, signal.SIGKILL):
-        return False
-    wait_gone(identity.pid, wait_s)
-    return True
+    if liveness is Liveness.INCONCLUSIVE:
+        return f"cannot tell whether pid {identity.pid} is still the job"
+    if liveness is Liveness.DEAD and not _exited(identity.pid):
+        return None  # recycled: the group number was free, so the group is gone
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return None
+    except OSError as exc:
+        return f"cannot kill process group {pgid}: {exc.strerror or exc}"
+    if not wait_gone(identity.pid, wait_s) or not wait_group_gone(pgid, wait_s):
+        return f"process group {pgid} still runs {wait_s:.0f}s after SIGKILL"
+    return None
 
 
 def kill_process_if_same(identity: ProcessIdentity, marker: str, wait_s: float = 5.0) -> bool:
@@ -205,3 +226,101 @@ def _exited(pid: int) -> bool:
         return True
     except (psutil.AccessDenied, OSError):
         return False
+
+
+def group_exists(pgid: int) -> bool:
+    """Whether any process (a zombie included) is still in process group pgid."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def group_only_zombies(pgid: int) -> bool:
+    """Whether every process left in group pgid has exited: zombies that their
+    parent (often an init that reaps lazily) has not reaped yet hold the group
+    number but run nothing. Costs one getpgid call per process on the machine."""
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) != pgid:
+                continue
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return False
+        except (psutil.Error, OSError):
+            continue
+    return True
+
+
+def group_running(pgid: int) -> bool:
+    """Whether anything in group pgid still runs (zombies do not count)."""
+    return group_exists(pgid) and not group_only_zombies(pgid)
+
+
+def wait_group_gone(pgid: int, timeout_s: float) -> bool:
+    """Wait until nothing runs in group pgid any more; False on timeout."""
+    deadline = time.monotonic() + timeout_s
+    while group_running(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(GROUP_POLL_S)
+    return True
+
+
+@dataclass(frozen=True)
+class TokenScan:
+    """Processes that carry an attempt's token, and those that might."""
+
+    found: list[ProcessIdentity]
+    unreadable: list[int]
+    """Processes of this user, started since the attempt, whose environment
+    could not be read (a set-uid program): one of them may be the job."""
+
+
+def find_token(token: str, started_after: float) -> TokenScan:
+    """Every living process started since `started_after` whose environment
+    holds TOKEN_ENV=token (the leader of an attempt and its descendants)."""
+    found: list[ProcessIdentity] = []
+    unreadable: list[int] = []
+    me, uid = os.getpid(), os.getuid()
+    floor = started_after - START_TIME_TOLERANCE_S
+    for proc in psutil.process_iter(["create_time"]):
+        created = proc.info.get("create_time")
+        if proc.pid == me or created is None or created < floor:
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(TOKEN_ENV) == token:
+                found.append(ProcessIdentity(proc.pid, created))
+        except psutil.NoSuchProcess:
+            continue
+        except (psutil.AccessDenied, OSError):
+            if _real_uid(proc) == uid:
+                unreadable.append(proc.pid)
+    return TokenScan(found, unreadable)
+
+
+def _real_uid(proc: psutil.Process) -> int | None:
+    try:
+        return int(proc.uids().real)
+    except (psutil.Error, OSError):
+        return None
+
+
+def kill_token_holders(scan: TokenScan, wait_s: float) -> list[int]:
+    """SIGKILL every process the scan found (with its group when it leads
+    one); returns the pids still running after wait_s."""
+    for identity in scan.found:
+        if is_same_process(identity) is not Liveness.ALIVE:
+            continue
+        try:
+            if os.getpgid(identity.pid) == identity.pid:
+                os.killpg(identity.pid, signal.SIGKILL)
+            else:
+                os.kill(identity.pid, signal.SIGKILL)
+        except OSError:
+            continue
+    return [i.pid for i in scan.found if not wait_gone(i.pid, wait_s)]

@@ -6,7 +6,7 @@ module sequences them around short transactions."""
 from __future__ import annotations
 
 from collections.abc import Callable, Container
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from sqlalchemy import Connection, Engine
@@ -25,37 +25,78 @@ class Reaping:
     boot_id: str
     hostname: str
     clock: Callable[[], float]
+    lock_wait_s: float | None = None
+    deferred: dict[int, float] = field(default_factory=dict)
+    """Job id -> when to judge it again: an owner found alive, or an orphan
+    whose end could not be confirmed, is looked at once per heartbeat interval,
+    not before every claim."""
 
     def stale(self, conn: Connection, now: float, own: Container[int]) -> list[reaper.Candidate]:
         """Running jobs (not this worker's own `own` ones) whose heartbeat is
-        older than the reap threshold: read inside the caller's claim transaction."""
+        older than the reap threshold and that are due for judging: read inside
+        the caller's claim transaction."""
         return [
             cand
             for cand in reaper.reap_candidates(conn, now, self.timing.reap_threshold_s)
             if not (cand.worker_id == self.worker_id and cand.job_id in own)
+            and self.deferred.get(cand.job_id, 0.0) <= now
         ]
 
+    def pass_now(self, now: float, own: Container[int]) -> None:
+        """A reap pass of its own, for a worker too busy to claim (claims run
+        one before they take anything)."""
+        try:
+            with read_tx(self.engine) as conn:
+                candidates = self.stale(conn, now, own)
+        except Locked:
+            return
+        self.reap(candidates, now)
+
     def reap(self, candidates: list[reaper.Candidate], now: float) -> None:
-        """Judge each stale owner; reap the jobs of dead (or fenced) ones after
-        killing their orphaned process groups. Inconclusive means alive."""
+        """Judge each stale owner; reap the jobs of dead (or fenced, or beyond
+        their lease) ones once what is left of their attempt is confirmed gone.
+        Inconclusive means alive; unconfirmed means the job stays running."""
         for cand in candidates:
-            verdict = reaper.owner_verdict(
-                cand,
-                now=now,
-                hang_threshold_s=self.timing.hang_threshold_s,
-                boot_id=self.boot_id,
-                hostname=self.hostname,
-            )
-            if verdict is reaper.Verdict.ALIVE:
-                continue
-            if verdict is reaper.Verdict.HUNG and not reaper.fence(cand):
-                continue
-            reaper.kill_orphan(cand)
-            write_quietly(self.engine, partial(self._reap_one, cand))
+            self._judge(cand, now)
+
+    def _judge(self, cand: reaper.Candidate, now: float) -> None:
+        verdict = reaper.owner_verdict(
+            cand,
+            now=now,
+            hang_threshold_s=self.timing.hang_threshold_s,
+            boot_id=self.boot_id,
+            hostname=self.hostname,
+        )
+        if verdict is reaper.Verdict.ALIVE or (
+            verdict is reaper.Verdict.HUNG and not reaper.fence(cand)
+        ):
+            self._defer(cand, now)
+            return
+        same_machine = verdict is not reaper.Verdict.LEASE_EXPIRED
+        check = reaper.end_orphan(cand, same_machine=same_machine)
+        if not check.gone:
+            self._defer(cand, now)
+            write_quietly(self.engine, partial(self._flag, cand, check), self.lock_wait_s)
+            return
+        if write_quietly(self.engine, partial(self._reap_one, cand), self.lock_wait_s):
+            self.deferred.pop(cand.job_id, None)
+
+    def _defer(self, cand: reaper.Candidate, now: float) -> None:
+        self.deferred[cand.job_id] = now + self.timing.heartbeat_interval_s
 
     def _reap_one(self, cand: reaper.Candidate, conn: Connection) -> None:
         threshold = self.timing.reap_threshold_s
         reaper.reap(conn, cand, now=self.clock(), threshold_s=threshold, reaper_id=self.worker_id)
+
+    def _flag(self, cand: reaper.Candidate, check: reaper.OrphanCheck, conn: Connection) -> None:
+        reaper.flag_unconfirmed(
+            conn,
+            cand,
+            check,
+            now=self.clock(),
+            threshold_s=self.timing.reap_threshold_s,
+            reaper_id=self.worker_id,
+        )
 
     def bury_dead_workers(self, now: float) -> None:
         """Mark rows of workers that died idle as dead."""
@@ -71,4 +112,5 @@ class Reaping:
             and reaper.worker_is_dead(row, boot_id=self.boot_id, hostname=self.hostname)
         ]
         if dead:
-            write_quietly(self.engine, partial(reaper.bury_workers, rows=dead, now=now))
+            bury = partial(reaper.bury_workers, rows=dead, now=now)
+            write_quietly(self.engine, bury, self.lock_wait_s)

@@ -49,6 +49,9 @@ class EventKind(StrEnum):
     DEAD = "dead"
     RETRIED = "retried"
     CANCELED = "canceled"
+    ORPHAN_UNCONFIRMED = "orphan_unconfirmed"
+    """A dead worker's job whose process could not be confirmed gone: it stays
+    running (and is looked at again) instead of starting a second copy."""
 
 
 class WorkerState(StrEnum):

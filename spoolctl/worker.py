@@ -5,6 +5,11 @@ loop: children are watched through pidfds, new work is noticed by polling
 SQLite's cheap `PRAGMA data_version` change counter, and heartbeats, timeouts
 and signals are handled between waits. No transaction is open while a child
 runs; every transaction is a short BEGIN IMMEDIATE.
+
+The loop never stalls: a write that cannot get the lock within a short slice,
+or that finds the disk full, is retried with bounded backoff while timeouts,
+signals and group kills go on. A worker whose heartbeats have not landed for
+half the hang threshold kills its jobs and claims nothing (`lease.py`).
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ from sqlalchemy import Connection, Engine
 from spoolctl import procs
 from spoolctl.config import Timing
 from spoolctl.db.engine import db_path_of, read_tx, write_quietly, write_tx
-from spoolctl.errors import Conflict, Locked, StorageFault
+from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault
 from spoolctl.reaping import Reaping
 from spoolctl.services import claim as claiming
-from spoolctl.services import execute, heartbeat
+from spoolctl.services import execute, heartbeat, lease
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import FailureReason, JobState
 from spoolctl.wakeup import ChangeWatch, Signals, counting_signals, wait_readable
@@ -34,6 +39,13 @@ Mode = Literal["loop", "once", "drain"]
 WATCH_TICK_S = 0.03
 """How often an idle worker looks at the database's change counter."""
 NO_PIDFD_TICK_S = 0.005
+LOCK_SLICE_S = 0.25
+"""The longest one write waits for the lock before the loop runs again."""
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 2.0
+"""Backoff between writes that found the lock busy or the disk full."""
+HARD_STOP_RECORD_S = 5.0
+"""After a second signal, how long the worker tries to record its killed jobs."""
 
 
 @dataclass(frozen=True)
@@ -96,11 +108,21 @@ class Worker:
         self.report = WorkReport(self.worker_id)
         self.signals = Signals()
         self.reaping = Reaping(
-            engine, timing, self.worker_id, self.boot_id, self.hostname, self.clock
+            engine, timing, self.worker_id, self.boot_id, self.hostname, self.clock, LOCK_SLICE_S
         )
         self._last_beat = 0.0
         self._next_claim_at = 0.0
         self._claim_exhausted = False
+        self._blocked_until = 0.0
+        self._retry_s = 0.0
+        self._fenced = False
+        self._last_reap_pass = 0.0
+        hang = timing.hang_threshold_s
+        self._beat_every = (
+            min(timing.heartbeat_interval_s, hang / 4)
+            if hang > 0
+            else (timing.heartbeat_interval_s)
+        )
 
     # -- lifecycle -------------------------------------------------------
 
@@ -172,19 +194,24 @@ class Worker:
             if self.signals.count >= 2:
                 self._hard_stop(now)
                 return
-            self._beat_if_due(now)
+            if now >= self._blocked_until:
+                self._beat_if_due(now)
+            self._fence_if_lease_lost(now)
             finished = self._ended(now)
-            wanted = self._wanted(now, watch, len(finished))
-            if finished or wanted:
-                for claim in self._settle_and_claim(now, finished, wanted):
-                    self._start(claim, now)
-            self._record_spawns_due(now)
+            if now >= self._blocked_until:
+                wanted = self._wanted(now, watch, len(finished))
+                if finished or wanted:
+                    for claim in self._settle_and_claim(now, finished, wanted):
+                        self._start(claim, now)
+                self._record_spawns_due(now)
+                self._reap_if_due(now)
             if self._finished(now):
                 return
             self._wait(now)
 
     def _ended(self, now: float) -> list[tuple[execute.Execution, Outcome]]:
-        """Attempts whose process is over, with their outcome (still in `running`)."""
+        """Attempts whose process group is over, with their outcome (still in
+        `running` until the outcome is recorded)."""
         ended = []
         for execution in self.running.values():
             outcome = execution.poll(now)
@@ -192,10 +219,24 @@ class Worker:
                 ended.append((execution, outcome))
         return ended
 
+    def _write_failed(self, now: float) -> None:
+        """The lock stayed busy or the disk is full: try again after a backoff
+        (the loop keeps enforcing timeouts and handling signals meanwhile)."""
+        self._retry_s = min(max(self._retry_s * 2, RETRY_FIRST_S), RETRY_MAX_S)
+        self._blocked_until = now + self._retry_s
+
+    def _write_ok(self) -> None:
+        self._retry_s = 0.0
+        self._blocked_until = 0.0
+
     def _wanted(self, now: float, watch: ChangeWatch, ended: int) -> int:
         """How many jobs to try to claim now (0: none); `ended` attempts are
         about to free their slots."""
-        if self.signals.count or (self.options.mode == "once" and self.report.claimed):
+        if (
+            self.signals.count
+            or self._fenced
+            or (self.options.mode == "once" and self.report.claimed)
+        ):
             return 0
         free = self.options.concurrency - len(self.running) + ended
         if free <= 0:
@@ -213,20 +254,23 @@ class Worker:
     ) -> list[claiming.Claim]:
         """Record ended attempts and claim up to `wanted` (plus the slots they
         free) in one BEGIN IMMEDIATE transaction. The reap pass comes first: if
-        a stale job exists, nothing is claimed until it has been judged."""
-        while True:
-            try:
-                with write_tx(self.engine) as conn:
-                    states = [self._settle(conn, e, o, now) for e, o in ended]
-                    stale = self.reaping.stale(conn, now, self.running) if wanted else []
-                    claims = [] if stale else self._claim_in(conn, now, wanted)
-                break
-            except Locked:
-                if not ended:
-                    return []  # busy beyond the timeout: jobs stay queued for the next pass
-                # an outcome must not be lost: keep trying
+        a stale job is due for judging, nothing is claimed until it has been.
+        Nothing is lost when the write fails: ended attempts stay in `running`
+        and are recorded on a later pass."""
+        try:
+            with write_tx(self.engine, LOCK_SLICE_S) as conn:
+                states = [self._settle(conn, e, o, now) for e, o in ended]
+                stale = self.reaping.stale(conn, now, self.running) if wanted else []
+                claims = [] if stale else self._claim_in(conn, now, wanted)
+        except (Locked, DiskFull):
+            self._write_failed(now)
+            return []
+        self._write_ok()
         for (execution, outcome), state in zip(ended, states, strict=True):
+            del self.running[execution.claim.job_id]
             self._report(execution, outcome, state)
+        if wanted:
+            self._last_reap_pass = now
         if stale:
             self.reaping.reap(stale, now)
             claims = self._claim_only(now, wanted)
@@ -235,7 +279,6 @@ class Worker:
     def _settle(
         self, conn: Connection, execution: execute.Execution, outcome: Outcome, now: float
     ) -> JobState | None:
-        del self.running[execution.claim.job_id]
         if execution.proc is not None and not execution.spawn_recorded:
             execute.record_spawn(conn, execution, None)
         return record_outcome(
@@ -269,9 +312,10 @@ class Worker:
 
     def _claim_only(self, now: float, wanted: int) -> list[claiming.Claim]:
         try:
-            with write_tx(self.engine) as conn:
+            with write_tx(self.engine, LOCK_SLICE_S) as conn:
                 return self._claim_in(conn, now, wanted)
-        except Locked:
+        except (Locked, DiskFull):
+            self._write_failed(now)
             return []
 
     def _next_claim_time(self, conn: Connection, now: float) -> float:
@@ -305,9 +349,20 @@ class Worker:
                 started = None if pid is None else procs.process_start_time(pid)
                 execute.record_spawn(conn, execution, started)
 
-        if write_quietly(self.engine, record):
+        if write_quietly(self.engine, record, LOCK_SLICE_S):
             for execution in due:
                 execution.spawn_recorded = True
+        else:
+            self._write_failed(now)
+
+    def _reap_if_due(self, now: float) -> None:
+        """Claims run a reap pass first; a worker whose slots are all busy (so
+        it claims nothing) runs one of its own every heartbeat interval, so
+        crash recovery never waits for some worker to be idle."""
+        if now - self._last_reap_pass < self._beat_every:
+            return
+        self._last_reap_pass = now
+        self.reaping.pass_now(now, self.running)
 
     def _free_slot(self) -> int:
         used = {e.slot for e in self.running.values()}
@@ -364,16 +419,19 @@ class Worker:
             )
 
     def _beat_if_due(self, now: float) -> None:
-        if now - self._last_beat < self.timing.heartbeat_interval_s:
+        if now - self._last_beat < self._beat_every:
             return
         self._check_database_file()
         pairs = [(job_id, e.claim.attempt_id) for job_id, e in self.running.items()]
         try:
-            with write_tx(self.engine) as conn:
+            with write_tx(self.engine, LOCK_SLICE_S) as conn:
                 lost = heartbeat.beat(conn, self.worker_id, pairs, now, len(self.report.results))
-        except Locked:
+        except (Locked, DiskFull):
+            self._write_failed(now)
             return
+        self._write_ok()
         self._last_beat = now
+        self._fenced = False
         self.reaping.bury_dead_workers(now)
         for job_id in lost:
             execution = self.running.pop(job_id)
@@ -383,6 +441,22 @@ class Worker:
                 AttemptResult(job_id, execution.claim.attempt_no, "lost_ownership", None)
             )
 
+    def _fence_if_lease_lost(self, now: float) -> None:
+        """No heartbeat has landed for half the hang threshold: others may
+        requeue this worker's jobs once it is silent for the whole threshold,
+        so kill them now (their outcome is recorded as a worker crash when the
+        database lets it) and claim nothing until a heartbeat lands."""
+        silent = now - self._last_beat
+        if self._fenced or not lease.self_fence_due(
+            now, self._last_beat, self.timing.hang_threshold_s
+        ):
+            return
+        self._fenced = True
+        error = f"worker could not heartbeat for {silent:.1f}s (half the hang threshold): fenced"
+        for execution in self.running.values():
+            if execution.outcome is None and execution.forced is None:
+                execution.force_end(FailureReason.WORKER_CRASH, error)
+
     # -- stopping ----------------------------------------------------------
 
     def _hard_stop(self, now: float) -> None:
@@ -390,25 +464,34 @@ class Worker:
             execution.force_end(FailureReason.CANCELED, "worker stopped by a second signal")
         for execution in self.running.values():
             execution.wait_blocking()
-        self._settle_and_claim(now, self._ended(now), 0)
+        give_up_at = now + HARD_STOP_RECORD_S
+        while self.running and self.clock() < give_up_at:  # best effort: else the reaper
+            self._settle_and_claim(self.clock(), self._ended(self.clock()), 0)
+            if self.running:
+                time.sleep(self._retry_s)
         self.running.clear()
 
     # -- waiting -----------------------------------------------------------
 
     def _wait(self, now: float) -> None:
         """Sleep until a job ends, a signal comes, or the next thing is due."""
-        deadline = self._last_beat + self.timing.heartbeat_interval_s
+        deadline = min(self._last_beat + self._beat_every, self._last_reap_pass + self._beat_every)
         for execution in self.running.values():
+            if execution.outcome is not None:
+                deadline = min(deadline, self._blocked_until)  # to be recorded
             deadline = min(deadline, execution.next_wakeup())
             if execution.proc is not None and not execution.spawn_recorded:
                 deadline = min(deadline, execution.record_spawn_at)
         idle_capacity = len(self.running) < self.options.concurrency and not self.signals.count
         if idle_capacity and not (self.options.mode == "once" and self.report.claimed):
             deadline = min(deadline, now + WATCH_TICK_S, self._next_claim_at)
+        deadline = max(deadline, self._blocked_until)
         fds = [self.signals.wake_fd]
         for execution in self.running.values():
-            if execution.pidfd is None:
-                deadline = min(deadline, now + NO_PIDFD_TICK_S)
-            else:
+            if execution.pidfd is not None:
                 fds.append(execution.pidfd)
+            elif execution.leader_running:
+                deadline = min(deadline, now + NO_PIDFD_TICK_S)
+        if self.running and self.timing.hang_threshold_s > 0 and not self._fenced:
+            deadline = min(deadline, self._last_beat + self.timing.hang_threshold_s / 2)
         wait_readable(fds, deadline - now, self.signals.wake_fd)

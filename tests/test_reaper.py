@@ -498,14 +498,14 @@ def test_an_orphan_group_is_only_killed_while_its_number_is_still_the_jobs() -> 
         started = procs.process_start_time(leader.pid)
         assert started is not None
         recycled = procs.ProcessIdentity(leader.pid, started - 50)
-        assert procs.kill_group_if_same(recycled, leader.pid) is False
-        assert (
-            procs.kill_group_if_same(procs.ProcessIdentity(leader.pid, None), leader.pid) is False
-        )
+        # a recycled pid means the job's group is gone (the number was free): not killed
+        assert procs.end_group(recycled, leader.pid) is None
+        bare = procs.end_group(procs.ProcessIdentity(leader.pid, None), leader.pid)
+        assert bare is not None and "start time" in bare, "a bare pid is never confirmed"
         assert leader.poll() is None, "a group whose leader pid was recycled was killed"
 
         same = procs.ProcessIdentity(leader.pid, started)
-        assert procs.kill_group_if_same(same, leader.pid) is True
+        assert procs.end_group(same, leader.pid) is None
         assert leader.wait(timeout=5) == -signal.SIGKILL
     finally:
         leader.kill()

@@ -26,11 +26,14 @@ from urllib.parse import quote, unquote
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
-from spoolctl.errors import Locked, SpoolError, StorageFault
+from spoolctl.errors import DiskFull, Locked, SpoolError, StorageFault
 
 Synchronous = Literal["OFF", "NORMAL", "FULL"]
 READ_ONLY_OPTION = "spoolctl_read_only"
 """Connection execution option: the begin hook opens a deferred transaction."""
+LOCK_WAIT_OPTION = "spoolctl_lock_wait_s"
+"""Connection execution option: wait at most this long for the write lock
+(a worker waits in short slices so that it keeps running its loop)."""
 SPOOL_DIR_MODE = 0o700
 DB_FILE_MODE = 0o600
 
@@ -94,8 +97,10 @@ def make_engine(
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        if write and not conn.get_execution_options().get(READ_ONLY_OPTION, False):
-            begin_immediate(conn.connection.driver_connection, busy_timeout_s)
+        options = conn.get_execution_options()
+        if write and not options.get(READ_ONLY_OPTION, False):
+            wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
+            begin_immediate(conn.connection.driver_connection, wait_s)
         else:
             conn.exec_driver_sql("BEGIN")
         if expected_revision is not None:
@@ -163,19 +168,30 @@ def is_busy(exc: BaseException) -> bool:
 
 
 @contextmanager
-def write_tx(engine: Engine) -> Iterator[Connection]:
-    """One BEGIN IMMEDIATE transaction; a busy timeout becomes `Locked`."""
-    with translate_errors(engine), engine.begin() as conn:
-        yield conn
+def write_tx(engine: Engine, lock_wait_s: float | None = None) -> Iterator[Connection]:
+    """One BEGIN IMMEDIATE transaction; a busy timeout becomes `Locked`.
+    lock_wait_s: wait at most that long for the lock (never beyond the
+    engine's busy timeout)."""
+    if lock_wait_s is None:
+        with translate_errors(engine), engine.begin() as conn:
+            yield conn
+        return
+    with translate_errors(engine), engine.connect() as conn:
+        conn.execution_options(**{LOCK_WAIT_OPTION: lock_wait_s})
+        with conn.begin():
+            yield conn
 
 
-def write_quietly(engine: Engine, fn: Callable[[Connection], object]) -> bool:
+def write_quietly(
+    engine: Engine, fn: Callable[[Connection], object], lock_wait_s: float | None = None
+) -> bool:
     """Run fn in a write transaction; False (nothing written) if the lock
-    stayed busy beyond the timeout: for work that is retried later anyway."""
+    stayed busy beyond the timeout or the disk is full: for work that is
+    retried later anyway."""
     try:
-        with write_tx(engine) as conn:
+        with write_tx(engine, lock_wait_s) as conn:
             fn(conn)
-    except Locked:
+    except (Locked, DiskFull):
         return False
     return True
 
@@ -219,7 +235,8 @@ def translate_errors(engine: Engine) -> Iterator[None]:
                 sqlite_error=text,
             ) from None
         hint = next((h for key, h in STORAGE_HINTS if key in text.lower()), None)
-        raise StorageFault(
+        fault = DiskFull if "database or disk is full" in text.lower() else StorageFault
+        raise fault(
             f"cannot use the queue database {db_path_of(engine)}: {text}"
             + (f" ({hint})" if hint else ""),
             path=db_path_of(engine),

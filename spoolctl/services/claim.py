@@ -38,6 +38,15 @@ class Claim:
     queue: str
     stdout_path: str
     stderr_path: str
+    token: str = ""
+    """SPOOLCTL_ATTEMPT_TOKEN: set in the job's environment before it is spawned."""
+
+
+def attempt_token(worker_id: str, attempt_id: int, started_at: float) -> str:
+    """Names one attempt's processes across every queue on the machine: the
+    worker id (random by default), the attempt row and its claim time (to the
+    microsecond, as stored) together. Rebuilt by the reaper from the attempt row."""
+    return f"{worker_id}/{attempt_id}/{started_at:.6f}"
 
 
 def output_paths(output_root: Path, job_id: int, attempt_no: int) -> tuple[str, str]:
@@ -59,7 +68,15 @@ _CLAIMABLE = Prepared(_CLAIMABLE_QUERY)
 """Built once: the hot path binds values instead of rebuilding statements."""
 
 _LATEST_ATTEMPT = Prepared(
-    select(attempts.c.attempt_no, attempts.c.state, attempts.c.job_pid, attempts.c.job_started_at)
+    select(
+        attempts.c.id,
+        attempts.c.attempt_no,
+        attempts.c.state,
+        attempts.c.job_pid,
+        attempts.c.job_started_at,
+        attempts.c.worker_id,
+        attempts.c.started_at,
+    )
     .where(attempts.c.job_id == bindparam("job_id"))
     .order_by(attempts.c.attempt_no.desc())
     .limit(1)
@@ -179,6 +196,7 @@ def claim_next(
         queue=queue,
         stdout_path=stdout_path,
         stderr_path=stderr_path,
+        token=attempt_token(worker_id, int(attempt_id), now),
     )
 
 
@@ -193,15 +211,19 @@ def _still_running(previous: Any) -> bool:
 
     Those processes are killed asynchronously (a force-retried job's owner kills
     it at its next heartbeat), so the job waits in the queue until the old
-    process is gone: two copies of one job never run at once. Only a recorded
-    pid with its start time is trusted; anything less does not block the job.
+    process is gone: two copies of one job never run at once. A recorded pid
+    with its start time is checked; without one (the attempt ended in its first
+    milliseconds), the attempt's token is looked for among living processes.
     """
     if previous is None or previous.state not in ENDED_ELSEWHERE:
         return False
-    if previous.job_pid is None or previous.job_started_at is None:
+    if previous.job_pid is not None and previous.job_started_at is not None:
+        identity = procs.ProcessIdentity(previous.job_pid, previous.job_started_at)
+        return procs.is_same_process(identity) is procs.Liveness.ALIVE
+    if previous.worker_id is None or previous.started_at is None:
         return False
-    identity = procs.ProcessIdentity(previous.job_pid, previous.job_started_at)
-    return procs.is_same_process(identity) is procs.Liveness.ALIVE
+    token = attempt_token(previous.worker_id, previous.id, previous.started_at)
+    return bool(procs.find_token(token, previous.started_at).found)
 
 
 def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None:

@@ -4,6 +4,12 @@ stdout and stderr are files opened before the spawn and handed to the child:
 no pipes, nothing buffered in the worker, so output outlives the worker. The
 child leads its own session (and process group); a timeout sends SIGTERM to
 the whole group, waits up to the grace period, then SIGKILLs the group.
+
+An attempt ends with its whole process group: when the leader exits, whatever
+it left running in its group gets SIGTERM, the grace period, then SIGKILL,
+before the outcome is known, so nothing of attempt N overlaps attempt N+1.
+Every process of the attempt carries SPOOLCTL_ATTEMPT_TOKEN, by which the
+reaper finds it should this worker die before recording the leader's pid.
 """
 
 from __future__ import annotations
@@ -24,6 +30,11 @@ from spoolctl.services.outcome import Outcome
 from spoolctl.states import FailureReason
 
 TERM_GRACE_S = 5.0
+GROUP_KILL_WAIT_S = 5.0
+"""After SIGKILL, how long a group may take to empty before the outcome is
+recorded anyway (what is left then is zombies or stuck in the kernel)."""
+GROUP_POLL_S = 0.02
+"""How often a group whose leader has exited is looked at until it is empty."""
 SPAWN_RECORD_DELAY_S = 0.005
 """A job that ends sooner has its pid recorded with its outcome, in one
 transaction; a longer one gets it recorded on its own after this delay (by
@@ -42,6 +53,7 @@ def job_environment(claim: Claim, worker_id: str, slot: int) -> dict[str, str]:
         SPOOLCTL_WORKER_ID=worker_id,
         SPOOLCTL_SLOT=str(slot),
     )
+    env[procs.TOKEN_ENV] = claim.token
     return env
 
 
@@ -73,6 +85,12 @@ class Execution:
     pidfd: int | None = None
     spawn_recorded: bool = False
     record_spawn_at: float = 0.0
+    returncode: int | None = None
+    """The leader's exit status, once it has exited."""
+    group_ends_at: float | None = None
+    """While the leader's group outlives it: when the group gets its next signal."""
+    group_check_at: float = 0.0
+    outcome: Outcome | None = None
 
     def start(self, worker_id: str, now: float) -> None:
         """Open the output files and spawn; a failure is kept as the outcome."""
@@ -102,19 +120,57 @@ class Execution:
         return None if self.proc is None else self.proc.pid
 
     def poll(self, now: float) -> Outcome | None:
-        """The outcome once the attempt is over; drives the timeout kill."""
+        """The outcome once the attempt is over (its leader exited and nothing
+        is left in its process group); drives the timeout and group kills."""
+        if self.outcome is not None:
+            return self.outcome
         if self.proc is None:
-            return Outcome(None, FailureReason.SPAWN_FAILED, self.spawn_error)
-        returncode = self.proc.poll()
-        if returncode is None:
-            self._enforce_timeout(now)
+            self.outcome = Outcome(None, FailureReason.SPAWN_FAILED, self.spawn_error)
+            return self.outcome
+        if self.returncode is None:
+            self.returncode = self.proc.poll()
+            if self.returncode is None:
+                self._enforce_timeout(now)
+                return None
+            self._close_pidfd()
+            self._leader_exited(now)
+        if self.group_ends_at is not None and not self._group_ended(now):
             return None
-        if self.term_sent_at is not None and not self.kill_sent:
-            # The leader is gone; grandchildren of the group must not outlive it.
-            procs.signal_group(self.proc.pid, signal.SIGKILL)
-            self.kill_sent = True
-        self._close_pidfd()
-        return self._outcome(returncode)
+        self.outcome = self._outcome(self.returncode)
+        return self.outcome
+
+    @property
+    def leader_running(self) -> bool:
+        return self.proc is not None and self.returncode is None
+
+    def _leader_exited(self, now: float) -> None:
+        """SIGTERM what the leader left in its group (one syscall that finds
+        nothing in the common case); a timeout's TERM already went out."""
+        assert self.proc is not None
+        if self.term_sent_at is None:
+            if not procs.signal_group(self.proc.pid, signal.SIGTERM):
+                return
+            self.term_sent_at = now
+        if self.kill_sent:
+            self.group_ends_at = now + GROUP_KILL_WAIT_S
+        else:
+            self.group_ends_at = self.term_sent_at + TERM_GRACE_S
+        self.group_check_at = now
+
+    def _group_ended(self, now: float) -> bool:
+        """Whether the leader's group is empty; escalates TERM -> KILL -> give up."""
+        assert self.proc is not None and self.group_ends_at is not None
+        if not procs.group_running(self.proc.pid):
+            return True
+        if now < self.group_ends_at:
+            self.group_check_at = now + GROUP_POLL_S
+            return False
+        if not self.kill_sent:
+            self.kill_now()
+            self.group_ends_at = now + GROUP_KILL_WAIT_S
+            self.group_check_at = now + GROUP_POLL_S
+            return False
+        return True  # only zombies or processes stuck in the kernel are left: record anyway
 
     def _outcome(self, returncode: int) -> Outcome:
         if self.forced is not None:
@@ -161,14 +217,18 @@ class Execution:
         self.kill_now()
 
     def next_wakeup(self) -> float:
+        if self.group_ends_at is not None:
+            return self.group_check_at
         if self.term_sent_at is not None and not self.kill_sent:
             return self.term_sent_at + TERM_GRACE_S
         return self.deadline
 
     def wait_blocking(self) -> None:
-        """Reap the leader after a kill (it cannot ignore SIGKILL)."""
+        """Reap the leader after a kill (it cannot ignore SIGKILL) and give the
+        rest of its group a bounded time to go."""
         if self.proc is not None:
             self.proc.wait()
+            procs.wait_group_gone(self.proc.pid, GROUP_KILL_WAIT_S)
         self._close_pidfd()
 
     def _close_pidfd(self) -> None:

@@ -138,13 +138,18 @@ def record_failure(
     outcome: Outcome,
     now: float,
 ) -> JobState | None:
-    """A job-owned failure (exit, timeout, spawn failure, shutdown kill)."""
+    """A job-owned failure (exit, timeout, spawn failure, shutdown kill), or a
+    worker crash that the worker recorded itself (it fenced itself after it
+    could not heartbeat): that one counts against the crash budget."""
     assert outcome.reason is not None
     job = _owned_job(conn, job_id, attempt_id, worker_id)
     if job is None:
         return None
     timed_out = outcome.reason is FailureReason.TIMEOUT
+    crashed = outcome.reason is FailureReason.WORKER_CRASH
     attempt_state = AttemptState.TIMED_OUT if timed_out else AttemptState.FAILED
+    if crashed:
+        attempt_state = AttemptState.ABANDONED
     _finish_attempt(conn, attempt_id, attempt_state, outcome, now)
     record_event(
         conn,
@@ -161,7 +166,7 @@ def record_failure(
     return requeue_or_dead(
         conn,
         job,
-        crashed=False,
+        crashed=crashed,
         now=now,
         worker_id=worker_id,
         failure={

@@ -6,8 +6,16 @@ gone (ProcessLookupError) means dead; not ours to signal (PermissionError)
 is inconclusive, so alive; a pid now held by another process (different start
 time, or no `spoolctl` in its command line) means recycled, so dead. An owner
 that is alive but silent beyond the hang threshold is fenced: killed,
-confirmed dead, then reaped. The reap re-checks staleness and ownership under
-its own BEGIN IMMEDIATE, so a worker that heartbeated meanwhile is untouched.
+confirmed dead, then reaped. An owner that cannot be probed from here (another
+hostname) is judged by the lease rule of `lease.py` instead.
+
+Before a job is requeued, what is left of its attempt is ended and confirmed
+gone: the recorded process group, and every process that carries the
+attempt's token in its environment (which also finds a job whose worker died
+before it could record the pid). When that cannot be confirmed, the job stays
+`running`, flagged with an `orphan_unconfirmed` event, and is judged again
+later. The reap re-checks staleness and ownership under its own BEGIN
+IMMEDIATE, so a worker that heartbeated meanwhile is untouched.
 """
 
 from __future__ import annotations
@@ -16,20 +24,36 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    bindparam,
+    func,
+    select,
+    update,
+)
 
 from spoolctl import procs
+from spoolctl.db import codec
 from spoolctl.db.prepared import Prepared
-from spoolctl.db.tables import attempts, jobs, workers
+from spoolctl.db.tables import attempts, job_events, jobs, workers
+from spoolctl.services import lease
+from spoolctl.services.claim import attempt_token
 from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState, WorkerState
+
+ORPHAN_WAIT_S = 5.0
+"""How long a SIGKILLed orphan may take to be gone before it counts as unconfirmed."""
 
 
 class Verdict(Enum):
     DEAD = "dead"
     ALIVE = "alive"
     HUNG = "hung"
+    LEASE_EXPIRED = "lease_expired"
+    """Cannot be probed from here and silent beyond the hang threshold."""
 
 
 @dataclass(frozen=True)
@@ -45,12 +69,28 @@ class Candidate:
     worker_boot_id: str | None
     worker_hostname: str | None
     worker_heartbeat_at: float | None
+    locked_at: float | None = None
+    attempt_started_at: float | None = None
+    token: str | None = None
+    """The attempt's SPOOLCTL_ATTEMPT_TOKEN, carried by all its processes."""
+
+
+def last_sign_of_life() -> ColumnElement[float]:
+    """A job's heartbeat. A running row adopted from an old database may have
+    none: its lock or start time stands in, and a row with none of them is as
+    old as can be."""
+    return func.coalesce(jobs.c.heartbeat_at, jobs.c.locked_at, jobs.c.started_at, 0.0)
+
+
+def _silent_before(before: float | BindParameter[float]) -> ColumnElement[bool]:
+    return last_sign_of_life() < before
 
 
 _STALE = Prepared(
-    select(jobs.c.id, jobs.c.locked_by, jobs.c.locked_pid, jobs.c.heartbeat_at)
-    .where(jobs.c.state == JobState.RUNNING.value, jobs.c.heartbeat_at < bindparam("b_before"))
-    .order_by(jobs.c.heartbeat_at)
+    select(jobs.c.id, jobs.c.locked_by, jobs.c.locked_pid, jobs.c.locked_at)
+    .add_columns(last_sign_of_life().label("heartbeat_at"))
+    .where(jobs.c.state == JobState.RUNNING.value, _silent_before(bindparam("b_before")))
+    .order_by(last_sign_of_life())
 )
 """Runs before every claim: built once."""
 
@@ -63,7 +103,14 @@ def reap_candidates(conn: Connection, now: float, threshold_s: float) -> list[Ca
 
 def _candidate(conn: Connection, row: Any) -> Candidate:
     attempt = conn.execute(
-        select(attempts.c.id, attempts.c.job_pid, attempts.c.job_pgid, attempts.c.job_started_at)
+        select(
+            attempts.c.id,
+            attempts.c.job_pid,
+            attempts.c.job_pgid,
+            attempts.c.job_started_at,
+            attempts.c.worker_id,
+            attempts.c.started_at,
+        )
         .where(attempts.c.job_id == row.id, attempts.c.state == AttemptState.RUNNING.value)
         .order_by(attempts.c.attempt_no.desc())
         .limit(1)
@@ -95,41 +142,60 @@ def _candidate(conn: Connection, row: Any) -> Candidate:
         worker_boot_id=None if worker is None else worker.boot_id,
         worker_hostname=None if worker is None else worker.hostname,
         worker_heartbeat_at=None if worker is None else worker.heartbeat_at,
+        locked_at=row.locked_at,
+        attempt_started_at=None if attempt is None else attempt.started_at,
+        token=_token_of(attempt),
     )
 
 
+def _token_of(attempt: Any) -> str | None:
+    if attempt is None or attempt.worker_id is None or attempt.started_at is None:
+        return None
+    return attempt_token(attempt.worker_id, attempt.id, attempt.started_at)
+
+
 def _liveness(
-    hostname: str | None,
     boot: str | None,
     identity: procs.ProcessIdentity | None,
     *,
     boot_id: str,
-    my_hostname: str,
+    locked_at: float | None = None,
 ) -> procs.Liveness:
-    """Whether a recorded worker process is still the same living process."""
-    if hostname is not None and hostname != my_hostname:
-        return procs.Liveness.INCONCLUSIVE  # another machine: cannot probe
+    """Whether a recorded worker process (on this machine) is still the same
+    living process. A lock taken before this machine booted, or a bare pid now
+    held by a process younger than the lock, names a dead worker."""
     if boot is not None and boot != boot_id:
+        return procs.Liveness.DEAD
+    if locked_at is not None and locked_at < procs.boot_time() - procs.START_TIME_TOLERANCE_S:
         return procs.Liveness.DEAD
     if identity is None:
         return procs.Liveness.DEAD
-    return procs.is_same_process(identity, procs.WORKER_MARKER)
+    bare = identity.started_at is None  # else the start time is the stronger check
+    existed_at = locked_at if bare else None
+    return procs.is_same_process(identity, procs.WORKER_MARKER, existed_at=existed_at)
+
+
+def probeable(worker_hostname: str | None, hostname: str) -> bool:
+    """Whether a worker's process can be checked from this machine."""
+    return worker_hostname is None or worker_hostname == hostname
 
 
 def owner_verdict(
     cand: Candidate, *, now: float, hang_threshold_s: float, boot_id: str, hostname: str
 ) -> Verdict:
-    """Is the worker that owns `cand` dead, alive, or alive but hung?"""
+    """Is the worker that owns `cand` dead, alive, alive but hung, or beyond
+    its lease (when it cannot be probed from here)?"""
+    silent_since = max(cand.worker_heartbeat_at or cand.heartbeat_at, cand.heartbeat_at)
+    if not probeable(cand.worker_hostname, hostname):
+        expired = lease.lease_expired(now, silent_since, hang_threshold_s)
+        return Verdict.LEASE_EXPIRED if expired else Verdict.ALIVE
     identity = cand.worker_identity
-    liveness = _liveness(
-        cand.worker_hostname, cand.worker_boot_id, identity, boot_id=boot_id, my_hostname=hostname
-    )
+    liveness = _liveness(cand.worker_boot_id, identity, boot_id=boot_id, locked_at=cand.locked_at)
     if liveness is procs.Liveness.DEAD:
         return Verdict.DEAD
     if liveness is procs.Liveness.INCONCLUSIVE or identity is None or identity.started_at is None:
         return Verdict.ALIVE  # inconclusive means alive; never fence a bare pid
-    silent_since = cand.worker_heartbeat_at or cand.heartbeat_at
-    if hang_threshold_s > 0 and now - max(silent_since, cand.heartbeat_at) > hang_threshold_s:
+    if hang_threshold_s > 0 and now - silent_since > hang_threshold_s:
         return Verdict.HUNG
     return Verdict.ALIVE
 
@@ -157,9 +223,10 @@ def stale_workers(conn: Connection, now: float, threshold_s: float) -> list[Any]
 
 
 def worker_is_dead(row: Any, *, boot_id: str, hostname: str) -> bool:
+    if not probeable(row.hostname, hostname):
+        return False
     identity = procs.ProcessIdentity(row.pid, row.process_started_at)
-    liveness = _liveness(row.hostname, row.boot_id, identity, boot_id=boot_id, my_hostname=hostname)
-    return liveness is procs.Liveness.DEAD
+    return _liveness(row.boot_id, identity, boot_id=boot_id) is procs.Liveness.DEAD
 
 
 def bury_workers(conn: Connection, rows: list[Any], now: float) -> None:
@@ -177,11 +244,56 @@ def fence(cand: Candidate) -> bool:
     return procs.is_same_process(cand.worker_identity, procs.WORKER_MARKER) is procs.Liveness.DEAD
 
 
-def kill_orphan(cand: Candidate) -> bool:
-    """Kill the dead owner's job process group if its leader is still the job."""
-    if cand.job_identity is None or cand.job_pgid is None:
-        return False
-    return procs.kill_group_if_same(cand.job_identity, cand.job_pgid)
+@dataclass(frozen=True)
+class OrphanCheck:
+    """Whether what is left of an attempt is confirmed gone; if not, which
+    process stands in the way and why."""
+
+    gone: bool
+    pid: int | None = None
+    started_at: float | None = None
+    reason: str | None = None
+
+
+def end_orphan(cand: Candidate, *, same_machine: bool = True) -> OrphanCheck:
+    """Kill what is left of the candidate's attempt and confirm it is gone.
+
+    On this machine: the recorded process group (pid plus start time), then
+    every process carrying the attempt's token, which also finds an attempt
+    whose pid was never recorded. A same-user process started since the
+    attempt whose environment cannot be read leaves the end unconfirmed. For a
+    worker that cannot be probed (`same_machine` False) recorded pids mean
+    nothing here: only token holders that happen to be visible are killed.
+    """
+    if same_machine and cand.job_identity is not None and cand.job_pgid is not None:
+        reason = procs.end_group(cand.job_identity, cand.job_pgid, ORPHAN_WAIT_S)
+        if reason is not None:
+            identity = cand.job_identity
+            return OrphanCheck(False, identity.pid, identity.started_at, reason)
+    if cand.token is None or cand.attempt_started_at is None:
+        return OrphanCheck(True)
+    return _end_token_holders(cand.token, cand.attempt_started_at, strict=same_machine)
+
+
+TOKEN_SCANS = 3
+"""A token holder may fork while it is being killed: scan again, a few times."""
+
+
+def _end_token_holders(token: str, started_at: float, *, strict: bool) -> OrphanCheck:
+    for _ in range(TOKEN_SCANS):
+        scan = procs.find_token(token, started_at)
+        if strict and scan.unreadable:
+            pid = scan.unreadable[0]
+            why = f"cannot read the environment of pid {pid} to tell whether it is the job"
+            return OrphanCheck(False, pid, procs.process_start_time(pid), why)
+        if not scan.found:
+            return OrphanCheck(True)
+        left = procs.kill_token_holders(scan, ORPHAN_WAIT_S)
+        if left:
+            pid = left[0]
+            why = f"pid {pid} still runs {ORPHAN_WAIT_S:.0f}s after SIGKILL"
+            return OrphanCheck(False, pid, procs.process_start_time(pid), why)
+    return OrphanCheck(False, None, None, "the attempt's processes kept appearing")
 
 
 def reap(
@@ -197,13 +309,13 @@ def reap(
         select(jobs).where(
             jobs.c.id == cand.job_id,
             jobs.c.state == JobState.RUNNING.value,
-            jobs.c.heartbeat_at < now - threshold_s,
+            _silent_before(now - threshold_s),
             _same_owner(cand.worker_id),
         )
     ).first()
     if job is None:
         return None
-    error = f"worker {cand.worker_id} died (heartbeat {now - job.heartbeat_at:.1f}s old)"
+    error = f"worker {cand.worker_id} died ({_silence(job, now)})"
     if cand.attempt_id is not None:
         conn.execute(
             update(attempts)
@@ -215,16 +327,7 @@ def reap(
                 error=error,
             )
         )
-    if cand.worker_id is not None:
-        conn.execute(
-            update(workers)
-            .where(
-                workers.c.id == cand.worker_id,
-                workers.c.state == WorkerState.RUNNING.value,
-                workers.c.pid == cand.locked_pid,
-            )
-            .values(state=WorkerState.DEAD.value, stopped_at=now)
-        )
+    _mark_worker_dead(conn, cand, now)
     record_event(
         conn,
         cand.job_id,
@@ -241,6 +344,136 @@ def reap(
         worker_id=reaper_id,
         failure={"last_error": error, "last_failure_reason": FailureReason.WORKER_CRASH.value},
     )
+
+
+def _silence(job: Any, now: float) -> str:
+    for column in ("heartbeat_at", "locked_at", "started_at"):
+        value = getattr(job, column)
+        if value is not None:
+            label = "heartbeat" if column == "heartbeat_at" else column.removesuffix("_at")
+            return f"{label} {now - value:.1f}s old"
+    return "no heartbeat, lock or start time recorded"
+
+
+def _mark_worker_dead(conn: Connection, cand: Candidate, now: float) -> None:
+    if cand.worker_id is None:
+        return
+    conn.execute(
+        update(workers)
+        .where(
+            workers.c.id == cand.worker_id,
+            workers.c.state == WorkerState.RUNNING.value,
+            workers.c.pid == cand.locked_pid,
+        )
+        .values(state=WorkerState.DEAD.value, stopped_at=now)
+    )
+
+
+def flag_unconfirmed(
+    conn: Connection,
+    cand: Candidate,
+    check: OrphanCheck,
+    *,
+    now: float,
+    threshold_s: float,
+    reaper_id: str | None,
+) -> bool:
+    """The owner is gone but its attempt's end is not confirmed: the job stays
+    running. Marks the worker dead, records a pid the token scan discovered on
+    an attempt that had none, and writes one `orphan_unconfirmed` event per
+    attempt and cause. False when the job changed meanwhile."""
+    still = conn.execute(
+        select(jobs.c.id).where(
+            jobs.c.id == cand.job_id,
+            jobs.c.state == JobState.RUNNING.value,
+            _silent_before(now - threshold_s),
+            _same_owner(cand.worker_id),
+        )
+    ).first()
+    if still is None:
+        return False
+    _mark_worker_dead(conn, cand, now)
+    if cand.attempt_id is not None and check.pid is not None and check.started_at is not None:
+        conn.execute(
+            update(attempts)
+            .where(attempts.c.id == cand.attempt_id, attempts.c.job_pid.is_(None))
+            .values(job_pid=check.pid, job_pgid=check.pid, job_started_at=check.started_at)
+        )
+    detail = {"attempt_id": cand.attempt_id, "pid": check.pid, "reason": check.reason}
+    if _latest_flag(conn, cand.job_id) != detail:
+        detail["dead_worker"] = cand.worker_id
+        record_event(
+            conn, cand.job_id, EventKind.ORPHAN_UNCONFIRMED, now, worker_id=reaper_id, detail=detail
+        )
+    return True
+
+
+def _latest_flag(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(
+        select(job_events.c.detail)
+        .where(
+            job_events.c.job_id == job_id,
+            job_events.c.event == EventKind.ORPHAN_UNCONFIRMED.value,
+        )
+        .order_by(job_events.c.id.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    detail = _detail(row.detail)
+    return {k: detail.get(k) for k in ("attempt_id", "pid", "reason")}
+
+
+@dataclass(frozen=True)
+class UnconfirmedOrphan:
+    job_id: int
+    attempt_id: int
+    pid: int | None
+    reason: str | None
+    dead_worker: str | None
+    since: float
+
+
+def unconfirmed_orphans(conn: Connection) -> list[UnconfirmedOrphan]:
+    """Running jobs whose current attempt is flagged `orphan_unconfirmed`: their
+    worker is gone, but a process of theirs may still run."""
+    rows = conn.execute(
+        select(job_events.c.job_id, job_events.c.at, job_events.c.detail, attempts.c.id)
+        .join(jobs, jobs.c.id == job_events.c.job_id)
+        .join(
+            attempts,
+            (attempts.c.job_id == jobs.c.id) & (attempts.c.state == AttemptState.RUNNING.value),
+        )
+        .where(
+            jobs.c.state == JobState.RUNNING.value,
+            job_events.c.event == EventKind.ORPHAN_UNCONFIRMED.value,
+        )
+        .order_by(job_events.c.id)
+    ).all()
+    found: dict[int, UnconfirmedOrphan] = {}
+    for row in rows:
+        detail = _detail(row.detail)
+        if detail.get("attempt_id") != row.id:
+            continue
+        first = found.get(row.job_id)
+        found[row.job_id] = UnconfirmedOrphan(
+            job_id=row.job_id,
+            attempt_id=row.id,
+            pid=_int_or_none(detail.get("pid")),
+            reason=None if detail.get("reason") is None else str(detail.get("reason")),
+            dead_worker=None if detail.get("dead_worker") is None else str(detail["dead_worker"]),
+            since=row.at if first is None else first.since,
+        )
+    return list(found.values())
+
+
+def _detail(raw: str | None) -> dict[str, Any]:
+    value = codec.load_detail(raw)
+    return value if isinstance(value, dict) else {}
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _same_owner(worker_id: str | None):  # type: ignore[no-untyped-def]
