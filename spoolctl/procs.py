@@ -288,7 +288,7 @@ def find_token(token: str, started_after: float) -> TokenScan:
     floor = started_after - START_TIME_TOLERANCE_S
     for proc in psutil.process_iter(["create_time"]):
         created = proc.info.get("create_time")
-        if proc.pid == me or created is None or created < floor:
+        if proc.pid in (me, 1) or created is None or created < floor:
             continue
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:

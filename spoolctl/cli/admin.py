@@ -28,7 +28,9 @@ from spoolctl.config import (
 )
 from spoolctl.db import revision
 from spoolctl.db.health import Check, database_checks
+from spoolctl.db.queue import open_for_read
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, EXIT_USER, SpoolError
+from spoolctl.services import query
 
 
 @verb("doctor", examples=("spoolctl doctor", "spoolctl doctor --json"))
@@ -77,6 +79,7 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
             "opens_read_write",
             "schema_current",
             "integrity",
+            "orphans_unconfirmed",
         )
         checks += [
             Check(n, "skip", "no database path", blocked_by="db_path_resolvable") for n in names
@@ -86,8 +89,31 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
             Check("db_path_resolvable", "pass", f"{location.path} (from {location.source})")
         )
         checks += database_checks(location.path)
+        checks.append(orphans_check(location.path, checks))
     checks.append(contract_check())
     return checks, location
+
+
+def orphans_check(path: Path, checks: list[Check]) -> Check:
+    """Running jobs held back because their dead worker's process may still run."""
+    if any(c.id in ("schema_current", "integrity") and c.status != "pass" for c in checks):
+        return Check(
+            "orphans_unconfirmed", "skip", "queue not readable", blocked_by="schema_current"
+        )
+    queue = open_for_read(path)
+    orphans = [] if queue is None else queue.read(query.unconfirmed_orphans)
+    if not orphans:
+        return Check("orphans_unconfirmed", "pass", "no running job waits on an unconfirmed orphan")
+    named = "; ".join(
+        f"job {o['job_id']} pid {'?' if o['pid'] is None else o['pid']}: {o['reason']}"
+        for o in orphans
+    )
+    return Check(
+        "orphans_unconfirmed",
+        "warn",
+        f"{len(orphans)} job(s) kept running, not requeued: {named}"[:500],
+        "end the named process (or confirm it is gone); a worker then requeues the job",
+    )
 
 
 def config_check(config: ConfigFile) -> Check:

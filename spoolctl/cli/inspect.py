@@ -39,6 +39,7 @@ def empty_status() -> dict[str, Any]:
         "queues": {},
         "recent_dead": [],
         "workers": [],
+        "orphans_unconfirmed": [],
     }
 
 
@@ -110,7 +111,21 @@ def status_text(data: dict[str, Any], now: float) -> str:
             for w in workers
         ]  # fmt: skip
         lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))
+    lines += orphans_text(data["orphans_unconfirmed"], now)
     return "\n".join(lines)
+
+
+def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
+    """Jobs kept running because their dead worker's process may still run."""
+    if not orphans:
+        return []
+    rows = [
+        [str(o["job_id"]), "?" if o["pid"] is None else str(o["pid"]), o["dead_worker"] or "?",
+         age(o["since"], now), (o["reason"] or "")[:60]]
+        for o in orphans
+    ]  # fmt: skip
+    heading = style(f"unconfirmed orphans: {len(orphans)} (kept running, not requeued)", fg="red")
+    return ["", heading, table(["JOB", "PID", "DEAD WORKER", "SINCE", "WHY"], rows)]
 
 
 @verb("show", examples=("spoolctl show 42", "spoolctl show 42 --json"))
@@ -212,18 +227,25 @@ def workers(include_all: bool, db: str | None, as_json: bool) -> int:
     """Workers with their queue, slots, running jobs and heartbeat age."""
     now = time.time()
     found = open_read(db)
-    rows = (
-        []
+    rows, orphans = (
+        ([], [])
         if found is None
-        else found.read(lambda conn: query.live_workers(conn, now, include_all=include_all))
+        else found.read(
+            lambda conn: (
+                query.live_workers(conn, now, include_all=include_all),
+                query.unconfirmed_orphans(conn),
+            )
+        )
     )
-    data = {"count": len(rows), "workers": rows}
-    return emit(Reply(data, text=lambda: workers_text(rows, now)), as_json)
+    data = {"count": len(rows), "workers": rows, "orphans_unconfirmed": orphans}
+    return emit(Reply(data, text=lambda: workers_text(rows, now, orphans)), as_json)
 
 
-def workers_text(rows: list[dict[str, Any]], now: float) -> str:
+def workers_text(
+    rows: list[dict[str, Any]], now: float, orphans: list[dict[str, Any]] | None = None
+) -> str:
     if not rows:
-        return "no workers"
+        return "\n".join(["no workers", *orphans_text(orphans or [], now)])
     lines = [
         [w["id"], w["hostname"], str(w["pid"]), w["queue"], str(w["slots"] or "-"), w["state"],
          ",".join(map(str, w["running_jobs"])) or "-", local_time(w["started_at"]),
@@ -231,7 +253,7 @@ def workers_text(rows: list[dict[str, Any]], now: float) -> str:
         for w in rows
     ]  # fmt: skip
     headers = ["WORKER", "HOST", "PID", "QUEUE", "SLOTS", "STATE", "JOBS", "STARTED", "HEARTBEAT"]
-    return table(headers, lines)
+    return "\n".join([table(headers, lines), *orphans_text(orphans or [], now)])
 
 
 @verb(

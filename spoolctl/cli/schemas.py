@@ -132,6 +132,10 @@ WORK = {"anyOf": [
 CHECK = obj({"id": STR, "status": one_of("pass", "warn", "fail", "skip"), "message": STR,
              "remediation": opt(STR), "blocked_by": opt(STR)})  # fmt: skip
 
+ORPHAN = obj({"job_id": INT, "attempt_id": INT, "pid": opt(INT), "reason": opt(STR),
+              "dead_worker": opt(STR), "since": NUM})  # fmt: skip
+"""A running job whose dead worker's process could not be confirmed gone."""
+
 SUMMARY = obj({k: INT for k in ("passed", "warnings", "failed", "skipped")})
 
 MIGRATE = {"anyOf": [
@@ -152,7 +156,8 @@ DATA_SCHEMAS: dict[str, Schema] = {
         "last_error": opt(STR)}))}),
     "status": obj({"counts": COUNTS, "scheduled": INT,
                    "queues": str_map(obj({"counts": COUNTS, "scheduled": INT})),
-                   "recent_dead": arr(DEAD_JOB), "workers": arr(WORKER)}),
+                   "recent_dead": arr(DEAD_JOB), "workers": arr(WORKER),
+                   "orphans_unconfirmed": arr(ORPHAN)}),
     "list": obj({"count": INT, "jobs": arr(LIST_JOB)}),
     "show": obj({"job": SHOW_JOB, "attempts": arr(ATTEMPT), "events": arr(EVENT)}),
     "output": obj({"job_id": INT, "attempt_no": opt(INT), "attempt_state": opt(STR),
@@ -168,7 +173,7 @@ DATA_SCHEMAS: dict[str, Schema] = {
                   "deleted_events": INT, "freed_bytes": INT, "dry_run": BOOL},
                  {"skipped_paths": STR_LIST}),
     "events": obj({"count": INT, "events": arr(EVENT)}),
-    "workers": obj({"count": INT, "workers": arr(WORKER)}),
+    "workers": obj({"count": INT, "workers": arr(WORKER), "orphans_unconfirmed": arr(ORPHAN)}),
     "migrate": MIGRATE,
     "doctor": obj({"ready": BOOL, "summary": SUMMARY, "config": opt({"type": "object"}),
                    "checks": arr(CHECK), "versions": {"type": "object"}}),

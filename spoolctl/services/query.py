@@ -12,7 +12,7 @@ from sqlalchemy import ColumnElement, Connection, Row, Select, case, exists, fun
 
 from spoolctl.db import codec
 from spoolctl.db.tables import attempts, job_events, jobs, workers
-from spoolctl.states import AttemptState, JobState, WorkerState
+from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
 
 JOB_JSON_FIELDS = ("argv", "tags", "env")
 
@@ -164,7 +164,57 @@ def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dic
         "queues": queue_summary(conn, now),
         "recent_dead": recent_dead(conn, dead_limit),
         "workers": live_workers(conn, now),
+        "orphans_unconfirmed": unconfirmed_orphans(conn),
     }
+
+
+def event_detail(raw: str | None) -> dict[str, Any]:
+    """An event's detail as an object ({} when damaged or not an object)."""
+    value = codec.load_detail(raw)
+    return value if isinstance(value, dict) else {}
+
+
+def unconfirmed_orphans(conn: Connection) -> list[dict[str, Any]]:
+    """Running jobs whose current attempt is flagged `orphan_unconfirmed`: their
+    worker is gone, but a process of the attempt may still run, so the job is
+    not requeued until it is confirmed gone. Oldest flag first; reads the
+    running rows and their own events only."""
+    rows = conn.execute(
+        select(job_events.c.job_id, job_events.c.at, job_events.c.detail, attempts.c.id)
+        .join(jobs, jobs.c.id == job_events.c.job_id)
+        .join(
+            attempts,
+            (attempts.c.job_id == jobs.c.id) & (attempts.c.state == AttemptState.RUNNING.value),
+        )
+        .where(
+            jobs.c.state == JobState.RUNNING.value,
+            job_events.c.event == EventKind.ORPHAN_UNCONFIRMED.value,
+        )
+        .order_by(job_events.c.id)
+    ).all()
+    found: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        detail = event_detail(row.detail)
+        if detail.get("attempt_id") != row.id:
+            continue  # a flag of an earlier attempt
+        since = found[row.job_id]["since"] if row.job_id in found else row.at
+        found[row.job_id] = {
+            "job_id": row.job_id,
+            "attempt_id": row.id,
+            "pid": _int_or_none(detail.get("pid")),
+            "reason": _str_or_none(detail.get("reason")),
+            "dead_worker": _str_or_none(detail.get("dead_worker")),
+            "since": since,
+        }
+    return list(found.values())
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _str_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 LIST_FIELDS = (

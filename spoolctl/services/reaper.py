@@ -35,13 +35,13 @@ from sqlalchemy import (
 )
 
 from spoolctl import procs
-from spoolctl.db import codec
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, job_events, jobs, workers
 from spoolctl.services import lease
 from spoolctl.services.claim import attempt_token
 from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.events import record_event
+from spoolctl.services.query import event_detail
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState, WorkerState
 
 ORPHAN_WAIT_S = 5.0
@@ -90,9 +90,10 @@ _STALE = Prepared(
     select(jobs.c.id, jobs.c.locked_by, jobs.c.locked_pid, jobs.c.locked_at)
     .add_columns(last_sign_of_life().label("heartbeat_at"))
     .where(jobs.c.state == JobState.RUNNING.value, _silent_before(bindparam("b_before")))
-    .order_by(last_sign_of_life())
 )
-"""Runs before every claim: built once."""
+"""Runs before every claim: built once. Served by the state prefix of
+ix_jobs_state_heartbeat: it reads the running rows only, as many as there are
+busy slots, however large the table grows."""
 
 
 def reap_candidates(conn: Connection, now: float, threshold_s: float) -> list[Candidate]:
@@ -272,6 +273,8 @@ def end_orphan(cand: Candidate, *, same_machine: bool = True) -> OrphanCheck:
             return OrphanCheck(False, identity.pid, identity.started_at, reason)
     if cand.token is None or cand.attempt_started_at is None:
         return OrphanCheck(True)
+    if same_machine and cand.attempt_started_at < procs.boot_time() - procs.START_TIME_TOLERANCE_S:
+        return OrphanCheck(True)  # started before this machine booted: nothing of it runs
     return _end_token_holders(cand.token, cand.attempt_started_at, strict=same_machine)
 
 
@@ -315,7 +318,7 @@ def reap(
     ).first()
     if job is None:
         return None
-    error = f"worker {cand.worker_id} died ({_silence(job, now)})"
+    error = f"worker {cand.worker_id or '(unrecorded)'} died ({_silence(job, now)})"
     if cand.attempt_id is not None:
         conn.execute(
             update(attempts)
@@ -420,60 +423,8 @@ def _latest_flag(conn: Connection, job_id: int) -> dict[str, Any] | None:
     ).first()
     if row is None:
         return None
-    detail = _detail(row.detail)
+    detail = event_detail(row.detail)
     return {k: detail.get(k) for k in ("attempt_id", "pid", "reason")}
-
-
-@dataclass(frozen=True)
-class UnconfirmedOrphan:
-    job_id: int
-    attempt_id: int
-    pid: int | None
-    reason: str | None
-    dead_worker: str | None
-    since: float
-
-
-def unconfirmed_orphans(conn: Connection) -> list[UnconfirmedOrphan]:
-    """Running jobs whose current attempt is flagged `orphan_unconfirmed`: their
-    worker is gone, but a process of theirs may still run."""
-    rows = conn.execute(
-        select(job_events.c.job_id, job_events.c.at, job_events.c.detail, attempts.c.id)
-        .join(jobs, jobs.c.id == job_events.c.job_id)
-        .join(
-            attempts,
-            (attempts.c.job_id == jobs.c.id) & (attempts.c.state == AttemptState.RUNNING.value),
-        )
-        .where(
-            jobs.c.state == JobState.RUNNING.value,
-            job_events.c.event == EventKind.ORPHAN_UNCONFIRMED.value,
-        )
-        .order_by(job_events.c.id)
-    ).all()
-    found: dict[int, UnconfirmedOrphan] = {}
-    for row in rows:
-        detail = _detail(row.detail)
-        if detail.get("attempt_id") != row.id:
-            continue
-        first = found.get(row.job_id)
-        found[row.job_id] = UnconfirmedOrphan(
-            job_id=row.job_id,
-            attempt_id=row.id,
-            pid=_int_or_none(detail.get("pid")),
-            reason=None if detail.get("reason") is None else str(detail.get("reason")),
-            dead_worker=None if detail.get("dead_worker") is None else str(detail["dead_worker"]),
-            since=row.at if first is None else first.since,
-        )
-    return list(found.values())
-
-
-def _detail(raw: str | None) -> dict[str, Any]:
-    value = codec.load_detail(raw)
-    return value if isinstance(value, dict) else {}
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _same_owner(worker_id: str | None):  # type: ignore[no-untyped-def]
