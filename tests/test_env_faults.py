@@ -143,28 +143,53 @@ def test_a_full_output_disk_truncates_output_but_every_attempt_is_recorded(
     assert doctor(db)["disk_space"]["status"] == "fail"
 
 
-def test_a_full_database_disk_stops_the_worker_clearly_and_loses_no_job(
+def test_a_full_database_disk_makes_the_worker_wait_and_loses_no_job(
     tmp_path: Path, tmpfs: Callable[[Path, str], None]
 ) -> None:
-    """A worker that cannot write its queue stops (exit 3, saying the disk is
-    full); the job it ran stays `running` and is reaped and rerun once there
-    is room again, so nothing is lost."""
+    """A worker that cannot write its queue (the disk is full) keeps running:
+    it still enforces the timeout of its other job, retries with backoff, and
+    records every outcome once the operator makes room, so nothing is rerun."""
     spool = tmp_path / "spool"
     tmpfs(spool, "1m")
     db = spool / "queue.db"
+    pidfile = tmp_path / "sleeper.pid"
     once_fill = ["sh", "-c", 'if [ "$SPOOLCTL_ATTEMPT" = 1 ]; then exec "$@"; fi', "sh", *FILL]
-    filler, *others = add_jobs(db, once_fill, ["true"], ["true"])
+    sleeper = ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"]
+    queue = open_write(str(db))
+    specs = [
+        JobSpec(argv=once_fill, max_retries=1),
+        JobSpec(argv=sleeper, timeout_seconds=2, max_retries=0),
+    ]
+    filler, slow = queue.write(lambda conn: [submit(conn, s, time.time()).job_id for s in specs])
+    queue.engine.dispose()
+    (other,) = add_jobs(db, ["true"])
 
-    failed_with(cli_json("work", "--drain", db=db), "INTERNAL", "database or disk is full")
-    assert job_count(db) == 3
-    assert doctor(db)["disk_space"]["status"] == "fail"
+    worker = start_worker(db, "--drain", "--concurrency", "2", "--poll-interval", "0.1")
+    wait_for(pidfile.exists, what="the sleeper to start")
+    sleeper_pid = int(pidfile.read_text())
+    wait_for(lambda: doctor(db)["disk_space"]["status"] == "fail", what="the disk to fill")
+    wait_for(lambda: not _alive(sleeper_pid), timeout=10, what="the timeout kill")
+    assert worker.poll() is None, "the worker stopped instead of waiting for room"
+    assert job(db, slow)["state"] == "running", "recorded although the disk is full?"
 
     assert _mount("-o", "remount,size=16m", str(spool))  # the operator makes room
-    assert cli_json("work", "--drain", "--poll-interval", "0.1", db=db).exit_code == 0
-    assert [job(db, j)["state"] for j in (filler, *others)] == ["done"] * 3
+    out, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, out + err
+    assert [job(db, j)["state"] for j in (filler, slow, other)] == ["done", "dead", "done"]
     first, second = attempts_of(db, filler)
-    assert (first["state"], first["failure_reason"]) == ("abandoned", "worker_crash")
+    assert (first["state"], first["exit_code"]) == ("failed", 1), "its outcome was kept"
     assert second["state"] == "succeeded"
+    (timed_out,) = attempts_of(db, slow)
+    assert timed_out["state"] == "timed_out"
+    assert "abandoned" not in {a["state"] for j in (filler, slow) for a in attempts_of(db, j)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_a_foreign_file_at_the_database_path_stops_a_worker_and_doctor_names_it(
