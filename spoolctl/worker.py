@@ -468,26 +468,28 @@ class Worker:
         while self.running and self.clock() < give_up_at:  # best effort: else the reaper
             self._settle_and_claim(self.clock(), self._ended(self.clock()), 0)
             if self.running:
-                time.sleep(self._retry_s)
+                time.sleep(max(self._retry_s, RETRY_FIRST_S))
         self.running.clear()
 
     # -- waiting -----------------------------------------------------------
 
     def _wait(self, now: float) -> None:
-        """Sleep until a job ends, a signal comes, or the next thing is due."""
-        deadline = min(self._last_beat + self._beat_every, self._last_reap_pass + self._beat_every)
+        """Sleep until a job ends, a signal comes, or the next thing is due.
+        What needs the database waits out a write backoff; what drives the
+        jobs' processes (timeouts, group kills, self-fencing) never does."""
+        wake = min(self._last_beat + self._beat_every, self._last_reap_pass + self._beat_every)
         for execution in self.running.values():
             if execution.outcome is not None:
-                deadline = min(deadline, self._blocked_until)  # to be recorded
-            deadline = min(deadline, execution.next_wakeup())
+                wake = now  # to be recorded
             if execution.proc is not None and not execution.spawn_recorded:
-                deadline = min(deadline, execution.record_spawn_at)
+                wake = min(wake, execution.record_spawn_at)
         idle_capacity = len(self.running) < self.options.concurrency and not self.signals.count
         if idle_capacity and not (self.options.mode == "once" and self.report.claimed):
-            deadline = min(deadline, now + WATCH_TICK_S, self._next_claim_at)
-        deadline = max(deadline, self._blocked_until)
+            wake = min(wake, now + WATCH_TICK_S, self._next_claim_at)
+        deadline = max(wake, self._blocked_until)
         fds = [self.signals.wake_fd]
         for execution in self.running.values():
+            deadline = min(deadline, execution.next_wakeup())
             if execution.pidfd is not None:
                 fds.append(execution.pidfd)
             elif execution.leader_running:

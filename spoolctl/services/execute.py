@@ -14,6 +14,7 @@ reaper finds it should this worker die before recording the leader's pid.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -217,6 +218,8 @@ class Execution:
         self.kill_now()
 
     def next_wakeup(self) -> float:
+        if self.outcome is not None:
+            return math.inf  # over: only its record is pending
         if self.group_ends_at is not None:
             return self.group_check_at
         if self.term_sent_at is not None and not self.kill_sent:
