@@ -79,7 +79,8 @@ class Submitted:
     queue: str
     cwd: str | None
     env_keys: list[str]
-    metadata_differences: list[str] = field(default_factory=list)
+    metadata_differences: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Field -> {existing, submitted}: what a deduplicated submission did not change."""
 
 
 def submit(conn: Connection, spec: JobSpec, now: float) -> Submitted:
@@ -164,9 +165,16 @@ def _deduplicate(existing: dict[str, Any], row: dict[str, Any], spec: JobSpec) -
             key=key,
             differences=differing,
         )
-    meta_diff = [f for f in ("tags", "note") if existing[f] != row[f]]
+    meta_diff = {
+        f: {"existing": _shown(f, existing[f]), "submitted": _shown(f, row[f])}
+        for f in ("tags", "note")
+        if existing[f] != row[f]
+    }
     if spec.run_at is not None and row["next_run_at"] != existing["next_run_at"]:
-        meta_diff.append("next_run_at")
+        meta_diff["next_run_at"] = {
+            "existing": existing["next_run_at"],
+            "submitted": row["next_run_at"],
+        }
     return Submitted(
         job_id=existing["id"],
         state=existing["state"],
@@ -178,3 +186,13 @@ def _deduplicate(existing: dict[str, Any], row: dict[str, Any], spec: JobSpec) -
         env_keys=sorted(codec.load_str_map(existing["env"])),
         metadata_differences=meta_diff,
     )
+
+
+def _shown(name: str, value: Any) -> Any:
+    """A stored column as a person submitted it: tags decoded, a damaged value as is."""
+    if name != "tags" or not isinstance(value, str):
+        return value
+    try:
+        return codec.load_str_map(value)
+    except codec.DamagedValue:
+        return value
