@@ -73,21 +73,31 @@ def resolve_db(flag: str | None, cwd: Path | None = None) -> DbLocation:
     """Find the database path by the documented precedence; opens nothing."""
     base = cwd or Path.cwd()
     config = read_config(base / CONFIG_RELPATH)
-    if flag is not None:
-        return DbLocation(_absolute(Path(flag), base), "flag", config)
-    env = os.environ.get("SPOOLCTL_DB")
-    if env:
-        return DbLocation(_absolute(Path(env), base), "env", config)
-    if config.exists and not config.valid:
+    if config.exists and not config.valid:  # reported even when --db or the env decides
         raise InvalidInput(
             f"config file {config.path} is invalid: {'; '.join(config.problems)}",
             config_path=str(config.path),
         )
+    if flag is not None:
+        return _checked(DbLocation(_absolute(Path(flag), base), "flag", config), "--db")
+    env = os.environ.get("SPOOLCTL_DB")
+    if env is not None:
+        if not 1 <= len(env) <= 4096 or "\0" in env:
+            raise InvalidInput("SPOOLCTL_DB must be a path of 1 to 4096 characters; unset it")
+        return _checked(DbLocation(_absolute(Path(env), base), "env", config), "SPOOLCTL_DB")
     if config.exists and "db_path" in config.data:
-        return DbLocation(
-            _absolute(Path(config.data["db_path"]), config.path.parent), "config", config
-        )
+        found = _absolute(Path(config.data["db_path"]), config.path.parent)
+        return _checked(DbLocation(found, "config", config), f"db_path in {config.path}")
     return DbLocation(base / DEFAULT_DB_RELPATH, "default", config)
+
+
+def _checked(location: DbLocation, source: str) -> DbLocation:
+    """A folder is never a queue file: that is a wrong path given, not a fault."""
+    if location.path.is_dir():
+        raise InvalidInput(
+            f"{source} names a folder, not a queue file: {location.path}", db=str(location.path)
+        )
+    return location
 
 
 def _absolute(path: Path, base: Path) -> Path:
@@ -134,7 +144,13 @@ def busy_timeout_s() -> float:
 
 
 ENV_VARS: dict[str, dict[str, Any]] = {
-    "SPOOLCTL_DB": {"description": "database path (after --db)", "type": "path"},
+    "SPOOLCTL_DB": {
+        "description": "database path (after --db, before .spoolctl/config.json)",
+        "type": "path",
+        "default": str(DEFAULT_DB_RELPATH),
+        "min": 1,
+        "max": 4096,
+    },
     "SPOOLCTL_BUSY_TIMEOUT": {
         "description": "seconds to wait for SQLite's write lock before LOCKED",
         "type": "seconds",

@@ -13,11 +13,12 @@ import time
 from datetime import datetime
 from typing import Any
 
-from spoolctl.errors import InvalidInput
+from spoolctl.errors import InvalidInput, MissingRequired
 
 MAX_DURATION_S = 31_536_000_000
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-MAX_TIMEOUT_S = 2**63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_TIMEOUT_S = INT64_MAX
 QUEUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 QUEUE_MAX = 64
 ENV_KEY_MAX, ENV_VALUE_MAX = 128, 4096
@@ -33,13 +34,14 @@ LIMITS: dict[str, Any] = {
     "duration_seconds": {"min": 0, "max": MAX_DURATION_S},
     "priority": {"min": INT32_MIN, "max": INT32_MAX},
     "timeout_seconds": {"min": 1, "max": MAX_TIMEOUT_S},
-    "max_retries": {"min": 0},
-    "max_crashes": {"min": 0},
+    "max_retries": {"min": 0, "max": INT64_MAX},
+    "max_crashes": {"min": 0, "max": INT64_MAX},
+    "id": {"min": 1, "max": INT64_MAX},
     "queue": {"min_length": 1, "max_length": QUEUE_MAX, "pattern": QUEUE_RE.pattern},
     "env": {"key_max": ENV_KEY_MAX, "value_max": ENV_VALUE_MAX},
     "tags": {"max_count": TAG_MAX_COUNT, "key_max": TAG_KEY_MAX, "value_max": TAG_VALUE_MAX},
     "note": {"max_length": NOTE_MAX},
-    "key": {"min_length": 1, "max_length": KEY_MAX},
+    "key": {"min_length": 1, "max_length": KEY_MAX, "charset": "printable; no control characters"},
     "cwd": {"min_length": 1, "max_length": CWD_MAX},
     "db": {"min_length": 1, "max_length": 4096},
     "worker_id": {"min_length": 1, "max_length": WORKER_ID_MAX},
@@ -74,8 +76,8 @@ def timestamp(raw: str, *, now: float | None = None) -> float:
             raise InvalidInput(
                 f"time must be epoch seconds or ISO-8601, got {raw!r}", value=raw
             ) from None
-    if not math.isfinite(value) or value > current + MAX_DURATION_S:
-        raise InvalidInput(f"time is out of range: {raw!r}")
+    if not math.isfinite(value) or abs(value) > MAX_DURATION_S:
+        raise InvalidInput(f"time is out of range (|epoch| <= {MAX_DURATION_S}): {raw!r}")
     return max(value, current)
 
 
@@ -103,8 +105,14 @@ def queue_name(raw: str) -> str:
 
 def key_value(raw: str, what: str) -> tuple[str, str]:
     if "=" not in raw:
-        raise InvalidInput(f"{what} must be KEY=VALUE, got {raw!r}", value=raw)
+        raise InvalidInput(
+            f"{what} must be KEY=VALUE, got {raw!r}", value=raw, did_you_mean=f"{raw}=VALUE"
+        )
     key, value = raw.split("=", 1)
+    if not key:
+        raise InvalidInput(
+            f"{what} needs a KEY before '=', got {raw!r}", value=raw, did_you_mean=f"KEY{raw}"
+        )
     return key, value
 
 
@@ -175,7 +183,7 @@ def argv(value: Any) -> list[str]:
 
 def shell_string(raw: str) -> list[str]:
     if not raw.strip():
-        raise InvalidInput("-c needs a non-empty shell string")
+        raise MissingRequired("-c needs a non-empty shell string")
     if "\0" in raw:
         raise InvalidInput("-c string contains a NUL character")
     return ["sh", "-c", raw]

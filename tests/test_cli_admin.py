@@ -26,8 +26,8 @@ def test_doctor_on_a_fresh_folder_is_ready_and_creates_nothing(tmp_path: Path) -
     result = run_json("doctor")
     assert result.exit_code == 0 and result.envelope["data"]["ready"] is True
     found = checks(result.envelope)
-    assert found["database_exists"] == "warn" and found["schema_current"] == "skip"
-    assert found["contract_metadata_valid"] == "pass"
+    assert found["database_exists"] == "warn" and found["schema_version"] == "skip"
+    assert found["contract_metadata"] == "pass"
     assert not (tmp_path / ".spoolctl").exists()
 
 
@@ -52,7 +52,7 @@ def test_doctor_not_ready_exits_3_but_stays_ok(tmp_path: Path) -> None:
     result = run_json("doctor", "--db", str(db))
     assert result.exit_code == 3 and result.envelope["ok"] is True
     assert result.envelope["data"]["ready"] is False
-    assert checks(result.envelope)["schema_current"] == "fail"
+    assert checks(result.envelope)["schema_version"] == "fail"
 
 
 def test_doctor_reports_a_broken_config_and_bad_knobs(
@@ -64,10 +64,10 @@ def test_doctor_reports_a_broken_config_and_bad_knobs(
     result = run_json("doctor")
     found = checks(result.envelope)
     assert result.exit_code == 3
-    assert (found["config_valid"], found["env_valid"], found["db_path_resolvable"]) == (
+    assert (found["config_valid"], found["env_valid"], found["db_path_resolved"]) == (
         "fail", "fail", "fail",
     )  # fmt: skip
-    assert found["folder_writable"] == "skip"
+    assert found["spool_directory_writable"] == "skip"
     text = run_quiet("doctor")
     assert "not ready" in text.stdout and text.exit_code == 3
 
@@ -92,15 +92,22 @@ def test_config_show_explains_each_source(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_config_validate(tmp_path: Path) -> None:
     good = tmp_path / "good.json"
-    good.write_text('{"version": 1, "db_path": "a.db", "extra": 1}')
+    good.write_text('{"version": 1, "db_path": "a.db"}')
     ok = run_json("config-validate", str(good))
     assert ok.exit_code == 0
-    assert ok.envelope["data"]["valid"] is True and ok.envelope["data"]["unknown_keys"] == ["extra"]
-    assert ok.envelope["data"]["recognized_keys"] == ["db_path", "version"]
-    bad = tmp_path / "bad.json"
-    bad.write_text("[1, 2")
-    broken = run_json("config-validate", str(bad))
-    assert broken.exit_code == 1 and broken.envelope["data"]["valid"] is False
+    assert ok.envelope["data"]["valid"] is True and ok.envelope["data"]["unknown_keys"] == []
+    assert ok.envelope["data"]["recognized_keys"] == ["db_path"]
+    for name, text in (("extra", '{"db_path": "a.db", "extra": 1}'), ("bad", "[1, 2"),
+                       ("version", '{"version": 2}')):  # fmt: skip
+        path = tmp_path / f"{name}.json"
+        path.write_text(text)
+        refused = run_json("config-validate", str(path))
+        assert (refused.exit_code, refused.envelope["ok"]) == (1, False), name
+        assert refused.envelope["errors"][0]["code"] == "INVALID_INPUT", name
+    unreadable = tmp_path / "folder.json"
+    unreadable.mkdir()
+    refused = run_json("config-validate", str(unreadable))
+    assert (refused.exit_code, refused.envelope["errors"][0]["code"]) == (1, "INVALID_INPUT")
     missing = run_json("config-validate", str(tmp_path / "absent.json"))
-    assert (missing.exit_code, missing.envelope["data"]["exists"]) == (1, False)
+    assert (missing.exit_code, missing.envelope["data"]["exists"]) == (0, False), "defaults apply"
     assert run_json("config-validate").envelope["data"]["valid"] is True

@@ -116,10 +116,13 @@ def test_prune_needs_dry_run_or_yes_not_both(q: Populated) -> None:
 
 def test_prune_dry_run_changes_nothing(q: Populated) -> None:
     before = q.jobs()
-    report = q.json("prune", "--older-than", "0", "--dry-run").envelope["data"]
-    assert report["dry_run"] is True
+    every = ("--state", "done,dead,canceled")
+    report = q.json("prune", "--older-than", "0", "--dry-run", *every).envelope["data"]
+    assert report["dry_run"] is True and report["actual"] is False
     assert (report["matched"], report["deleted_jobs"], report["deleted_attempts"]) == (3, 3, 2)
     assert report["freed_bytes"] == len("hello\n") + len("oops\n")
+    default = q.json("prune", "--older-than", "0", "--dry-run").envelope["data"]
+    assert default["matched"] == 1, "by default only done jobs are pruned, as 0.4.11 did"
     assert q.jobs() == before
 
 
@@ -135,7 +138,9 @@ def test_prune_deletes_files_then_rows_of_old_terminal_jobs(q: Populated) -> Non
     assert (q.db.parent / "output" / str(q.dead) / "1" / "stderr").exists()
     remaining = {j["id"] for j in q.jobs()["jobs"]}
     assert remaining == {q.dead, q.scheduled, q.canceled}
-    assert q.json("prune", "--older-than", "0", "--yes").envelope["data"]["deleted_jobs"] == 2
+    assert q.json("prune", "--older-than", "0", "-y").envelope["data"]["deleted_jobs"] == 0
+    rest = q.json("prune", "--older-than", "0", "--state", "dead,canceled", "--yes")
+    assert rest.envelope["data"]["deleted_jobs"] == 2 and rest.envelope["data"]["irreversible"]
     assert {j["id"] for j in q.jobs()["jobs"]} == {q.scheduled}
     assert (q.db.parent / "output").is_dir()
 
@@ -151,7 +156,8 @@ def test_prune_never_deletes_a_file_outside_the_output_folder(q: Populated, tmp_
     with sqlite3.connect(q.db) as conn:
         conn.execute("UPDATE attempts SET stdout_path = ? WHERE job_id = ?", (str(escape), q.dead))
         conn.execute("UPDATE attempts SET stdout_path = ? WHERE job_id = ?", (str(outside), q.done))
-    report = q.json("prune", "--older-than", "0", "--yes").envelope["data"]
+    every = ("--state", "done,dead,canceled")
+    report = q.json("prune", "--older-than", "0", "--yes", *every).envelope["data"]
     assert report["deleted_jobs"] == 3
     assert outside.read_text() == "keep me" and linked.read_text() == "keep me too"
     assert sorted(report["skipped_paths"]) == sorted([str(escape), str(link), str(outside)])

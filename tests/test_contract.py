@@ -40,29 +40,46 @@ def test_capabilities_publish_every_fact_from_its_single_source() -> None:
     assert caps["attempt_states"] == [s.value for s in AttemptState]
     assert caps["failure_reasons"] == [s.value for s in FailureReason]
     assert caps["events"] == [s.value for s in EventKind]
-    assert {e["code"]: e["exit_code"] for e in caps["error_codes"]} == ERROR_CODES
+    assert caps["error_codes"] == list(ERROR_CODES)
+    registry = caps["code_registry"]
+    assert {c: registry[c]["exit_code"] for c in caps["error_codes"]} == ERROR_CODES
     assert [w["code"] for w in caps["warning_codes"]] == list(WARNING_CODES)
-    assert caps["exit_codes"] == {str(k): v for k, v in EXIT_CODES.items()}
-    assert caps["limits"] == json.loads(json.dumps(validate.LIMITS))
-    assert caps["env"] == json.loads(json.dumps(ENV_VARS))
+    assert all(registry[w]["appears_in"] == ["warnings"] for w in WARNING_CODES)
+    assert {k: v["meaning"] for k, v in caps["exit_codes"].items()} == {
+        str(k): v for k, v in EXIT_CODES.items()
+    }
+    for name, limit in validate.LIMITS.items():
+        assert json.loads(json.dumps(limit)).items() <= caps["limits"][name].items(), name
+    assert caps["limits"]["id"]["maximum"] == 2**63 - 1
+    assert caps["env"] == {name: var["description"] for name, var in ENV_VARS.items()}
+    for name, var in ENV_VARS.items():  # "type" in 0.4.11's words: seconds -> float
+        facts = {k: v for k, v in json.loads(json.dumps(var)).items() if k != "type"}
+        assert facts.items() <= caps["env_vars"][name].items(), name
     for knob in ("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", "SPOOLCTL_TEST_REAP_THRESHOLD"):
-        assert {"default", "min_exclusive", "max"} <= set(caps["env"][knob])
+        assert {"default", "min_exclusive", "max"} <= set(caps["env_vars"][knob])
     assert caps["scheduling"]["backoff"]["first_delays_s"] == [2, 4, 8, 16, 32, 60, 60]
     assert caps["contract_version"] == "2"
 
 
 def test_capabilities_verbs_mirror_every_click_parameter() -> None:
-    published = {v["name"]: v for v in capabilities_data()["verbs"]}
+    published = capabilities_data()["verbs"]
     assert list(published) == list(verb_commands())
     for name, command in verb_commands().items():
-        names = {p["name"] for p in published[name]["options"] + published[name]["positionals"]}
+        names = {p["param"] for p in published[name]["flags"] + published[name]["positionals"]}
         assert names == {p.name for p in command.params}, name
-        flags = {f for o in published[name]["options"] for f in o["flags"]}
-        assert "--json" in flags
+        options = {p["name"] for p in published[name]["options"]}
+        assert options == {p.name for p in command.params if isinstance(p, click.Option)}, name
+        flags = {f["name"]: f for f in published[name]["flags"]}
+        assert flags["--json"]["type"] == "boolean"
+        for flag in flags.values():  # every integer flag is bounded on both ends
+            if flag["type"] == "integer":
+                assert None not in (flag["minimum"], flag["maximum"]), (name, flag["name"])
     wait = {o["name"]: o for o in published["wait"]["options"]}
     assert wait["timeout"]["max"] == 86_400
     listing = {o["name"]: o for o in published["list"]["options"]}
     assert listing["state"]["choices"] == [s.value for s in JobState]
+    assert published["add"]["flags"][0]["name"] == "--after", "0.4.11's order: by flag name"
+    assert [a["name"] for a in published["show"]["args"]] == ["id"]
     assert listing["tags"]["repeatable"] is True
     assert (listing["limit"]["min"], listing["limit"]["max"]) == (0, 1000)
     assert ["--wait", "--follow"] in published["events"]["exclusive"]
@@ -80,7 +97,9 @@ def test_brief_fits_its_budget_and_names_every_verb() -> None:
 
 def test_guide_mentions_only_verbs_and_flags_that_exist() -> None:
     data = run_json("robot-docs", "guide").envelope["data"]
-    assert [s["title"] for s in data["sections"]][:2] == ["Contract", "Submit"]
+    assert [s["title"] for s in data["sections"]][:2] == [
+        "Discover the contract", "Check local readiness"
+    ]  # fmt: skip
     flags = {"--json", "--help", "--version"}
     for command in verb_commands().values():
         flags |= {f for p in command.params if isinstance(p, click.Option) for f in p.opts}

@@ -98,9 +98,9 @@ def test_a_read_only_disk_refuses_every_write_clearly_and_keeps_every_job(
     listed = cli_json("list", db=db)
     assert listed.exit_code == 0 and listed.data["count"] == 2, "reads still work"
     checks = doctor(db)
-    assert checks["folder_writable"]["status"] == "fail"
-    assert checks["opens_read_write"]["status"] == "fail"
-    assert "read-only" in checks["opens_read_write"]["message"]
+    assert checks["spool_directory_writable"]["status"] == "fail"
+    assert checks["sqlite_open_readwrite"]["status"] == "fail"
+    assert "read-only" in checks["sqlite_open_readwrite"]["message"]
 
     assert _mount("-o", "remount,rw", str(spool))
     assert [r["state"] for r in rows(db, "SELECT state FROM jobs")] == ["queued", "queued"]
@@ -118,7 +118,7 @@ def test_a_spool_folder_that_cannot_be_written_creates_nothing(
     failed_with(cli_json("add", "--", "true", db=db), "INTERNAL", "cannot create the queue")
     failed_with(cli_json("work", "--once", db=db), "INTERNAL", "Read-only file system")
     assert not (disk / "spool").exists()
-    assert doctor(db)["folder_writable"]["status"] == "fail"
+    assert doctor(db)["spool_directory_writable"]["status"] == "fail"
 
 
 FILL = ["head", "-c", "3000000", "/dev/zero"]  # fails (exit 1) when the disk is full
@@ -200,7 +200,7 @@ def test_a_foreign_file_at_the_database_path_stops_a_worker_and_doctor_names_it(
     before = db.read_bytes()
 
     failed_with(cli_json("work", "--once", db=db), "INTERNAL", "not a spoolctl queue")
-    opened = doctor(db)["opens_read_write"]
+    opened = doctor(db)["sqlite_open_readwrite"]
     assert opened["status"] == "fail" and "not a database" in opened["message"]
     assert db.read_bytes() == before
 

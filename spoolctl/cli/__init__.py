@@ -125,6 +125,8 @@ def run(args: list[str]) -> int:
     """Parse and run one command line; return the exit code. Never raises."""
     as_json = _wants_json(args)
     verb = args[0] if args and args[0] in VERBS else None
+    if args and all(a == "--json" for a in args):
+        return emit_error(MissingRequired("no verb given; run `spoolctl --help`"), as_json)
     try:
         result: Any = cli.main(args, prog_name="spoolctl", standalone_mode=False)
     except click.exceptions.Exit as exc:

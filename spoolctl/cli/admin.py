@@ -28,9 +28,19 @@ from spoolctl.config import (
 )
 from spoolctl.db import revision
 from spoolctl.db.health import Check, database_checks
+from spoolctl.db.legacy import LEGACY_VERSIONS
 from spoolctl.db.queue import open_for_read
-from spoolctl.errors import EXIT_OK, EXIT_TOOL, EXIT_USER, SpoolError
+from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
+
+SOURCE_NAMES = {"flag": "flag", "env": "environment", "config": "project_config",
+                "default": "default"}  # fmt: skip
+"""Our source names -> 0.4.11's (`db_source` keeps its words; `source` ours)."""
+SCHEMA_VERSION = max(LEGACY_VERSIONS) + len(
+    revision.revisions_between(None, revision.HEAD_REVISION)
+)
+"""An integer schema version continuing 0.4.11's line: its six `meta`
+versions, then one per alembic revision up to head."""
 
 
 @verb("doctor", examples=("spoolctl doctor", "spoolctl doctor --json"))
@@ -53,14 +63,26 @@ def doctor(db: str | None, as_json: bool) -> int:
     data = {
         "ready": not failed,
         "summary": summary,
-        "config": None
-        if location is None
-        else {"db_path": str(location.path), "source": location.source},
+        "config": doctor_config(location),
         "checks": [asdict(c) for c in checks],
         "versions": versions(),
     }
     exit_code = EXIT_OK if not failed else EXIT_TOOL
     return emit(Reply(data, text=lambda: doctor_text(data), exit_code=exit_code), as_json)
+
+
+def doctor_config(location: DbLocation | None) -> dict[str, Any]:
+    """Which config file and database path the checks judged (nulls when the
+    path could not be resolved)."""
+    config = read_config(Path.cwd() / CONFIG_RELPATH) if location is None else location.config
+    return {
+        "config_path": str(config.path),
+        "config_exists": config.exists,
+        "config_valid": config.valid,
+        "db_path": None if location is None else str(location.path),
+        "db_source": None if location is None else SOURCE_NAMES[location.source],
+        "source": None if location is None else location.source,
+    }
 
 
 def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
@@ -70,23 +92,23 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
         location: DbLocation | None = resolve_db(db)
     except SpoolError as exc:
         location = None
-        checks.append(Check("db_path_resolvable", "fail", exc.message, blocked_by="config_valid"))
+        checks.append(Check("db_path_resolved", "fail", exc.message, blocked_by="config_valid"))
     if location is None:
         names = (
-            "folder_writable",
+            "spool_directory_writable",
             "disk_space",
             "database_exists",
-            "opens_read_write",
-            "schema_current",
+            "sqlite_open_readwrite",
+            "schema_version",
             "integrity",
             "orphans_unconfirmed",
         )
         checks += [
-            Check(n, "skip", "no database path", blocked_by="db_path_resolvable") for n in names
+            Check(n, "skip", "no database path", blocked_by="db_path_resolved") for n in names
         ]
     else:
         checks.append(
-            Check("db_path_resolvable", "pass", f"{location.path} (from {location.source})")
+            Check("db_path_resolved", "pass", f"{location.path} (from {location.source})")
         )
         checks += database_checks(location.path)
         checks.append(orphans_check(location.path, checks))
@@ -96,9 +118,9 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
 
 def orphans_check(path: Path, checks: list[Check]) -> Check:
     """Running jobs held back because their dead worker's process may still run."""
-    if any(c.id in ("schema_current", "integrity") and c.status != "pass" for c in checks):
+    if any(c.id in ("schema_version", "integrity") and c.status != "pass" for c in checks):
         return Check(
-            "orphans_unconfirmed", "skip", "queue not readable", blocked_by="schema_current"
+            "orphans_unconfirmed", "skip", "queue not readable", blocked_by="schema_version"
         )
     queue = open_for_read(path)
     orphans = [] if queue is None else queue.read(query.unconfirmed_orphans)
@@ -137,14 +159,15 @@ def contract_check() -> Check:
 
     problems = contract_problems()
     if problems:
-        return Check("contract_metadata_valid", "fail", "; ".join(problems))
-    return Check("contract_metadata_valid", "pass", "every verb loads and publishes a schema")
+        return Check("contract_metadata", "fail", "; ".join(problems))
+    return Check("contract_metadata", "pass", "every verb loads and publishes a schema")
 
 
 def versions() -> dict[str, Any]:
     return {
         "tool_version": __version__,
         "contract_version": CONTRACT_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "schema_head": revision.HEAD_REVISION,
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
@@ -169,11 +192,9 @@ def doctor_text(data: dict[str, Any]) -> str:
 def config_show(db: str | None, as_json: bool) -> int:
     """Where the database is and why; opens nothing."""
     config = read_config(Path.cwd() / CONFIG_RELPATH)
-    try:
-        location = resolve_db(db)
-        db_path, source = str(location.path), location.source
-    except SpoolError as exc:
-        db_path, source = None, f"error: {exc.message}"
+    refuse_invalid(config)
+    location = resolve_db(db)
+    db_path, source = str(location.path), location.source
     data = {
         "config_path": str(config.path),
         "config_exists": config.exists,
@@ -200,22 +221,40 @@ def config_show(db: str | None, as_json: bool) -> int:
 @click.argument("path", required=False, type=BoundedText("path", 4096))
 @json_option
 def config_validate(path: str | None, as_json: bool) -> int:
-    """Check a config file (default: ./.spoolctl/config.json); exit 1 when invalid."""
+    """Check a config file (default: ./.spoolctl/config.json).
+
+    A file that cannot be read, is not valid JSON, breaks a rule or holds an
+    unknown key is INVALID_INPUT (exit 1, ok:false). No file at all is valid:
+    the defaults apply (exists: false).
+    """
     target = Path(path) if path is not None else Path.cwd() / CONFIG_RELPATH
     config = read_config(target)
-    problems = list(config.problems)
-    if path is not None and not config.exists:
-        problems.append("no such file")
-    valid = not problems
+    refuse_invalid(config)
+    if config.unknown_keys:
+        raise InvalidInput(
+            f"{target}: unknown config key(s): {', '.join(config.unknown_keys)}; "
+            f"supported keys are {', '.join(CONFIG_KEYS)}",
+            config_path=str(target),
+            unknown_keys=config.unknown_keys,
+        )
     data = {
         "config_path": str(target),
         "exists": config.exists,
-        "valid": valid,
+        "valid": True,
         "format": "json",
-        "schema_version": config.data.get("version", CONFIG_VERSION) if config.exists else None,
-        "recognized_keys": sorted(k for k in config.data if k in CONFIG_KEYS),
-        "unknown_keys": config.unknown_keys,
-        "problems": problems,
+        "schema_version": CONFIG_VERSION,
+        "recognized_keys": sorted(k for k in CONFIG_KEYS if k != "version"),
+        "unknown_keys": [],
+        "problems": [],
     }
-    text = f"{target}: " + ("valid" if valid else "invalid: " + "; ".join(problems))
-    return emit(Reply(data, text=text, exit_code=EXIT_OK if valid else EXIT_USER), as_json)
+    text = f"{target}: " + ("valid" if config.exists else "no such file; the defaults apply")
+    return emit(Reply(data, text=text), as_json)
+
+
+def refuse_invalid(config: ConfigFile) -> None:
+    if config.exists and not config.valid:
+        raise InvalidInput(
+            f"config file {config.path} is invalid: {'; '.join(config.problems)}",
+            config_path=str(config.path),
+            problems=list(config.problems),
+        )

@@ -6,11 +6,32 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from typing import Any
 
 import click
 
 from spoolctl import __version__, validate
+from spoolctl.cli import VERBS
+from spoolctl.cli.contract_policy import (
+    ARG_NAMES,
+    CODE_NOTES,
+    CONTRACT_POLICY,
+    DB_SCOPE,
+    EXECUTION,
+    EXIT_NOTES,
+    EXPECT_INPUT,
+    EXPECT_MISSING,
+    FEATURES,
+    FLAG_NOTES,
+    OUTPUT_MODES,
+    PROBE_HINTS,
+    PROBE_VOCABULARIES,
+    RETIRED_CODES,
+    TEXT_MODE,
+    TOTALITY,
+    VERB_NOTES,
+)
 from spoolctl.cli.options import SpoolCommand, json_option, verb
 from spoolctl.cli.render import CONTRACT_VERSION, Reply, emit
 from spoolctl.cli.schemas import DATA_SCHEMAS, DIALECT, ENVELOPE, STREAMS
@@ -87,6 +108,94 @@ def param_info(param: click.Parameter) -> dict[str, Any]:
     return info
 
 
+# click's type names -> the type vocabulary of 0.4.11's contract
+TYPE_WORDS = {"integer": "integer", "id": "integer", "seconds": "float", "duration": "duration",
+              "timestamp": "timestamp", "queue": "queue", "key=value": "key_value",
+              "states": "enum_csv", "choice": "enum", "boolean": "boolean", "timeout": "integer",
+              "path": "path"}  # fmt: skip
+EXTRA_TYPE_KEYS = ("grammar", "key_maximum", "value_maximum", "maximum_items", "charset")
+
+
+def type_word(param: click.Parameter, info: dict[str, Any]) -> str:
+    if isinstance(param, click.Option) and param.is_flag:
+        return "boolean"
+    if param.name == "db":
+        return "path"
+    name = str(info["type"].get("name") or info["type"].get("param_type", "")).lower()
+    if name == "path" and param.name != "db":
+        return "string"
+    return TYPE_WORDS.get(name, "string")
+
+
+def malformed(word: str, param: click.Parameter) -> dict[str, Any]:
+    """What a probe of each kind gets back (the contract's failure table): every
+    malformed value is INVALID_INPUT, a missing required positional
+    MISSING_REQUIRED."""
+    if word == "boolean":
+        return {}
+    missing = (
+        EXPECT_MISSING if isinstance(param, click.Argument) and param.required else (EXPECT_INPUT)
+    )
+    found = {"missing_value": missing, "bad_type": EXPECT_INPUT, "out_of_range": EXPECT_INPUT,
+             "empty_string": EXPECT_INPUT, "too_long": EXPECT_INPUT}  # fmt: skip
+    if isinstance(param, click.Option):
+        found["value_is_another_flag"] = EXPECT_INPUT
+    if word == "path":
+        found["bad_path"] = EXPECT_INPUT
+    return found
+
+
+def published_default(param: click.Parameter, info: dict[str, Any]) -> Any:
+    """The default as the verb sees it (a string default parsed by its type)."""
+    value = info["default"]
+    if info["repeatable"] and value is None:
+        return []
+    check = getattr(param.type, "check", None)
+    if isinstance(value, str) and check is not None:
+        parsed = check(value)
+        return parsed if isinstance(parsed, int | float | str) else value
+    return value
+
+
+def flag_entry(param: click.Parameter) -> dict[str, Any]:
+    """A parameter in 0.4.11's shape (name is the flag as typed), plus ours."""
+    info = param_info(param)
+    word = type_word(param, info)
+    low = info.get("min", info.get("min_exclusive", info.get("min_length")))
+    high = info.get("max", info.get("max_length"))
+    opts = info.get("flags", [param.name or ""])
+    if low is None and word in ("string", "path"):
+        low = 1 if param.required else 0
+    entry = {
+        **info,
+        "param": param.name,
+        "default": published_default(param, info),
+        "name": ARG_NAMES.get(param.name or "", opts[0])
+        if isinstance(param, click.Argument)
+        else opts[0],
+        "flag": opts[0],
+        "aliases": sorted(opts),
+        "type": word,
+        "type_info": info["type"],
+        "choices": info.get("choices"),
+        "minimum": None if word == "boolean" else low,
+        "maximum": None if word == "boolean" else high,
+        "unbounded": word not in ("boolean", "enum", "enum_csv") and high is None,
+        "value_required": not info.get("is_flag", False),
+        "malformed_expectations": malformed(word, param),
+    }
+    entry.update({k: info["type"][k] for k in EXTRA_TYPE_KEYS if k in info["type"]})
+    if word in ("string", "path"):
+        entry["unbounded_reason"] = (
+            "bounded by the operating system and SQLite only"
+            if high is None
+            else f"bounded: at most {high} characters"
+        )
+    if isinstance(param, click.Argument):
+        entry["nargs"] = "remainder" if param.nargs == -1 else str(param.nargs)
+    return entry
+
+
 def flag_of(command: SpoolCommand, name: str) -> str:
     for param in command.params:
         if param.name == name and isinstance(param, click.Option):
@@ -94,44 +203,197 @@ def flag_of(command: SpoolCommand, name: str) -> str:
     return name
 
 
+def data_keys(name: str) -> str:
+    """The keys of a verb's data, as one line: `{a, b} or {c}`."""
+    schema = DATA_SCHEMAS.get(name, {})
+    shapes = schema.get("anyOf", [schema])
+    return " or ".join("{" + ", ".join(sorted(s.get("properties", {}))) + "}" for s in shapes)
+
+
 def verb_info(name: str, command: SpoolCommand) -> dict[str, Any]:
     params = [param_info(p) for p in command.params]
-    return {
+    flags = [
+        {**flag_entry(p), **FLAG_NOTES.get((name, p.name or ""), {})}
+        for p in command.params
+        if isinstance(p, click.Option)
+    ]
+    args = [flag_entry(p) for p in command.params if isinstance(p, click.Argument)]
+    summary = (command.help or "").split("\n")[0]
+    ref = f"spoolctl schema --json --verb {name}"
+    exclusive = [[flag_of(command, a), flag_of(command, b)] for a, b in command.exclusive]
+    info = {
         "name": name,
-        "summary": (command.help or "").split("\n")[0],
+        "summary": summary,
+        "description": summary,
         "options": [p for p in params if p["kind"] == "option"],
-        "positionals": [p for p in params if p["kind"] == "argument"],
-        "exclusive": [[flag_of(command, a), flag_of(command, b)] for a, b in command.exclusive],
+        "positionals": args,
+        "args": args,
+        "flags": sorted(flags, key=lambda f: f["name"].lstrip("-")),
+        "exclusive": exclusive,
+        "mutually_exclusive": exclusive,
         "traits": command.traits,
-        "examples": list(command.examples),
+        **command.traits,
+        "examples": [shlex.split(e) for e in command.examples],
         "exit_codes": sorted({0, 1, 3, *EXTRA_EXIT_CODES.get(name, ())}),
+        "json": {"flag": "--json", "mode": "envelope", "schema_ref": ref},
+        "schema_ref": ref,
+        "data_schema": data_keys(name),
+        "output_schema": DATA_SCHEMAS.get(name, {}),
+        "output_modes": ["envelope", "text"],
+        "stdin": "none",
+        "text": TEXT_MODE,
+        "probe_hints": PROBE_HINTS,
+    }
+    info.update(VERB_NOTES.get(name, {}))
+    return info
+
+
+def global_flags() -> dict[str, Any]:
+    common = {"type": "boolean", "required": False, "default": False, "minimum": None,
+              "maximum": None, "unbounded": False, "value_required": False,
+              "repeatable": False, "choices": None, "malformed_expectations": {},
+              "output_modes": ["text"]}  # fmt: skip
+    return {
+        "flags": [
+            {"name": f, "flag": f, "aliases": [f], **common} for f in ("--help", "--version")
+        ],
+        "db_scope": DB_SCOPE,
     }
 
 
 def capabilities_data() -> dict[str, Any]:
+    verbs = verb_commands()
     return {
         "tool_name": "spoolctl",
         "tool_version": __version__,
         "contract_version": CONTRACT_VERSION,
-        "verbs": [verb_info(n, c) for n, c in verb_commands().items()],
+        "contract_policy": CONTRACT_POLICY,
+        "verbs": {n: verb_info(n, c) for n, c in verbs.items()},
+        "global_flags": global_flags(),
         "job_states": [s.value for s in JobState],
         "attempt_states": [s.value for s in AttemptState],
         "failure_reasons": [s.value for s in FailureReason],
         "events": [s.value for s in EventKind],
-        "exit_codes": {str(k): v for k, v in EXIT_CODES.items()},
-        "error_codes": [{"code": c.code, "exit_code": c.exit_code} for c in ERROR_CLASSES],
+        "exit_codes": {
+            str(k): {"meaning": v, **EXIT_NOTES.get(k, {})} for k, v in EXIT_CODES.items()
+        },
+        "error_codes": [c.code for c in ERROR_CLASSES],
         "warning_codes": [{"code": k, "message": v} for k, v in WARNING_CODES.items()],
-        "env": ENV_VARS,
-        "limits": validate.LIMITS,
+        "code_registry": code_registry(),
+        "env": {name: var["description"] for name, var in ENV_VARS.items()},
+        "env_vars": env_vars(verbs),
+        "limits": published_limits(),
         "scheduling": scheduling(),
+        "execution": EXECUTION,
+        "features": FEATURES,
+        "output_modes": OUTPUT_MODES,
+        "probe_vocabularies": PROBE_VOCABULARIES,
+        "totality": TOTALITY,
+        "robot_docs_uri": "spoolctl robot-docs guide",
+        "schemas_uri": "spoolctl schema --json",
         "config": {
+            "supported": True,
             "file": str(CONFIG_RELPATH),
+            "path": str(CONFIG_RELPATH),
+            "format": "json",
             "version": CONFIG_VERSION,
+            "schema_version": CONFIG_VERSION,
             "keys": list(CONFIG_KEYS),
             "precedence": list(PRECEDENCE),
             "default_db": str(DEFAULT_DB_RELPATH),
         },
     }
+
+
+def code_registry() -> dict[str, dict[str, Any]]:
+    """Every error and warning code: where it appears, what it means, an example."""
+    registry: dict[str, dict[str, Any]] = {}
+    for cls in ERROR_CLASSES:
+        summary, retryable, example = CODE_NOTES[cls.code]
+        registry[cls.code] = {"appears_in": ["errors"], "summary": summary,
+                              "exit_code": cls.exit_code, "retryable": retryable,
+                              "example": example}  # fmt: skip
+    for code in WARNING_CODES:
+        summary, retryable, example = CODE_NOTES[code]
+        registry[code] = {"appears_in": ["warnings"], "summary": summary,
+                          "retryable": retryable, "example": example}  # fmt: skip
+    for code, (summary, retryable, example) in RETIRED_CODES.items():
+        registry[code] = {"appears_in": [], "summary": summary, "retryable": retryable,
+                          "example": example}  # fmt: skip
+    return dict(sorted(registry.items()))
+
+
+def env_vars(verbs: dict[str, SpoolCommand]) -> dict[str, dict[str, Any]]:
+    """Each environment variable with its type, default, bounds and readers."""
+    queue_verbs = sorted(n for n, c in verbs.items() if any(p.name == "db" for p in c.params))
+    published = {}
+    for name, var in ENV_VARS.items():
+        numeric = var["type"] == "seconds"
+        published[name] = {
+            **var,
+            "type": "float" if numeric else var["type"],
+            "required": False,
+            "default": var.get("default"),
+            "minimum": var.get("min", var.get("min_exclusive")),
+            "maximum": var.get("max"),
+            "unbounded": False,
+            "shadowed_by": "--db" if name == "SPOOLCTL_DB" else None,
+            "consumed_by": queue_verbs if name in ("SPOOLCTL_DB", "SPOOLCTL_BUSY_TIMEOUT",
+                                                   "SPOOLCTL_AUTO_MIGRATE") else ["work"],
+            "malformed_expectations": {"bad_path" if name == "SPOOLCTL_DB" else "bad_type":
+                                       EXPECT_INPUT},
+        }  # fmt: skip
+        if numeric:
+            published[name]["grammar"] = (
+                "finite float > 0" if "min_exclusive" in var else ("finite float >= 0")
+            )
+    return published
+
+
+def limit_entry(word: str, low: float | None, high: float | None, **more: Any) -> dict[str, Any]:
+    return {"type": word, "minimum": low, "maximum": high, "unbounded": high is None, **more}
+
+
+def published_limits() -> dict[str, dict[str, Any]]:
+    """Ours (min/max, as validate.LIMITS says) and 0.4.11's names (type/minimum/
+    maximum/unbounded), all read from the same constants."""
+    v = validate
+    ours = {name: {**entry, **limit_entry("", entry.get("min", entry.get("min_length",
+                   entry.get("min_exclusive"))), entry.get("max", entry.get("max_length")))}
+            for name, entry in v.LIMITS.items()}  # fmt: skip
+    for name, word in (("duration_seconds", "duration"), ("priority", "integer"),
+                       ("timeout_seconds", "integer"), ("wait_seconds", "float"),
+                       ("poll_interval_seconds", "float")):  # fmt: skip
+        ours[name]["type"] = word
+    for name in ("wait_seconds", "poll_interval_seconds"):
+        ours[name]["grammar"] = (
+            "finite float > 0" if "min_exclusive" in v.LIMITS[name] else ("finite float >= 0")
+        )
+    named = {
+        "attempt_number": limit_entry("integer", 1, v.INT64_MAX),
+        "cwd_length": limit_entry("path", 1, v.CWD_MAX),
+        "env_key_length": limit_entry("string", 1, v.ENV_KEY_MAX),
+        "env_value_length": limit_entry("string", 0, v.ENV_VALUE_MAX),
+        "feedback_tail_bytes": limit_entry("integer", 1, 65_536, default=2048),
+        "id": {**v.LIMITS["id"], **limit_entry("integer", 1, v.INT64_MAX)},
+        "idempotency_key_length": limit_entry("string", 1, v.KEY_MAX,
+                                              charset="printable; no control characters"),
+        "limit": limit_entry("integer", 0, 1000),
+        "event_limit": limit_entry("integer", 0, 10_000),
+        "status_limit": limit_entry("integer", 0, 1000),
+        "note_length": limit_entry("string", 0, v.NOTE_MAX),
+        "queue_name": limit_entry("queue", 1, v.QUEUE_MAX, charset=v.QUEUE_RE.pattern),
+        "tag_count": limit_entry("integer", 0, v.TAG_MAX_COUNT),
+        "tag_key_length": limit_entry("string", 1, v.TAG_KEY_MAX, charset="any but NUL"),
+        "tag_value_length": limit_entry("string", 0, v.TAG_VALUE_MAX),
+        "timestamp_epoch_seconds": limit_entry(
+            "timestamp", -v.MAX_DURATION_S, v.MAX_DURATION_S,
+            grammar="epoch seconds or ISO-8601; a past time means now"),
+        "worker_slots": limit_entry("integer", 1, v.INT64_MAX),
+        "worker_id_length": limit_entry("string", 1, v.WORKER_ID_MAX,
+                                        charset="any but NUL"),
+    }  # fmt: skip
+    return {**ours, **named}
 
 
 def scheduling() -> dict[str, Any]:
@@ -160,7 +422,24 @@ def scheduling() -> dict[str, Any]:
         "heartbeat_interval_s": DEFAULT_HEARTBEAT_INTERVAL_S,
         "reap_threshold": f"max(4 * heartbeat_interval, {MIN_REAP_THRESHOLD_S:g}) seconds",
         "hang_threshold_s": DEFAULT_HANG_THRESHOLD_S,
-    }
+        "duration_grammar": "<number>[s|m|h|d] or bare seconds; lowercase units only",
+        "at_timestamp": "epoch seconds or ISO-8601; naive means local time; past means now",
+        "finite_numeric_inputs": ["--after", "--at", "--timeout", "--poll-interval"],
+        "priority": {"default": 0, "min": validate.INT32_MIN, "max": validate.INT32_MAX,
+                     "ordering": "higher priority first, then next_run_at, then id"},
+        "queue": {"default": DEFAULT_QUEUE, "grammar": f"1-{validate.QUEUE_MAX} chars matching "
+                  f"{validate.QUEUE_RE.pattern}", "single_lane_worker": True},
+        "slots": {"claimed_false": "work --once --json {claimed:false}: nothing runnable now, "
+                  "a full slot ceiling included", "default_ceiling": None,
+                  "fleet_global": True, "opt_in": True, "scope": "served lane"},
+        "scheduled": {"counts_included_in": "counts.queued",
+                      "includes": ["user-delayed rows", "retry and reap backoff rows"],
+                      "predicate": "state='queued' AND next_run_at > now"},
+        "drain": {"holds_for": ["running jobs of the served lane", "due queued jobs of the "
+                                "served lane", "retry backoff pending in the served lane"],
+                  "scope": "served lane",
+                  "skips": "user-delayed jobs that never ran"},
+    }  # fmt: skip
 
 
 def schema_data(only: str | None = None) -> dict[str, Any]:
@@ -262,7 +541,7 @@ def robot_docs(topic: str, as_json: bool) -> int:
 def capabilities(as_json: bool) -> int:
     """The machine-readable contract: verbs, flags, states, codes, limits, env."""
     data = capabilities_data()
-    text = "\n".join(f"{v['name']:<16} {v['summary']}" for v in data["verbs"])
+    text = "\n".join(f"{v['name']:<16} {v['summary']}" for v in data["verbs"].values())
     return emit(Reply(data, text=text + "\n(use --json for the full contract)"), as_json)
 
 
@@ -273,8 +552,8 @@ def check_verb_name(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 @verb("schema", examples=("spoolctl schema --json", "spoolctl schema --json --verb list"))
-@click.option("--verb", "only", default=None, callback=check_verb_name,
-              help="Only this verb's data schema.")  # fmt: skip
+@click.option("--verb", "only", type=click.Choice(list(VERBS)), default=None,
+              callback=check_verb_name, help="Only this verb's data schema.")  # fmt: skip
 @json_option
 def schema(only: str | None, as_json: bool) -> int:
     """JSON Schema of the envelope and of each verb's data."""

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from spoolctl.cli.contract import capabilities_data
-from spoolctl.cli.schemas import DATA_SCHEMAS
 
 HEADER = """# spoolctl verb reference
 
@@ -42,12 +42,6 @@ def option_row(option: dict[str, Any]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
-def data_keys(name: str) -> str:
-    schema = DATA_SCHEMAS.get(name, {})
-    shapes = schema.get("anyOf", [schema])
-    return " or ".join("{" + ", ".join(sorted(s.get("properties", {}))) + "}" for s in shapes)
-
-
 def verb_section(verb: dict[str, Any]) -> list[str]:
     lines = [f"## {verb['name']}", "", verb["summary"], ""]
     positionals = " ".join(
@@ -62,20 +56,23 @@ def verb_section(verb: dict[str, Any]) -> list[str]:
         lines += ["| flag | type | default | bounds | meaning |", "|---|---|---|---|---|"]
         lines += [option_row(o) for o in options]
         lines.append("")
-    traits = ", ".join(k for k, v in verb["traits"].items() if v) or "read-only"
+    traits = (
+        ", ".join(k if v is True else f"{k} {v}" for k, v in verb["traits"].items() if v)
+        or "read-only"
+    )
     lines.append(f"Traits: {traits}. Exit codes: {', '.join(map(str, verb['exit_codes']))}.")
     if verb["exclusive"]:
         pairs = "; ".join(f"`{a}` / `{b}`" for a, b in verb["exclusive"])
         lines.append(f"Mutually exclusive: {pairs}.")
-    lines += ["", f"JSON data: `{data_keys(verb['name'])}`", ""]
+    lines += ["", f"JSON data: `{verb['data_schema']}`", ""]
     if verb["examples"]:
-        lines += ["```", *verb["examples"], "```", ""]
+        lines += ["```", *(shlex.join(e) for e in verb["examples"]), "```", ""]
     return lines
 
 
 def verbs_markdown() -> str:
     caps = capabilities_data()
     lines = [HEADER]
-    for verb in caps["verbs"]:
+    for verb in caps["verbs"].values():
         lines += verb_section(verb)
     return "\n".join(lines).rstrip("\n") + "\n"

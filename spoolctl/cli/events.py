@@ -7,11 +7,19 @@ from typing import Any
 
 import click
 
-from spoolctl.cli.options import JOB_ID, BoundedInt, Duration, db_option, json_option, verb
+from spoolctl.cli.options import (
+    JOB_ID,
+    BoundedInt,
+    Duration,
+    Seconds,
+    db_option,
+    json_option,
+    verb,
+)
 from spoolctl.cli.queues import open_read
 from spoolctl.cli.render import Reply, emit, local_time, write_json
 from spoolctl.db.queue import QueueFile
-from spoolctl.errors import SpoolError
+from spoolctl.errors import InvalidInput, SpoolError
 from spoolctl.services.ledger import Page, read_events
 
 POLL_S = 0.1
@@ -33,7 +41,8 @@ DEFAULT_IDLE_TIMEOUT_S = 3600
         "spoolctl events --follow --json --max-events 10",
     ),
 )
-@click.option("--since-id", type=BoundedInt(0, None), default=0, show_default=True,
+@click.option("--since-id", "--since-cursor", "since_id", type=BoundedInt(0, None), default=0,
+              show_default=True,
               help="Only events after this id (pass meta.pagination.cursor back).")  # fmt: skip
 @click.option("--job", "job_id", type=JOB_ID, default=None, help="Only events of this job.")
 @click.option("--limit", type=BoundedInt(0, 10_000), default=1000, show_default=True,
@@ -46,6 +55,8 @@ DEFAULT_IDLE_TIMEOUT_S = 3600
               help="With --follow: stop after this many events.")  # fmt: skip
 @click.option("--idle-timeout", type=Duration(MAX_WAIT_S), default=str(DEFAULT_IDLE_TIMEOUT_S),
               show_default=True, help="With --follow: stop after this long idle.")  # fmt: skip
+@click.option("--poll-interval", type=Seconds(0, 3600), default=POLL_S, show_default=True,
+              help="Seconds between looks at the ledger with --wait or --follow.")  # fmt: skip
 @db_option
 @json_option
 def events(
@@ -57,18 +68,22 @@ def events(
     follow: bool,
     max_events: int | None,
     idle_timeout: float,
+    poll_interval: float,
     db: str | None,
     as_json: bool,
 ) -> int:
     """The event ledger, oldest first, read with a cursor."""
+    if max_events is not None and not follow:
+        raise InvalidInput("--max-events only applies with --follow", flag="--max-events")
     ledger = Ledger(db)
     if follow:
-        return follow_events(ledger, since_id, job_id, max_events, idle_timeout, as_json)
+        bounds = (max_events, idle_timeout, poll_interval)
+        return follow_events(ledger, since_id, job_id, bounds, as_json)
     started = time.monotonic()
     page = ledger.fetch(since_id, job_id, limit)
     meta: dict[str, Any] = {}
     if wait:
-        page = long_poll(ledger, page, job_id, limit, started + wait_timeout)
+        page = long_poll(ledger, page, job_id, limit, (started + wait_timeout, poll_interval))
         reason = "records_available" if page.events else "timeout"
         meta["wait"] = {"reason": reason, "waited_ms": round((time.monotonic() - started) * 1000)}
     meta["pagination"] = {"cursor": page.cursor, "first_id": page.first_id}
@@ -93,9 +108,13 @@ class Ledger:
         )
 
 
-def long_poll(ledger: Ledger, page: Page, job_id: int | None, limit: int, deadline: float) -> Page:
+def long_poll(
+    ledger: Ledger, page: Page, job_id: int | None, limit: int, until: tuple[float, float]
+) -> Page:
+    """Look again every `poll` seconds until an event comes or `deadline` passes."""
+    deadline, poll = until
     while not page.events and time.monotonic() < deadline:
-        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
         page = ledger.fetch(page.cursor, job_id, limit)
     return page
 
@@ -104,11 +123,12 @@ def follow_events(
     ledger: Ledger,
     since_id: int,
     job_id: int | None,
-    max_events: int | None,
-    idle_timeout: float,
+    bounds: tuple[int | None, float, float],
     as_json: bool,
 ) -> int:
-    """Print events as they come, then one control frame saying why it ended."""
+    """Print events as they come, then one control frame saying why it ended.
+    bounds: (max events, idle timeout, poll interval)."""
+    max_events, idle_timeout, poll = bounds
     cursor, seen = since_id, 0
     idle_deadline = time.monotonic() + idle_timeout
     try:
@@ -124,7 +144,7 @@ def follow_events(
                 idle_deadline = time.monotonic() + idle_timeout
             elif time.monotonic() >= idle_deadline:
                 return control("end", "idle_timeout", as_json, cursor)
-            time.sleep(POLL_S)
+            time.sleep(poll)
     except KeyboardInterrupt:
         return control("end", "interrupted", as_json, cursor)
     except SpoolError as exc:

@@ -12,11 +12,12 @@ import click
 from spoolctl import validate
 from spoolctl.cli.options import (
     JOB_ID,
+    TAG_FILTER,
     BoundedInt,
     Duration,
-    KeyValue,
     QueueName,
     Seconds,
+    StateList,
     db_option,
     json_option,
     verb,
@@ -97,7 +98,7 @@ def status_text(data: dict[str, Any], now: float) -> str:
         lines += ["", table(["QUEUE", "QUEUED", "RUNNING", "SCHEDULED"], rows)]
     if data["recent_dead"]:
         rows = [
-            [str(d["id"]), " ".join(d["command"] or ["?"])[:50], str(d["attempts"]),
+            [str(d["id"]), (d["command"] or "?")[:50], str(d["attempts"]),
              (d["last_error"] or "")[:40], age(d["finished_at"], now)]
             for d in data["recent_dead"]
         ]  # fmt: skip
@@ -178,11 +179,11 @@ def show_text(detail: dict[str, Any]) -> str:
     "list",
     examples=("spoolctl list --state dead", "spoolctl list --queue gpu --tag team=ml --json"),
 )
-@click.option("--state", type=click.Choice([s.value for s in JobState]), default=None,
-              help="Only jobs in this state.")  # fmt: skip
+@click.option("--state", type=StateList([s.value for s in JobState]), default=None,
+              help="Only jobs in these states (comma-separated).")  # fmt: skip
 @click.option("--queue", type=QueueName(), default=None, help="Only jobs of this queue.")
-@click.option("--tag", "tags", type=KeyValue(), multiple=True,
-              help="Only jobs with this K=V tag (repeatable: all must match).")  # fmt: skip
+@click.option("--tag", "tags", type=TAG_FILTER, multiple=True,
+              help="Only jobs with tag K=V, or K alone (any value); all must match.")  # fmt: skip
 @click.option("--priority-min", type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
               default=None, help="Only jobs with at least this priority.")  # fmt: skip
 @click.option("--limit", type=BoundedInt(0, 1000), default=100, show_default=True,
@@ -190,9 +191,9 @@ def show_text(detail: dict[str, Any]) -> str:
 @db_option
 @json_option
 def list_jobs(
-    state: str | None,
+    state: tuple[str, ...] | None,
     queue: str | None,
-    tags: tuple[tuple[str, str], ...],
+    tags: tuple[tuple[str, str | None], ...],
     priority_min: int | None,
     limit: int,
     db: str | None,
@@ -201,9 +202,12 @@ def list_jobs(
     """Jobs, newest first; env values are never shown here (see `show`)."""
     where = query.JobFilter(state, queue, tags, priority_min, limit)
     found = open_read(db)
-    jobs = [] if found is None else found.read(lambda conn: query.list_jobs(conn, where))
+    empty = {"cursor": 0, "first_id": None, "limit": limit, "truncated": False}
+    jobs, pagination = (
+        ([], empty) if found is None else found.read(lambda conn: query.list_page(conn, where))
+    )
     data = {"count": len(jobs), "jobs": jobs}
-    return emit(Reply(data, text=lambda: list_text(jobs)), as_json)
+    return emit(Reply(data, text=lambda: list_text(jobs), meta={"pagination": pagination}), as_json)
 
 
 def list_text(jobs: list[dict[str, Any]]) -> str:

@@ -12,9 +12,10 @@ import click
 
 from spoolctl import validate
 from spoolctl.cli.options import (
+    ENV_PAIR,
+    TAG_PAIR,
     BoundedInt,
     Duration,
-    KeyValue,
     QueueName,
     Rule,
     Timestamp,
@@ -37,8 +38,8 @@ from spoolctl.services.submit import (
 
 
 def timeout_seconds(raw: str) -> int:
-    """Whole seconds 1 .. 2**63-1, or a duration like 5m (rounded up)."""
-    if raw.strip().isdigit():
+    """Whole seconds 1 .. 2**63-1, or a duration with its unit like 5m (rounded up)."""
+    if not raw.strip()[-1:].isalpha():
         return validate.int_in_range(raw, "timeout", 1, validate.MAX_TIMEOUT_S)
     seconds = math.ceil(validate.duration(raw, what="timeout"))
     return validate.int_in_range(seconds, "timeout", 1, validate.MAX_TIMEOUT_S)
@@ -70,7 +71,7 @@ BATCH_FIELDS = {
     "add",
     exclusive=(("after", "at"), ("command", "batch")),
     mutates=True,
-    idempotent=False,
+    idempotent="when --key is supplied",
     examples=(
         "spoolctl add -- make test",
         "spoolctl add --timeout 10m --max-retries 5 -c 'curl -fsS https://example.org'",
@@ -121,13 +122,13 @@ BATCH_FIELDS = {
 @click.option(
     "--key", "idempotency_key", type=KEY, default=None, help="Idempotency key among active jobs."
 )
-@click.option("--tag", "tags", type=KeyValue(), multiple=True, help="K=V label (repeatable).")
+@click.option("--tag", "tags", type=TAG_PAIR, multiple=True, help="K=V label (repeatable).")
 @click.option("--note", type=NOTE, default=None, help="Free text for people.")
 @click.option("--cwd", type=CWD, default=None, help="Working directory of the job.")
 @click.option(
     "--env",
     "env",
-    type=KeyValue(),
+    type=ENV_PAIR,
     multiple=True,
     help="K=V added to the job's environment (repeatable).",
 )
@@ -179,6 +180,13 @@ def command_argv(argv: tuple[str, ...], command: str | None) -> list[str]:
         return validate.shell_string(command)
     if not argv:
         raise MissingRequired("no command given: use `add -- PROGRAM ARGS...` or `add -c STRING`")
+    explicit = click.get_current_context().meta.get("explicit_boundary", False)
+    if not explicit and any(token.startswith("-") for token in argv):
+        raise InvalidInput(
+            "a flag-looking token in the command without an explicit `--`: "
+            "write `spoolctl add [options] -- PROGRAM ARGS...`",
+            argv=list(argv),
+        )
     return validate.argv(list(argv))
 
 

@@ -26,7 +26,8 @@ class SpoolCommand(click.Command):
     """A verb: click's command plus the annotations the contract publishes.
 
     exclusive: pairs of parameter names that cannot be given together.
-    traits: mutates / destructive / idempotent.
+    traits: mutates / destructive / idempotent; a string says when (e.g. destructive
+    "only with --running"), as 0.4.11 published it.
     examples: command lines shown in --help and the docs.
     """
 
@@ -34,7 +35,7 @@ class SpoolCommand(click.Command):
         self,
         *args: Any,
         exclusive: tuple[tuple[str, str], ...] = (),
-        traits: dict[str, bool] | None = None,
+        traits: dict[str, bool | str] | None = None,
         examples: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
@@ -48,6 +49,7 @@ class SpoolCommand(click.Command):
             self.help = inspect.cleandoc(self.help) + "\n\n\b\nExamples:\n" + lines
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["explicit_boundary"] = "--" in args
         rest = super().parse_args(ctx, args)
         for first, second in self.exclusive:
             if _given(ctx, first) and _given(ctx, second):
@@ -80,8 +82,8 @@ def verb(
     *,
     exclusive: tuple[tuple[str, str], ...] = (),
     mutates: bool = False,
-    destructive: bool = False,
-    idempotent: bool = True,
+    destructive: bool | str = False,
+    idempotent: bool | str = True,
     examples: tuple[str, ...] = (),
     **kwargs: Any,
 ) -> Callable[[F], SpoolCommand]:
@@ -128,7 +130,11 @@ class _Validated(click.ParamType[Any, Any]):
         try:
             return self.check(value)
         except InvalidInput as exc:
-            self.fail(exc.message, param, ctx)
+            where = (
+                f"{param.get_error_hint(ctx)}: " if param is not None and ctx is not None else ""
+            )
+            error = InvalidInput(f"Invalid value for {where}{exc.message}", **exc.detail)
+            raise SpoolUsage(error) from None
 
 
 class Duration(_Validated):
@@ -143,7 +149,9 @@ class Duration(_Validated):
         return validate.duration(value, maximum=self.maximum)
 
     def contract_info(self) -> dict[str, Any]:
-        return {**super().contract_info(), "min": 0, "max": self.maximum, "units": "s|m|h|d"}
+        grammar = "<number>[s|m|h|d] or bare seconds; finite"
+        return {**super().contract_info(), "min": 0, "max": self.maximum, "units": "s|m|h|d",
+                "grammar": grammar}  # fmt: skip
 
 
 class Timestamp(_Validated):
@@ -153,6 +161,11 @@ class Timestamp(_Validated):
 
     def check(self, value: str) -> float:
         return validate.timestamp(value)
+
+    def contract_info(self) -> dict[str, Any]:
+        grammar = "epoch seconds or ISO-8601 (naive is local time); past means now"
+        bound = validate.MAX_DURATION_S
+        return {**super().contract_info(), "min": -bound, "max": bound, "grammar": grammar}
 
 
 class Seconds(_Validated):
@@ -178,14 +191,19 @@ class Seconds(_Validated):
 
     def contract_info(self) -> dict[str, Any]:
         key = "min" if self.low_inclusive else "min_exclusive"
-        return {**super().contract_info(), key: self.low, "max": self.high}
+        grammar = f"finite float {'>=' if self.low_inclusive else '>'} {self.low:g}"
+        return {**super().contract_info(), key: self.low, "max": self.high, "grammar": grammar}
 
 
 class BoundedInt(_Validated):
+    """A whole number in [low, high]; an open end is SQLite's signed 64-bit
+    range, so no number reaches the database out of range."""
+
     name = "integer"
 
     def __init__(self, low: int | None = None, high: int | None = None) -> None:
-        self.low, self.high = low, high
+        self.low = validate.INT64_MIN if low is None else low
+        self.high = validate.INT64_MAX if high is None else high
 
     def check(self, value: str) -> int:
         return validate.int_in_range(value, "value", self.low, self.high)
@@ -204,7 +222,8 @@ class BoundedText(_Validated):
         return validate.bounded_text(value, self.what, self.maximum)
 
     def contract_info(self) -> dict[str, Any]:
-        return {**super().contract_info(), "min_length": 1, "max_length": self.maximum}
+        return {**super().contract_info(), "min_length": 1, "max_length": self.maximum,
+                "charset": "any character but NUL"}  # fmt: skip
 
 
 class QueueName(_Validated):
@@ -214,16 +233,63 @@ class QueueName(_Validated):
         return validate.queue_name(value)
 
     def contract_info(self) -> dict[str, Any]:
-        return {**super().contract_info(), **validate.LIMITS["queue"]}
+        return {**super().contract_info(), **validate.LIMITS["queue"],
+                "charset": validate.QUEUE_RE.pattern}  # fmt: skip
 
 
 class KeyValue(_Validated):
-    """KEY=VALUE, split on the first '='."""
+    """KEY=VALUE, split on the first '='; the bounds are published (checked by
+    validate.env_map / tag_map on the whole set)."""
 
     name = "key=value"
 
-    def check(self, value: str) -> tuple[str, str]:
+    def __init__(
+        self, key_max: int, value_max: int, max_items: int | None = None, *, bare_key: bool = False
+    ) -> None:
+        self.key_max, self.value_max, self.max_items = key_max, value_max, max_items
+        self.bare_key = bare_key
+
+    def check(self, value: str) -> tuple[str, str | None]:
+        """KEY=VALUE; a bare KEY (value None) where `bare_key` allows it (a filter)."""
+        if self.bare_key and "=" not in value:
+            return validate.key_value(value + "=", "value")[0], None
         return validate.key_value(value, "value")
+
+    def contract_info(self) -> dict[str, Any]:
+        info = {**super().contract_info(), "key_maximum": self.key_max,
+                "value_maximum": self.value_max,
+                "grammar": "K=V split on the first '='; key non-empty; no NUL"}  # fmt: skip
+        if self.max_items is not None:
+            info["maximum_items"] = self.max_items
+        return info
+
+
+ENV_PAIR = KeyValue(validate.ENV_KEY_MAX, validate.ENV_VALUE_MAX)
+TAG_PAIR = KeyValue(validate.TAG_KEY_MAX, validate.TAG_VALUE_MAX, validate.TAG_MAX_COUNT)
+TAG_FILTER = KeyValue(
+    validate.TAG_KEY_MAX, validate.TAG_VALUE_MAX, validate.TAG_MAX_COUNT, bare_key=True
+)
+
+
+class StateList(_Validated):
+    """One state or several, comma-separated (`done,dead`)."""
+
+    name = "states"
+
+    def __init__(self, choices: list[str]) -> None:
+        self.choices = choices
+
+    def check(self, value: str) -> tuple[str, ...]:
+        states = tuple(dict.fromkeys(s.strip() for s in value.split(",")))
+        unknown = [s for s in states if s not in self.choices]
+        if not value.strip() or unknown:
+            raise InvalidInput(
+                f"states must be comma-separated from {', '.join(self.choices)}; got {value!r}"
+            )
+        return states
+
+    def contract_info(self) -> dict[str, Any]:
+        return {**super().contract_info(), "choices": list(self.choices), "separator": ","}
 
 
 class Rule(_Validated):

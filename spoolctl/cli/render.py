@@ -36,6 +36,7 @@ from spoolctl.errors import (
 )
 
 CONTRACT_VERSION = "2"
+NUMBER = re.compile(r"^-[0-9.]")  # a negative number where click looked for a flag
 _STARTED = time.monotonic()
 
 
@@ -73,7 +74,7 @@ def envelope(
         "meta": {
             "request_id": uuid.uuid4().hex,
             "ts_iso": datetime.now(UTC).isoformat(timespec="milliseconds"),
-            "elapsed_ms": round((time.monotonic() - _STARTED) * 1000, 3),
+            "elapsed_ms": int((time.monotonic() - _STARTED) * 1000),
             "contract_version": CONTRACT_VERSION,
             "data_hash": hashlib.sha256(canonical_json(payload).encode()).hexdigest(),
             **(meta or {}),
@@ -101,13 +102,20 @@ def emit(reply: Reply, as_json: bool) -> int:
     return reply.exit_code
 
 
-def error_object(exc: SpoolError) -> dict[str, Any]:
-    return {
+def error_object(exc: SpoolError, verb: str | None = None) -> dict[str, Any]:
+    """One error: code, message, exit code and detail; `remediation` (the next
+    step, as text mode's hint says it) and, for unknown verbs and flags,
+    `did_you_mean`, where 0.4.11 put them."""
+    found = {
         "code": exc.code,
         "message": exc.message,
         "exit_code": exc.exit_code,
         "detail": exc.detail,
+        "remediation": error_hint(exc, verb) or "follow the message: it names the next step",
     }
+    if exc.code in (UnknownFlag.code, UnknownCommand.code) or "did_you_mean" in exc.detail:
+        found["did_you_mean"] = exc.detail.get("did_you_mean")
+    return found
 
 
 # What to do next, per error code, for people (text mode only; the JSON
@@ -174,7 +182,7 @@ def emit_error(exc: SpoolError, as_json: bool, verb: str | None = None) -> int:
     an indented `hint:` line with what to do next (naming `verb`'s help where
     that helps), when there is one."""
     if as_json:
-        write_json(envelope(None, errors=[error_object(exc)]))
+        write_json(envelope(None, errors=[error_object(exc, verb)]))
         return exc.exit_code
     click.echo(f"spoolctl: {exc.code}: {exc.message}", err=True)
     hint = error_hint(exc, verb)
@@ -186,6 +194,8 @@ def emit_error(exc: SpoolError, as_json: bool, verb: str | None = None) -> int:
 def from_click(exc: click.ClickException) -> SpoolError:
     """Translate click's parse errors into the contract's codes."""
     message = exc.format_message()
+    if isinstance(exc, click.NoSuchOption) and NUMBER.match(exc.option_name):
+        return InvalidInput(f"{message} (a negative number is out of range here)")
     if isinstance(exc, click.NoSuchOption):
         detail: dict[str, Any] = {"flag": exc.option_name}
         if exc.possibilities:

@@ -93,13 +93,14 @@ WORKER = obj({
 })  # fmt: skip
 
 DEAD_JOB = obj({
-    "id": INT, "command": ARGV, "attempts": INT, "crashes": INT, "last_error": opt(STR),
-    "finished_at": opt(NUM), "stdout_path": opt(STR), "stderr_path": opt(STR),
+    "id": INT, "command": opt(STR), "argv": ARGV, "attempts": INT, "crashes": INT,
+    "last_error": opt(STR), "finished_at": opt(NUM), "stdout_path": opt(STR),
+    "stderr_path": opt(STR),
 })  # fmt: skip
 
 PREVIEW = obj({"path": STR, "size_bytes": INT, "preview": STR, "preview_truncated": BOOL},
               {"missing": BOOL})  # fmt: skip
-TAIL = obj({"path": STR, "size_bytes": INT, "tail": STR, "truncated": BOOL, "missing": BOOL})
+TAIL = obj({"path": opt(STR), "size_bytes": INT, "tail": STR, "truncated": BOOL, "missing": BOOL})
 
 
 def streams_of(item: Schema) -> Schema:
@@ -118,7 +119,15 @@ ADD_ONE = obj(
         "cwd": opt(STR),
         "env_keys": STR_LIST,
     },
-    {"idempotency": obj({"key": STR, "metadata_differs": BOOL, "metadata_differences": STR_LIST})},
+    {
+        "idempotency": obj(
+            {
+                "key": STR,
+                "metadata_differs": BOOL,
+                "metadata_differences": str_map(obj({"existing": ANY, "submitted": ANY})),
+            }
+        )
+    },
 )
 ADD_BATCH = obj({"count": INT, "job_ids": arr(INT)})
 
@@ -195,7 +204,8 @@ DATA_SCHEMAS: dict[str, Schema] = {
 }  # fmt: skip
 
 ERROR = obj({"code": one_of(*ERROR_CODES), "message": STR, "exit_code": INT,
-             "detail": {"type": "object"}})  # fmt: skip
+             "detail": {"type": "object"}, "remediation": STR},
+            {"did_you_mean": opt(STR)})  # fmt: skip
 WARNING = obj({"code": one_of(*WARNING_CODES), "message": STR})
 
 ENVELOPE: Schema = {
@@ -215,6 +225,7 @@ ENVELOPE: Schema = {
 CONTROL = obj({"control": obj({"type": one_of("end", "error"), "reason": STR})})
 STREAMS: dict[str, Schema] = {
     "events_follow": {"anyOf": [EVENT, CONTROL]},
+    "events_follow_data": EVENT,  # the data frames alone (0.4.11's name for them)
     "output_follow": {"anyOf": [obj({"stream": one_of("stdout", "stderr"), "offset": INT,
                                      "text": STR}), CONTROL]},
 }  # fmt: skip

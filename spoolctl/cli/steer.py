@@ -7,7 +7,7 @@ from dataclasses import asdict
 
 import click
 
-from spoolctl.cli.options import JOB_ID, Duration, db_option, json_option, verb
+from spoolctl.cli.options import JOB_ID, Duration, StateList, db_option, json_option, verb
 from spoolctl.cli.queues import open_read, open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import QueueFile
@@ -32,6 +32,7 @@ def existing_queue(db: str | None, job_id: int) -> QueueFile:
 @verb(
     "retry",
     mutates=True,
+    destructive="only with --force on running jobs",
     idempotent=False,
     examples=("spoolctl retry 42", "spoolctl retry 42 --force"),
 )
@@ -53,12 +54,13 @@ def retry(job_id: int, force: bool, db: str | None, as_json: bool) -> int:
 @verb(
     "cancel",
     mutates=True,
-    destructive=True,
+    destructive="only with --running",
+    idempotent=False,
     examples=("spoolctl cancel 42", "spoolctl cancel 42 --running --yes"),
 )
 @click.argument("job_id", type=JOB_ID)
 @click.option("--running", is_flag=True, help="Also cancel a running job (needs --yes).")
-@click.option("--yes", is_flag=True, help="Confirm stopping a running job.")
+@click.option("--yes", "-y", "yes", is_flag=True, help="Confirm stopping a running job.")
 @db_option
 @json_option
 def cancel(job_id: int, running: bool, yes: bool, db: str | None, as_json: bool) -> int:
@@ -85,14 +87,20 @@ def cancel(job_id: int, running: bool, yes: bool, db: str | None, as_json: bool)
 )
 @click.option("--older-than", type=Duration(), required=True,
               help="Only jobs that finished at least this long ago.")  # fmt: skip
-@click.option("--state", type=click.Choice(["done", "dead", "canceled"]), default=None,
-              help="Only this terminal state (default: all of them).")  # fmt: skip
+@click.option("--state", "states", type=StateList([s.value for s in pruning.PRUNABLE]),
+              default="done", show_default=True,
+              help="Terminal states to prune, comma-separated.")  # fmt: skip
 @click.option("--dry-run", is_flag=True, help="Report what would be deleted; change nothing.")
-@click.option("--yes", is_flag=True, help="Confirm the deletion.")
+@click.option("--yes", "-y", "yes", is_flag=True, help="Confirm the deletion.")
 @db_option
 @json_option
 def prune(
-    older_than: float, state: str | None, dry_run: bool, yes: bool, db: str | None, as_json: bool
+    older_than: float,
+    states: tuple[str, ...],
+    dry_run: bool,
+    yes: bool,
+    db: str | None,
+    as_json: bool,
 ) -> int:
     """Delete old finished jobs: output files first, then attempts, events and jobs.
 
@@ -100,13 +108,13 @@ def prune(
     """
     if not (dry_run or yes):
         raise SafetyBlock("prune deletes jobs and output: add --dry-run to look or --yes to delete")
-    states = (state,) if state else tuple(s.value for s in pruning.PRUNABLE)
     report = pruning.PruneReport()
     existing = open_read(db)
     if existing is not None:
         queue = existing if dry_run else open_write(db)
         run_prune(queue, states, time.time() - older_than, report, dry_run=dry_run)
     data = {**asdict(report), "dry_run": dry_run}
+    data.update(actual=not dry_run, irreversible=not dry_run)
     verb_word = "would delete" if dry_run else "deleted"
     text = (
         f"{verb_word} {report.deleted_jobs} jobs, {report.deleted_attempts} attempts, "

@@ -209,11 +209,14 @@ def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json:
     job, found = queue.read(lambda conn: feedback_facts(conn, job_id))
     ref = outputs.confine(found, queue.output_root)
     data = verdict(job, ref, time.time())
-    data["streams"] = (
-        {} if ref.attempt_no is None
-        else {name: outputs.tail(ref.paths[name], tail_bytes) for name in selected(stream)}
-    )  # fmt: skip
-    reply = Reply(data, text=lambda: feedback_text(data))
+    # JSON always carries both streams (as 0.4.11 did); --stream picks what text shows
+    data["streams"] = {
+        name: NOT_RUN_TAIL.copy() if ref.attempt_no is None
+        else outputs.tail(ref.paths[name], tail_bytes)
+        for name in ("stdout", "stderr")
+    }  # fmt: skip
+    shown = selected(stream)
+    reply = Reply(data, text=lambda: feedback_text(data, shown))
     refuse_outside(reply, ref, data["streams"])
     if ref.attempt_no is None:
         reply.warn("NO_ATTEMPTS_YET", f"job {job_id} has no attempt yet")
@@ -259,7 +262,12 @@ def remediation(job_id: int, state: str, has_attempt: bool) -> str | None:
     return f"{read}; spoolctl retry {job_id}"
 
 
-def feedback_text(data: dict[str, Any]) -> str:
+NOT_RUN_TAIL: dict[str, Any] = {
+    "path": None, "size_bytes": 0, "tail": "", "truncated": False, "missing": True,
+}  # fmt: skip
+
+
+def feedback_text(data: dict[str, Any], shown: tuple[str, ...] = ("stdout", "stderr")) -> str:
     verdict_word = {True: "succeeded", False: "did not succeed", None: "not finished"}
     lines = [
         f"job {data['job_id']}: {data['state']} ({verdict_word[data['succeeded']]})",
@@ -269,7 +277,7 @@ def feedback_text(data: dict[str, Any]) -> str:
     if data["last_error"]:
         lines.append(f"  last error: {data['last_error']}")
     for name, info in data["streams"].items():
-        if info["tail"]:
+        if info["tail"] and name in shown:
             lines += [
                 style(f"-- {name} (last {len(info['tail'])} chars) --", bold=True),
                 info["tail"].rstrip("\n"),

@@ -35,16 +35,16 @@ def database_checks(path: Path) -> list[Check]:
     if not path.exists():
         checks.append(missing_check(path))
         checks += [Check(n, "skip", "no database yet", blocked_by="database_exists")
-                   for n in ("opens_read_write", "schema_current", "integrity")]  # fmt: skip
+                   for n in ("sqlite_open_readwrite", "schema_version", "integrity")]  # fmt: skip
         return checks
     checks.append(Check("database_exists", "pass", str(path)))
-    opened = guarded("opens_read_write", lambda: opens_read_write(path))
+    opened = guarded("sqlite_open_readwrite", lambda: opens_read_write(path))
     checks.append(opened)
     if opened.status == "fail":
-        checks += [Check(n, "skip", "cannot open", blocked_by="opens_read_write")
-                   for n in ("schema_current", "integrity")]  # fmt: skip
+        checks += [Check(n, "skip", "cannot open", blocked_by="sqlite_open_readwrite")
+                   for n in ("schema_version", "integrity")]  # fmt: skip
     else:
-        checks.append(guarded("schema_current", lambda: schema_check(path)))
+        checks.append(guarded("schema_version", lambda: schema_check(path)))
         checks.append(guarded("integrity", lambda: integrity_check(path)))
     return checks
 
@@ -76,8 +76,8 @@ def folder_check(folder: Path) -> Check:
         probe = probe.parent
     if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
         note = "" if probe == folder else f" (will be created under {probe})"
-        return Check("folder_writable", "pass", f"{folder} is writable{note}")
-    return Check("folder_writable", "fail", f"{probe} is not a writable folder",
+        return Check("spool_directory_writable", "pass", f"{folder} is writable{note}")
+    return Check("spool_directory_writable", "fail", f"{probe} is not a writable folder",
                  "choose another --db or fix the folder's permissions")  # fmt: skip
 
 
@@ -93,10 +93,10 @@ def opens_read_write(path: Path) -> Check:
     finally:
         conn.close()
     if not os.access(path, os.W_OK):
-        return Check("opens_read_write", "fail",
+        return Check("sqlite_open_readwrite", "fail",
                      f"{path} is read-only (its mode, or a read-only file system)",
                      "make it and its folder writable, or remount the disk read-write")  # fmt: skip
-    return Check("opens_read_write", "pass", "opens read-write")
+    return Check("sqlite_open_readwrite", "pass", "opens read-write")
 
 
 def space_check(folder: Path) -> Check:
@@ -134,10 +134,10 @@ def schema_check(path: Path) -> Check:
     finally:
         engine.dispose()
     if status.is_head:
-        return Check("schema_current", "pass", f"at head revision {revision.HEAD_REVISION}")
+        return Check("schema_version", "pass", f"at head revision {revision.HEAD_REVISION}")
     try:
         revision.refuse_unless_current(status, path)
     except SpoolError as exc:
         fix = exc.detail.get("command") or "upgrade spoolctl"
-        return Check("schema_current", "fail", f"{exc.code}: {exc.message}", str(fix))
-    return Check("schema_current", "fail", f"schema is {status.label}")
+        return Check("schema_version", "fail", f"{exc.code}: {exc.message}", str(fix))
+    return Check("schema_version", "fail", f"schema is {status.label}")

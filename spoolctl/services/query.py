@@ -88,14 +88,17 @@ def scheduled_count(conn: Connection, now: float) -> int:
 
 
 def queue_summary(conn: Connection, now: float) -> dict[str, dict[str, Any]]:
-    """Per-queue counts for the active states plus the scheduled count."""
+    """Every queue that holds a job, finished ones included: its count in each
+    state and its scheduled count. Grouped in the claim index's own order
+    (state, queue), which holds next_run_at too: one walk of that index, no
+    table row read, no sort."""
     summary: dict[str, dict[str, Any]] = {}
     rows = conn.execute(
-        select(jobs.c.queue, jobs.c.state, func.count(), func.sum(jobs.c.next_run_at > now))
-        .where(jobs.c.state.in_([JobState.QUEUED.value, JobState.RUNNING.value]))
-        .group_by(jobs.c.queue, jobs.c.state)
+        select(
+            jobs.c.state, jobs.c.queue, func.count(), func.sum(jobs.c.next_run_at > now)
+        ).group_by(jobs.c.state, jobs.c.queue)
     )
-    for queue, state, count, future in rows:
+    for state, queue, count, future in rows:
         entry = summary.setdefault(
             queue, {"counts": {s.value: 0 for s in JobState}, "scheduled": 0}
         )
@@ -123,7 +126,8 @@ def recent_dead(conn: Connection, limit: int) -> list[dict[str, Any]]:
         result.append(
             {
                 "id": row.id,
-                "command": job["argv"],
+                "command": None if job["argv"] is None else " ".join(job["argv"]),
+                "argv": job["argv"],
                 "attempts": row.attempts,
                 "crashes": row.crashes,
                 "last_error": row.last_error,
@@ -228,9 +232,9 @@ LIST_FIELDS = (
 class JobFilter:
     """The filters of `list`; each is served by an index on jobs."""
 
-    state: str | None = None
+    state: str | tuple[str, ...] | None = None
     queue: str | None = None
-    tags: tuple[tuple[str, str], ...] = ()
+    tags: tuple[tuple[str, str | None], ...] = ()  # value None: the key is present
     priority_min: int | None = None
     limit: int = 0
 
@@ -238,8 +242,11 @@ class JobFilter:
 def list_query(where: JobFilter) -> Select[Any]:
     """Newest first; tags are matched on the decoded JSON object."""
     query = select(jobs).order_by(jobs.c.id.desc())
-    if where.state is not None:
-        query = query.where(jobs.c.state == where.state)
+    states = (where.state,) if isinstance(where.state, str) else where.state
+    if states is not None and len(states) == 1:
+        query = query.where(jobs.c.state == states[0])
+    elif states is not None:
+        query = query.where(jobs.c.state.in_(states))
     if where.queue is not None:
         query = query.where(jobs.c.queue == where.queue)
     if where.priority_min is not None:
@@ -251,11 +258,32 @@ def list_query(where: JobFilter) -> Select[Any]:
     return query
 
 
-def has_tag(key: str, value: str) -> ColumnElement[bool]:
-    """Matches key=value in the tags object; a damaged tags value matches nothing."""
+def has_tag(key: str, value: str | None) -> ColumnElement[bool]:
+    """Matches key=value (or just the key, value None) in the tags object; a
+    damaged tags value matches nothing."""
     tags = case((func.json_valid(jobs.c.tags), jobs.c.tags), else_="{}")
     pairs = func.json_each(tags).table_valued("key", "value")
+    if value is None:
+        return exists().where(pairs.c.key == key)
     return exists().where(pairs.c.key == key, pairs.c.value == value)
+
+
+def list_page(conn: Connection, where: JobFilter) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One page of `list` and its pagination: `cursor` is the oldest id shown
+    (0 when none), `first_id` the oldest id in the queue, `truncated` whether
+    more jobs matched than `limit` let through (one extra row tells)."""
+    probe = JobFilter(where.state, where.queue, where.tags, where.priority_min,
+                      where.limit + 1 if where.limit else 0)  # fmt: skip
+    found = list_jobs(conn, probe)
+    page = found[: where.limit] if where.limit else found
+    first_id = conn.execute(select(func.min(jobs.c.id))).scalar()
+    pagination = {
+        "cursor": page[-1]["id"] if page else 0,
+        "first_id": first_id,
+        "limit": where.limit,
+        "truncated": len(found) > len(page),
+    }
+    return page, pagination
 
 
 def list_jobs(conn: Connection, where: JobFilter) -> list[dict[str, Any]]:
