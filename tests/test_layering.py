@@ -9,6 +9,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,13 +58,17 @@ def test_alembic_is_imported_only_by_the_revision_module() -> None:
         assert not any(m.startswith("alembic") for m in imported_modules(path)), path
 
 
-def modules_after(argv: list[str], tmp_path: Path) -> set[str]:
-    """Run the CLI in a fresh interpreter and list what it imported."""
+def modules_after(argv: list[str], tmp_path: Path) -> tuple[dict[str, Any], set[str]]:
+    """Run one --json command line in a fresh interpreter: its envelope (after
+    checking it succeeded with exit 0) and every module it imported. A verb
+    that failed early imports little, so its imports would prove nothing."""
+    listing = tmp_path / "modules.json"
     script = (
         "import sys, json\n"
         "from spoolctl.cli import run\n"
         f"code = run({argv!r})\n"
-        "sys.stderr.write(json.dumps(sorted(sys.modules)))\n"
+        f"open({str(listing)!r}, 'w').write(json.dumps(sorted(sys.modules)))\n"
+        "sys.exit(code)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", script],
@@ -73,15 +78,19 @@ def modules_after(argv: list[str], tmp_path: Path) -> set[str]:
         env=child_env(),
         timeout=60,
     )
-    return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+    assert proc.returncode == 0, (argv, proc.stdout, proc.stderr)
+    envelope = json.loads(proc.stdout)
+    assert envelope["ok"] is True and envelope["errors"] == [], envelope
+    return envelope, set(json.loads(listing.read_text()))
 
 
 def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
     db = tmp_path / "q" / "queue.db"
     # The first add creates the database (that may load alembic); the steady
     # state is the second one.
-    modules_after(["add", "--db", str(db), "--", "true"], tmp_path)
-    loaded = modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
+    first, _ = modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
+    envelope, loaded = modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
+    assert envelope["data"]["job_id"] == first["data"]["job_id"] + 1, "the job was added"
     assert "spoolctl.cli.jobs" in loaded
     assert not any(m.split(".")[0] == "alembic" for m in loaded)
     assert "psutil" not in loaded
@@ -90,10 +99,25 @@ def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
 
 def test_status_path_does_not_import_alembic(tmp_path: Path) -> None:
     db = tmp_path / "q" / "queue.db"
-    modules_after(["add", "--db", str(db), "--", "true"], tmp_path)
-    loaded = modules_after(["status", "--db", str(db), "--json"], tmp_path)
+    modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
+    envelope, loaded = modules_after(["status", "--db", str(db), "--json"], tmp_path)
+    assert envelope["data"]["counts"]["queued"] == 1, "status read the queue"
     assert "spoolctl.cli.inspect" in loaded
     assert not any(m.split(".")[0] == "alembic" for m in loaded)
+
+
+def test_no_test_reads_files_beside_the_checkout() -> None:
+    """A fresh clone passes on its own: no test reaches for the shared folder
+    next to the repository (its fixtures live in tests/fixtures)."""
+    beside = ("..", "shared")
+    needles = ("/".join(beside), "/work/" + beside[1], f'"{beside[0]}" / "{beside[1]}"',
+               f"parent / \"{beside[1]}\"", f'parents[2] / "{beside[1]}"')  # fmt: skip
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        if any(needle in path.read_text(encoding="utf-8") for needle in needles)
+    ]
+    assert offenders == []
 
 
 def test_wheel_ships_the_revision_scripts(tmp_path: Path) -> None:
