@@ -67,26 +67,6 @@ def job_detail(conn: Connection, job_id: int) -> dict[str, Any] | None:
     }
 
 
-def state_counts(conn: Connection, queue: str | None = None) -> dict[str, int]:
-    counts = {s.value: 0 for s in JobState}
-    query = select(jobs.c.state, func.count()).group_by(jobs.c.state)
-    if queue is not None:
-        query = query.where(jobs.c.queue == queue)
-    for state, count in conn.execute(query):
-        counts[state] = count
-    return counts
-
-
-def scheduled_count(conn: Connection, now: float) -> int:
-    return int(
-        conn.execute(
-            select(func.count())
-            .select_from(jobs)
-            .where(jobs.c.state == JobState.QUEUED.value, jobs.c.next_run_at > now)
-        ).scalar_one()
-    )
-
-
 def queue_summary(conn: Connection, now: float) -> dict[str, dict[str, Any]]:
     """Every queue that holds a job, finished ones included: its count in each
     state and its scheduled count. Grouped in the claim index's own order
@@ -162,10 +142,17 @@ def live_workers(
 
 
 def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dict[str, Any]:
+    """The totals are the sums of the per-queue counts: the jobs table is read
+    once, through the claim index (see queue_summary)."""
+    queues = queue_summary(conn, now)
+    counts = {s.value: 0 for s in JobState}
+    for entry in queues.values():
+        for state, count in entry["counts"].items():
+            counts[state] = counts.get(state, 0) + count
     return {
-        "counts": state_counts(conn),
-        "scheduled": scheduled_count(conn, now),
-        "queues": queue_summary(conn, now),
+        "counts": counts,
+        "scheduled": sum(entry["scheduled"] for entry in queues.values()),
+        "queues": queues,
         "recent_dead": recent_dead(conn, dead_limit),
         "workers": live_workers(conn, now),
         "orphans_unconfirmed": unconfirmed_orphans(conn),
