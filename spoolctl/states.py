@@ -15,10 +15,13 @@ class JobState(StrEnum):
     FAILED = "failed"  # part of the contract for compatibility; never written
     DEAD = "dead"
     CANCELED = "canceled"
+    WAITING = "waiting"
+    """Waits for the jobs it was submitted after (`add --after-job`) to be done;
+    never claimable, so the claim query never sees it."""
 
 
 TERMINAL_JOB_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELED})
-ACTIVE_JOB_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
+ACTIVE_JOB_STATES = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.WAITING})
 
 
 class AttemptState(StrEnum):
@@ -37,6 +40,9 @@ class FailureReason(StrEnum):
     WORKER_CRASH = "worker_crash"
     CANCELED = "canceled"
     UNKNOWN = "unknown"
+    DEPENDENCY_FAILED = "dependency_failed"
+    """A job it waited for ended dead or canceled (on the job only, never on
+    an attempt: the job never ran)."""
 
 
 class EventKind(StrEnum):
@@ -52,6 +58,13 @@ class EventKind(StrEnum):
     ORPHAN_UNCONFIRMED = "orphan_unconfirmed"
     """A dead worker's job whose process could not be confirmed gone: it stays
     running (and is looked at again) instead of starting a second copy."""
+    PAUSED = "paused"
+    """A lane was paused (job_id is null; detail names the queue)."""
+    RESUMED = "resumed"
+    """A lane was resumed (job_id is null; detail names the queue)."""
+    DEPENDENCY_FAILED = "dependency_failed"
+    """A waiting job was canceled because a job it waited for ended dead or
+    canceled; detail names that parent."""
 
 
 class WorkerState(StrEnum):

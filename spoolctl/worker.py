@@ -30,7 +30,7 @@ from spoolctl.db.engine import db_path_of, read_tx, write_quietly, write_tx
 from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault
 from spoolctl.reaping import Reaping
 from spoolctl.services import claim as claiming
-from spoolctl.services import execute, heartbeat, lease
+from spoolctl.services import execute, heartbeat, lanes, lease
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import FailureReason, JobState
 from spoolctl.wakeup import ChangeWatch, Signals, counting_signals, wait_readable
@@ -73,6 +73,8 @@ class WorkReport:
     results: list[AttemptResult] = field(default_factory=list)
     drained: bool = False
     stopped_by_signal: bool = False
+    paused: bool = False
+    """A drain that stopped because its lane is paused (nothing of it running)."""
 
 
 def default_worker_id() -> str:
@@ -392,10 +394,12 @@ class Worker:
             try:
                 with read_tx(self.engine) as conn:
                     settled = claiming.lane_settled(conn, self.options.queue, now)
+                    paused = lanes.is_paused(conn, self.options.queue)
             except Locked:
                 return False
             self.report.drained = settled
-            return settled
+            self.report.paused = paused
+            return settled or paused
         return False
 
     # -- heartbeats and reaping ------------------------------------------

@@ -80,6 +80,7 @@ def test_status_counts(q: Populated) -> None:
     status = data(q, "status")
     assert status["counts"] == {
         "queued": 1, "running": 0, "done": 1, "failed": 0, "dead": 1, "canceled": 1,
+        "waiting": 0,
     }  # fmt: skip
     assert status["scheduled"] == 1
     assert status["queues"]["other"]["scheduled"] == 1

@@ -160,7 +160,7 @@ def test_every_row_survives_the_upgrade_from_0001(populated_0001: Path) -> None:
     before = contents(populated_0001)
     assert ("jobs", 6) in before["sqlite_sequence"]
     result = migrate_file(populated_0001, backup=False)
-    assert result.applied == ["0002_state_checks"]
+    assert result.applied == list(revision.KNOWN_REVISIONS[1:])
     assert revision_of(populated_0001) == revision.HEAD_REVISION
     assert contents(populated_0001) == before
     conn = sqlite3.connect(populated_0001)
@@ -216,3 +216,144 @@ def test_revisions_are_found_from_any_directory(
     assert not (tmp_path / "alembic.ini").exists()
     shipped = {p.name for p in (revision.migrations_dir() / "versions").glob("0*.py")}
     assert {f"{rev}.py" for rev in revision.KNOWN_REVISIONS} <= shipped
+
+
+JOB_STATES_0002 = ("queued", "running", "done", "failed", "dead", "canceled")
+ATTEMPT_STATES = ("running", "succeeded", "failed", "timed_out", "abandoned", "canceled")
+
+
+def populate_every_state(db: Path) -> None:
+    """At 0002: a job in every job state, an attempt in every attempt state,
+    events and workers, with the newest job deleted (as prune does)."""
+    conn = sqlite3.connect(db)
+    with conn:
+        for i, state in enumerate(JOB_STATES_0002, 1):
+            conn.execute(
+                "INSERT INTO jobs (id, argv, state, queue, priority, next_run_at, created_at, "
+                "started_at, finished_at, attempts, crashes, max_crashes, idempotency_key, tags, "
+                "env, note, cwd, locked_by, locked_pid, locked_at, heartbeat_at, last_exit_code, "
+                "last_error, last_failure_reason) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (i, f'["echo","{i}"]', state, f"q{i % 2}", i - 3, 10.0 + i, 1.0 + i, 2.0 + i,
+                 3.0 + i, i, i // 2, i if i % 2 else None, f"key-{i}", '{"t":"v"}', '{"K":"V"}',
+                 f"note {i}", "/tmp", "w" if state == "running" else None,
+                 42 if state == "running" else None, 2.0 + i, 2.5 + i, i - 1, f"error {i}",
+                 ("process_exit", "timeout", "spawn_failed", "worker_crash", "canceled",
+                  "unknown")[i - 1]),
+            )  # fmt: skip
+            for n, attempt_state in enumerate(ATTEMPT_STATES, 1):
+                conn.execute(
+                    "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, "
+                    "started_at, finished_at, exit_code, error, failure_reason, stdout_path, "
+                    "stderr_path, job_pid, job_pgid, job_started_at) "
+                    "VALUES (?, ?, 'w', 42, ?, ?, ?, ?, ?, ?, ?, ?, 7, 7, 1.5)",
+                    (i, n, attempt_state, 2.0 + n, 3.0 + n, n, f"e{n}",
+                     None if attempt_state in ("running", "succeeded") else "process_exit",
+                     f"/s/output/{i}/{n}/stdout", f"/s/output/{i}/{n}/stderr"),
+                )  # fmt: skip
+            for event in ("added", "claimed", "failed", "orphan_unconfirmed"):
+                conn.execute(
+                    "INSERT INTO job_events (job_id, at, event, worker_id, detail) "
+                    "VALUES (?, ?, ?, 'w', ?)",
+                    (i, 1.0 + i, event, f'{{"n":{i}}}'),
+                )
+        conn.execute(
+            "INSERT INTO workers (id, hostname, pid, process_started_at, boot_id, queue, slots, "
+            "concurrency, started_at, heartbeat_at, stopped_at, state, jobs_run) "
+            "VALUES ('w', 'h', 42, 1.0, 'boot', 'q0', 2, 3, 1, 2, 3, 'stopped', 9)"
+        )
+        conn.execute(
+            "INSERT INTO jobs (id, argv, state, next_run_at, created_at) "
+            "VALUES (7, '[\"x\"]', 'done', 1, 1)"
+        )
+        conn.execute("DELETE FROM jobs WHERE id = 7")
+    conn.close()
+
+
+@pytest.fixture
+def populated_0002(tmp_path: Path) -> Path:
+    db = tmp_path / "queue.db"
+    migrate_file(db, "0002_state_checks")
+    populate_every_state(db)
+    return db
+
+
+def test_a_queue_with_jobs_in_every_state_keeps_every_row_from_0002_to_0003(
+    populated_0002: Path,
+) -> None:
+    before = contents(populated_0002)
+    assert sorted(r[2] for r in before["jobs"]) == sorted(JOB_STATES_0002)
+    result = migrate_file(populated_0002, backup=False)
+    assert result.applied == ["0003_lanes_and_dependencies"]
+    after = contents(populated_0002)
+    for table in (*TABLES, "sqlite_sequence", "fk_violations"):
+        assert len(after[table]) == len(before[table]), table
+        for old_row, new_row in zip(before[table], after[table], strict=True):
+            assert new_row == old_row, table
+    conn = sqlite3.connect(populated_0002)
+    with conn:
+        cursor = conn.execute(
+            "INSERT INTO jobs (argv, state, next_run_at, created_at) "
+            "VALUES ('[\"x\"]', 'waiting', 1, 1)"
+        )
+    assert cursor.lastrowid == 8, "a deleted id must never be handed out again"
+    conn.close()
+
+
+def at_head_with(db: Path, *statements: str) -> dict[str, Any]:
+    migrate_file(db, backup=False)
+    conn = sqlite3.connect(db)
+    with conn:
+        for statement in statements:
+            conn.execute(statement)
+    conn.close()
+    return contents(db)
+
+
+@pytest.mark.parametrize(
+    "blocker",
+    [
+        "INSERT INTO lanes (queue, paused_at, paused_by) VALUES ('q0', 1, 'me')",
+        "UPDATE jobs SET state = 'waiting' WHERE id = 1",
+    ],
+    ids=["paused_lane", "waiting_job"],
+)
+def test_downgrade_to_0002_refuses_while_a_lane_is_paused_or_a_job_waits(
+    populated_0002: Path, blocker: str
+) -> None:
+    from spoolctl.errors import Conflict
+
+    before = at_head_with(populated_0002, blocker)
+    with pytest.raises(Conflict, match="cannot downgrade below 0003"):
+        migrate_file(populated_0002, "0002_state_checks", downgrade=True, backup=False)
+    assert revision_of(populated_0002) == revision.HEAD_REVISION
+    assert contents(populated_0002) == before
+
+
+def test_downgrade_to_0002_keeps_every_job_and_maps_what_0002_cannot_hold(
+    populated_0002: Path,
+) -> None:
+    before = contents(populated_0002)
+    at_head_with(
+        populated_0002,
+        "INSERT INTO job_dependencies (job_id, after_job_id) VALUES (6, 5)",
+        "UPDATE jobs SET last_failure_reason = 'dependency_failed', "
+        "last_error = 'dependency failed: job 5 is dead' WHERE id = 6",
+        "INSERT INTO job_events (job_id, at, event, detail) VALUES (NULL, 9, 'paused', '{}')",
+        "INSERT INTO job_events (job_id, at, event) VALUES (6, 9, 'dependency_failed')",
+    )
+    migrate_file(populated_0002, "0002_state_checks", downgrade=True, backup=False)
+    assert revision_of(populated_0002) == "0002_state_checks"
+    after = contents(populated_0002)
+    assert after["fk_violations"] == []
+    job6 = next(r for r in after["jobs"] if r[0] == 6)
+    assert (job6[2], job6[-1], job6[-2]) == (
+        "canceled",
+        "canceled",
+        "dependency failed: job 5 is dead",
+    )
+    assert [r for r in after["job_events"] if r[1] is None] == []
+    assert [r for r in after["jobs"] if r[0] != 6] == [r for r in before["jobs"] if r[0] != 6]
+    assert after["attempts"] == before["attempts"]
+    migrate_file(populated_0002, backup=False)
+    assert revision_of(populated_0002) == revision.HEAD_REVISION

@@ -23,8 +23,12 @@ from spoolctl.errors import Internal, SchemaOutdated, SchemaTooNew
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0002_state_checks"
-KNOWN_REVISIONS: tuple[str, ...] = ("0001_initial", "0002_state_checks")
+HEAD_REVISION = "0003_lanes_and_dependencies"
+KNOWN_REVISIONS: tuple[str, ...] = (
+    "0001_initial",
+    "0002_state_checks",
+    "0003_lanes_and_dependencies",
+)
 """Every revision this code knows, oldest first."""
 
 

@@ -37,6 +37,9 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
+ACTIVE_KEY_WHERE = "idempotency_key IS NOT NULL AND state IN ('queued', 'running', 'waiting')"
+"""An idempotency key is unique among unfinished jobs, waiting ones included."""
+
 
 def _one_of(column: str, values: type[StrEnum], *, nullable: bool = False) -> CheckConstraint:
     """A named CHECK that the column holds one of the vocabulary's values."""
@@ -95,7 +98,7 @@ Index(
     "uq_jobs_active_key",
     jobs.c.idempotency_key,
     unique=True,
-    sqlite_where=text("idempotency_key IS NOT NULL AND state IN ('queued', 'running')"),
+    sqlite_where=text(ACTIVE_KEY_WHERE),
 )
 
 attempts = Table(
@@ -146,11 +149,32 @@ job_events = Table(
     "job_events",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
+    Column("job_id", Integer, ForeignKey("jobs.id")),  # null: a lane event (paused, resumed)
     Column("at", Float, nullable=False),
-    Column("event", String(16), nullable=False),
+    Column("event", String(32), nullable=False),
     Column("worker_id", Text),
     Column("detail", Text),
     sqlite_autoincrement=True,
 )
 Index("ix_job_events_job_id", job_events.c.job_id, job_events.c.id)
+
+lanes = Table(
+    "lanes",
+    metadata,
+    Column("queue", String(64), primary_key=True),
+    Column("paused_at", Float, nullable=False),
+    Column("paused_by", Text, nullable=False),
+    Column("reason", Text),
+)
+"""A row means the lane is paused: workers claim nothing from it (one primary
+key lookup inside the claim transaction). Resuming deletes the row."""
+
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("after_job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+)
+"""job_id waits until after_job_id is done. Rows go with either job when it
+is pruned (a pruned parent had finished, so nothing waits on it any more)."""
+Index("ix_job_dependencies_after_job_id", job_dependencies.c.after_job_id)

@@ -9,6 +9,7 @@ from sqlalchemy import Connection, update
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.errors import Conflict, NotFound, SafetyBlock
 from spoolctl.services.deadletter import RELEASE_LOCK
+from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.events import record_event
 from spoolctl.services.query import get_job_row, running_attempt_id
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
@@ -22,15 +23,16 @@ class Canceled:
 
 
 def cancel(conn: Connection, job_id: int, *, running_ok: bool, now: float) -> Canceled:
-    """Cancel a queued job; a running one only with running_ok (the owning
-    worker sees its heartbeat match nothing and kills the process group)."""
+    """Cancel a queued or waiting job; a running one only with running_ok (the
+    owning worker sees its heartbeat match nothing and kills the process
+    group). Jobs waiting for it are canceled with `dependency_failed`."""
     job = get_job_row(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}", job_id=job_id)
     was_running = job.state == JobState.RUNNING
     if was_running and not running_ok:
         raise SafetyBlock(f"job {job_id} is running; cancel it with --running --yes", job_id=job_id)
-    if job.state not in (JobState.QUEUED, JobState.RUNNING):
+    if job.state not in (JobState.QUEUED, JobState.RUNNING, JobState.WAITING):
         raise Conflict(f"job {job_id} is already {job.state}", job_id=job_id, state=job.state)
     if was_running:
         attempt_id = running_attempt_id(conn, job_id)
@@ -56,4 +58,5 @@ def cancel(conn: Connection, job_id: int, *, running_ok: bool, now: float) -> Ca
         )
     )
     record_event(conn, job_id, EventKind.CANCELED, now, detail={"was_running": was_running})
+    cancel_dependents(conn, job_id, JobState.CANCELED.value, now)
     return Canceled(job_id=job_id, state=JobState.CANCELED.value, was_running=was_running)

@@ -17,7 +17,9 @@ from spoolctl import procs
 from spoolctl.db import codec
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs
+from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.events import record_event
+from spoolctl.services.lanes import is_paused
 from spoolctl.states import AttemptState, EventKind, JobState
 
 ENDED_ELSEWHERE = frozenset({AttemptState.CANCELED.value, AttemptState.ABANDONED.value})
@@ -142,8 +144,11 @@ def claim_next(
     what the schema promises) is sent to dead unexecuted, with the reason in
     its last_error, and the next job is tried. A job
     whose previous attempt was canceled or abandoned while its process still
-    lives stays queued until that process is gone.
+    lives stays queued until that process is gone. Nothing is claimed from a
+    paused lane (one primary-key lookup).
     """
+    if is_paused(conn, queue):
+        return None
     if slots is not None and running_in_queue(conn, queue) >= slots:
         return None
     skip: list[int] = []
@@ -238,6 +243,7 @@ def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None
         )
     )
     record_event(conn, job_id, EventKind.DEAD, now, detail={"reason": "damaged_row"})
+    cancel_dependents(conn, job_id, JobState.DEAD.value, now)
 
 
 def next_due_at(conn: Connection, queue: str) -> float | None:

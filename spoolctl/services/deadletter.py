@@ -14,6 +14,7 @@ from spoolctl.services.backoff import (
     crash_budget_exhausted,
     failure_budget_exhausted,
 )
+from spoolctl.services.dependencies import cancel_dependents, restore_dependents, retried_state
 from spoolctl.services.events import record_event
 from spoolctl.services.query import get_job_row, running_attempt_id
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
@@ -68,6 +69,7 @@ def requeue_or_dead(
             worker_id=worker_id,
             detail={"attempts": attempts_now, "crashes": crashes_now},
         )
+        cancel_dependents(conn, job.id, JobState.DEAD.value, now)
         return JobState.DEAD
     return JobState.QUEUED
 
@@ -80,16 +82,22 @@ def dead_letter(conn: Connection, job_id: int, reason: str, now: float) -> None:
         .values(state=JobState.DEAD.value, finished_at=now, last_error=reason)
     )
     record_event(conn, job_id, EventKind.DEAD, now, detail={"reason": reason})
+    cancel_dependents(conn, job_id, JobState.DEAD.value, now)
 
 
 RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELED})
 
 
-def requeue(conn: Connection, job_id: int, *, force: bool, now: float) -> str:
+def requeue(
+    conn: Connection, job_id: int, *, force: bool, now: float, with_dependents: bool = False
+) -> str:
     """Manual retry: dead, failed or canceled jobs go back to queued with a fresh
     budget (attempts and crashes from zero; history kept). A running job needs
     force: its attempt is marked canceled and its worker kills the group at its
-    next heartbeat. Returns the job's previous state."""
+    next heartbeat. A job submitted after others goes back to waiting while
+    one of them is not done (CONFLICT while one is dead or canceled). With
+    `with_dependents`, the jobs canceled because this one failed are restored
+    too. Returns the job's previous state."""
     job = get_job_row(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}", job_id=job_id)
@@ -108,12 +116,13 @@ def requeue(conn: Connection, job_id: int, *, force: bool, now: float) -> str:
             job_id=job_id,
             state=state,
         )
+    target = retried_state(conn, job_id)
     conn.execute(
         update(jobs)
         .where(jobs.c.id == job_id, jobs.c.state == state)
         .values(
             **RELEASE_LOCK,
-            state=JobState.QUEUED.value,
+            state=target.value,
             attempts=0,
             crashes=0,
             next_run_at=now,
@@ -121,6 +130,8 @@ def requeue(conn: Connection, job_id: int, *, force: bool, now: float) -> str:
         )
     )
     record_event(conn, job_id, EventKind.RETRIED, now, detail={"from": state, "force": force})
+    if with_dependents:
+        restore_dependents(conn, job_id, now)
     return str(state)
 
 

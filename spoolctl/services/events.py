@@ -24,7 +24,7 @@ _INSERT_EVENT = Prepared(
 
 def record_event(
     conn: Connection,
-    job_id: int,
+    job_id: int | None,
     event: EventKind,
     at: float,
     *,

@@ -15,6 +15,7 @@ from sqlalchemy import Connection, bindparam, exists, select, update
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.deadletter import RELEASE_LOCK, requeue_or_dead
+from spoolctl.services.dependencies import release_dependents
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
@@ -126,6 +127,7 @@ def record_success(
         return None
     _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now)
     record_event(conn, job_id, EventKind.SUCCEEDED, now, worker_id=worker_id)
+    release_dependents(conn, job_id)
     return JobState.DONE
 
 

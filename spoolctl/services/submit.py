@@ -7,7 +7,7 @@ queue does with them: idempotency-key deduplication and insertion.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection, insert, select
@@ -15,6 +15,7 @@ from sqlalchemy import Connection, insert, select
 from spoolctl.db import codec
 from spoolctl.db.tables import job_events, jobs
 from spoolctl.errors import IdempotencyConflict
+from spoolctl.services.dependencies import failure_values, judge_parents, link
 from spoolctl.services.events import record_event
 from spoolctl.states import ACTIVE_JOB_STATES, EventKind, JobState
 
@@ -49,6 +50,11 @@ class JobSpec:
     note: str | None = None
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    after_jobs: tuple[int, ...] = ()
+    """Jobs that must be done before this one is claimable (--after-job)."""
+    after_lines: tuple[int, ...] = ()
+    """In a batch: positions of earlier specs this one waits for, resolved to
+    their ids at insert time."""
 
     def row(self, now: float) -> dict[str, Any]:
         return {
@@ -90,10 +96,17 @@ def submit(conn: Connection, spec: JobSpec, now: float) -> Submitted:
         existing = _active_with_key(conn, spec.idempotency_key)
         if existing is not None:
             return _deduplicate(existing, row, spec)
+    verdict = judge_parents(conn, spec.after_jobs) if spec.after_jobs else None
+    if verdict is not None:
+        row["state"] = verdict.state.value
+        if verdict.failed is not None:
+            row.update(failure_values(*verdict.failed, now))
     job_id = _insert(conn, row, now)
+    if verdict is not None:
+        link(conn, job_id, spec.after_jobs, verdict, now)
     return Submitted(
         job_id=job_id,
-        state=JobState.QUEUED.value,
+        state=row["state"],
         deduplicated=False,
         next_run_at=row["next_run_at"],
         priority=spec.priority,
@@ -107,17 +120,20 @@ def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list
     """Insert every spec in the caller's one transaction, ids in input order.
 
     Runs of specs without a key go in with one multi-row INSERT ... RETURNING
-    (and one for their `added` events); a keyed spec deduplicates as in submit.
+    (and one for their `added` events); a keyed spec deduplicates as in submit,
+    and a spec that waits for other jobs (earlier lines included) goes in as
+    in submit once those have their ids.
     """
     ids: list[int] = []
     plain: list[dict[str, Any]] = []
     for spec in specs:
-        if spec.idempotency_key is None:
+        if spec.idempotency_key is None and not (spec.after_jobs or spec.after_lines):
             plain.append(spec.row(now))
             continue
         ids.extend(_insert_many(conn, plain, now))
         plain = []
-        ids.append(submit(conn, spec, now).job_id)
+        after = (*spec.after_jobs, *(ids[i] for i in spec.after_lines))
+        ids.append(submit(conn, replace(spec, after_jobs=after, after_lines=()), now).job_id)
     ids.extend(_insert_many(conn, plain, now))
     return ids
 

@@ -1,0 +1,268 @@
+"""Jobs that wait for other jobs (`add --after-job`).
+
+A job submitted after other jobs is `waiting` until every one of them is
+`done`, then `queued` (keeping its own next_run_at). Waiting is a state of its
+own so that the claim query (state = 'queued', served by ix_jobs_claim) never
+sees such a job: a waiting job costs nothing per claim. When a job ends `dead`
+or `canceled`, every job waiting for it is canceled with the failure reason
+`dependency_failed` and a `dependency_failed` event naming that parent, and so
+on down the chain. Only existing jobs can be named, so there are no cycles.
+
+Every function runs inside the caller's transaction: the transition functions
+(record_success, requeue_or_dead, dead_letter, cancel, the claim's
+quarantine, requeue) call these so a state change and its consequences for
+dependents commit together.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, insert, select, update
+
+from spoolctl.db.prepared import Prepared
+from spoolctl.db.tables import job_dependencies, jobs
+from spoolctl.errors import Conflict, NotFound
+from spoolctl.services.events import record_event
+from spoolctl.states import EventKind, FailureReason, JobState
+
+FAILED_PARENT_STATES = frozenset({JobState.DEAD, JobState.CANCELED, JobState.FAILED})
+"""A parent in one of these will never be done: its dependents are canceled."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a job's parents allow: pending ones to wait for, or one that failed."""
+
+    pending: list[int]
+    failed: tuple[int, str] | None
+
+    @property
+    def state(self) -> JobState:
+        if self.failed is not None:
+            return JobState.CANCELED
+        return JobState.WAITING if self.pending else JobState.QUEUED
+
+
+def judge_parents(conn: Connection, parent_ids: Iterable[int]) -> Verdict:
+    """The states of the named jobs; NOT_FOUND (nothing written) if one does not exist."""
+    wanted = sorted(set(parent_ids))
+    found = {
+        int(job_id): state
+        for job_id, state in conn.execute(
+            select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(wanted))
+        )
+    }
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise NotFound(
+            f"--after-job names no such job: {', '.join(map(str, missing))}", job_ids=missing
+        )
+    failed = next(((i, str(found[i])) for i in wanted if found[i] in FAILED_PARENT_STATES), None)
+    pending = [i for i in wanted if found[i] != JobState.DONE]
+    return Verdict(pending, failed)
+
+
+def link(
+    conn: Connection, job_id: int, parent_ids: Iterable[int], verdict: Verdict, now: float
+) -> None:
+    """Record what a new job waits for; if a parent already failed, the job
+    (created canceled) gets its `dependency_failed` event now."""
+    rows = [{"job_id": job_id, "after_job_id": p} for p in sorted(set(parent_ids))]
+    if rows:
+        conn.execute(insert(job_dependencies), rows)
+    if verdict.failed is not None:
+        parent, parent_state = verdict.failed
+        _ledger_failure(conn, job_id, parent, parent_state, now)
+
+
+def failure_values(parent: int, parent_state: str, now: float) -> dict[str, Any]:
+    """The job columns of a job canceled because `parent` failed."""
+    return {
+        "state": JobState.CANCELED.value,
+        "finished_at": now,
+        "last_failure_reason": FailureReason.DEPENDENCY_FAILED.value,
+        "last_error": f"dependency failed: job {parent} is {parent_state}",
+    }
+
+
+_WAITING_CHILDREN = Prepared(
+    select(job_dependencies.c.job_id)
+    .join(jobs, jobs.c.id == job_dependencies.c.job_id)
+    .where(
+        job_dependencies.c.after_job_id == bindparam("b_parent"),
+        jobs.c.state == JobState.WAITING.value,
+    )
+)
+_UNDONE_PARENT = Prepared(
+    select(job_dependencies.c.after_job_id)
+    .join(jobs, jobs.c.id == job_dependencies.c.after_job_id)
+    .where(
+        job_dependencies.c.job_id == bindparam("b_child"),
+        jobs.c.state != JobState.DONE.value,
+    )
+    .limit(1)
+)
+_RELEASE = Prepared(
+    update(jobs)
+    .where(jobs.c.id == bindparam("b_child"), jobs.c.state == JobState.WAITING.value)
+    .values(state=JobState.QUEUED.value)
+)
+
+
+def _waiting_children(conn: Connection, parent: int) -> list[int]:
+    return [row.job_id for row in _WAITING_CHILDREN.all(conn, {"b_parent": parent})]
+
+
+def release_dependents(conn: Connection, parent: int) -> list[int]:
+    """`parent` is done: its waiting dependents whose parents are now all done
+    become queued. One indexed lookup when nothing waits for it."""
+    released = []
+    for child in _waiting_children(conn, parent):
+        if _UNDONE_PARENT.first(conn, {"b_child": child}) is None:
+            _RELEASE.execute(conn, {"b_child": child})
+            released.append(child)
+    return released
+
+
+def cancel_dependents(conn: Connection, parent: int, parent_state: str, now: float) -> list[int]:
+    """`parent` ended dead or canceled: every job waiting for it, and every job
+    waiting for those, is canceled with `dependency_failed`, each with an event
+    naming its own parent."""
+    canceled: list[int] = []
+    frontier = deque([(parent, parent_state)])
+    while frontier:
+        current, current_state = frontier.popleft()
+        for child in _waiting_children(conn, current):
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == child, jobs.c.state == JobState.WAITING.value)
+                .values(**failure_values(current, current_state, now))
+            )
+            _ledger_failure(conn, child, current, current_state, now)
+            canceled.append(child)
+            frontier.append((child, JobState.CANCELED.value))
+    return canceled
+
+
+def _ledger_failure(
+    conn: Connection, child: int, parent: int, parent_state: str, now: float
+) -> None:
+    record_event(
+        conn,
+        child,
+        EventKind.DEPENDENCY_FAILED,
+        now,
+        detail={"parent": parent, "parent_state": parent_state},
+    )
+
+
+def parents_of(conn: Connection, job_id: int) -> list[int]:
+    return [
+        int(i)
+        for i in conn.execute(
+            select(job_dependencies.c.after_job_id)
+            .where(job_dependencies.c.job_id == job_id)
+            .order_by(job_dependencies.c.after_job_id)
+        ).scalars()
+    ]
+
+
+def retried_state(conn: Connection, job_id: int) -> JobState:
+    """Where a manual retry puts a job: queued, or waiting while a parent is
+    not done yet. CONFLICT while a parent is dead or canceled (retry that one,
+    with --with-dependents)."""
+    parents = parents_of(conn, job_id)
+    if not parents:
+        return JobState.QUEUED
+    verdict = judge_parents(conn, parents)
+    if verdict.failed is not None:
+        parent, parent_state = verdict.failed
+        raise Conflict(
+            f"job {job_id} waits for job {parent}, which is {parent_state}; "
+            f"retry that one with: spoolctl retry {parent} --with-dependents",
+            job_id=job_id,
+            parent=parent,
+            parent_state=parent_state,
+        )
+    return JobState.WAITING if verdict.pending else JobState.QUEUED
+
+
+_CANCELED_CHILDREN = (
+    select(job_dependencies.c.job_id)
+    .join(jobs, jobs.c.id == job_dependencies.c.job_id)
+    .where(
+        job_dependencies.c.after_job_id == bindparam("b_parent"),
+        jobs.c.state == JobState.CANCELED.value,
+        jobs.c.last_failure_reason == FailureReason.DEPENDENCY_FAILED.value,
+    )
+)
+
+
+def restore_dependents(conn: Connection, parent: int, now: float) -> list[int]:
+    """`retry --with-dependents`: the jobs canceled because `parent` (or, down
+    the chain, one of them) failed go back to waiting (queued if every parent
+    is done), unless another of their parents still failed. Each gets a
+    `retried` event naming the job it was restored with."""
+    restored: list[int] = []
+    frontier = deque([parent])
+    while frontier:
+        current = frontier.popleft()
+        for child in conn.execute(_CANCELED_CHILDREN, {"b_parent": current}).scalars():
+            verdict = judge_parents(conn, parents_of(conn, child))
+            if verdict.failed is not None:
+                continue
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id == child, jobs.c.state == JobState.CANCELED.value)
+                .values(
+                    state=verdict.state.value,
+                    finished_at=None,
+                    last_failure_reason=None,
+                    last_error=None,
+                    attempts=0,
+                    crashes=0,
+                )
+            )
+            record_event(
+                conn,
+                int(child),
+                EventKind.RETRIED,
+                now,
+                detail={"from": JobState.CANCELED.value, "with_parent": current},
+            )
+            restored.append(int(child))
+            frontier.append(int(child))
+    return restored
+
+
+def waits_for(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
+    """For each job, the jobs it was submitted after, with their states (one
+    query over the dependency primary key)."""
+    if not job_ids:
+        return {}
+    rows = conn.execute(
+        select(job_dependencies.c.job_id, job_dependencies.c.after_job_id, jobs.c.state)
+        .join(jobs, jobs.c.id == job_dependencies.c.after_job_id)
+        .where(job_dependencies.c.job_id.in_(list(job_ids)))
+        .order_by(job_dependencies.c.job_id, job_dependencies.c.after_job_id)
+    )
+    found: dict[int, list[dict[str, Any]]] = {}
+    for child, parent, state in rows:
+        found.setdefault(int(child), []).append({"job_id": int(parent), "state": state})
+    return found
+
+
+def dependents_of(conn: Connection, job_id: int) -> list[int]:
+    """The jobs submitted after this one (served by ix_job_dependencies_after_job_id)."""
+    return [
+        int(i)
+        for i in conn.execute(
+            select(job_dependencies.c.job_id)
+            .where(job_dependencies.c.after_job_id == job_id)
+            .order_by(job_dependencies.c.job_id)
+        ).scalars()
+    ]

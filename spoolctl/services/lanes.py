@@ -1,0 +1,93 @@
+"""Pausing and resuming lanes: a paused queue keeps accepting jobs, but no
+worker claims from it until it is resumed.
+
+A lane is paused while it has a row in `lanes`; the claim looks that row up
+by primary key inside its own transaction, so a pause committed before a
+claim's BEGIN IMMEDIATE is always seen. Jobs already running finish normally.
+Each change is ledgered as a `paused`/`resumed` event (job_id null, the queue
+in detail) in the transaction that makes it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, delete, insert, select, union
+
+from spoolctl.db.prepared import Prepared
+from spoolctl.db.tables import jobs, lanes, workers
+from spoolctl.services.events import record_event
+from spoolctl.states import EventKind, WorkerState
+
+
+@dataclass(frozen=True)
+class LaneChange:
+    """What a pause or resume asked for, and which lanes it actually changed."""
+
+    queues: list[str]
+    paused: bool
+    changed: list[str]
+
+
+_PAUSED = Prepared(select(lanes.c.queue).where(lanes.c.queue == bindparam("b_queue")))
+
+
+def is_paused(conn: Connection, queue: str) -> bool:
+    """One primary-key lookup: cheap enough for every claim."""
+    return _PAUSED.first(conn, {"b_queue": queue}) is not None
+
+
+def operator_identity() -> str:
+    """Who pauses a lane: user@host (pid N)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()} (pid {os.getpid()})"
+
+
+def known_lanes(conn: Connection) -> list[str]:
+    """Every lane that holds a job, has a live worker, or is paused."""
+    found = union(
+        select(jobs.c.queue).distinct(),
+        select(workers.c.queue).where(workers.c.state == WorkerState.RUNNING.value),
+        select(lanes.c.queue),
+    )
+    return sorted(str(q) for q in conn.execute(found).scalars())
+
+
+def pause_lanes(
+    conn: Connection, queues: list[str] | None, *, by: str, reason: str | None, now: float
+) -> LaneChange:
+    """Pause the given lanes (None: every known lane); pausing a paused lane
+    changes nothing and is reported as unchanged."""
+    wanted = known_lanes(conn) if queues is None else sorted(set(queues))
+    changed = [q for q in wanted if not is_paused(conn, q)]
+    for queue in changed:
+        conn.execute(insert(lanes).values(queue=queue, paused_at=now, paused_by=by, reason=reason))
+        record_event(
+            conn, None, EventKind.PAUSED, now, detail={"queue": queue, "by": by, "reason": reason}
+        )
+    return LaneChange(wanted, True, changed)
+
+
+def resume_lanes(conn: Connection, queues: list[str] | None, *, by: str, now: float) -> LaneChange:
+    """Resume the given lanes (None: every paused lane); resuming a lane that
+    is not paused changes nothing and is reported as unchanged."""
+    paused = {p["queue"] for p in paused_lanes(conn)}
+    wanted = sorted(paused) if queues is None else sorted(set(queues))
+    changed = [q for q in wanted if q in paused]
+    for queue in changed:
+        conn.execute(delete(lanes).where(lanes.c.queue == queue))
+        record_event(conn, None, EventKind.RESUMED, now, detail={"queue": queue, "by": by})
+    return LaneChange(wanted, False, changed)
+
+
+def paused_lanes(conn: Connection) -> list[dict[str, Any]]:
+    """Every paused lane: queue, paused_at, paused_by, reason."""
+    rows = conn.execute(select(lanes).order_by(lanes.c.queue)).mappings()
+    return [dict(row) for row in rows]
