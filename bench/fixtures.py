@@ -99,9 +99,10 @@ def envelope_data(impl: Impl, args: tuple[str, ...], code: int, out: str, err: s
 
 
 @contextmanager
-def workdir(label: str) -> Iterator[Path]:
-    """A fresh folder for one measurement (the spool lives inside it)."""
-    with tempfile.TemporaryDirectory(prefix=f"spoolbench-{label}-") as tmp:
+def workdir(label: str, root: Path | None = None) -> Iterator[Path]:
+    """A fresh folder for one measurement (the spool lives inside it), under
+    root (a bench/filesystems.py target) or else the system's temp folder."""
+    with tempfile.TemporaryDirectory(prefix=f"spoolbench-{label}-", dir=root) as tmp:
         yield Path(tmp)
 
 
