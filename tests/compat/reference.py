@@ -50,8 +50,12 @@ def installed_version(python: Path) -> str | None:
     if not python.exists():
         return None
     probe = "import importlib.metadata as m; print(m.version('spoolctl'))"
-    proc = subprocess.run(
-        [str(python), "-c", probe], capture_output=True, text=True, env=clean_env(), timeout=60
+    proc = subprocess.run(  # -I: not this checkout's spoolctl.egg-info in the working folder
+        [str(python), "-I", "-c", probe],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
     )
     return proc.stdout.strip() if proc.returncode == 0 else None
 
