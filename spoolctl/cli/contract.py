@@ -309,18 +309,25 @@ def code_registry() -> dict[str, dict[str, Any]]:
     """Every error and warning code: where it appears, what it means, an example."""
     registry: dict[str, dict[str, Any]] = {}
     for cls in ERROR_CLASSES:
-        summary, retryable, example = CODE_NOTES[cls.code]
+        summary, retryable, example = code_notes(cls.code)
         registry[cls.code] = {"appears_in": ["errors"], "summary": summary,
                               "exit_code": cls.exit_code, "retryable": retryable,
                               "example": example}  # fmt: skip
     for code in WARNING_CODES:
-        summary, retryable, example = CODE_NOTES[code]
+        summary, retryable, example = code_notes(code)
         registry[code] = {"appears_in": ["warnings"], "summary": summary,
                           "retryable": retryable, "example": example}  # fmt: skip
     for code, (summary, retryable, example) in RETIRED_CODES.items():
         registry[code] = {"appears_in": [], "summary": summary, "retryable": retryable,
                           "example": example}  # fmt: skip
     return dict(sorted(registry.items()))
+
+
+def code_notes(code: str) -> tuple[str, bool | None, str]:
+    """A code's summary, retryability and example (contract_problems reports
+    a code that has none yet, rather than capabilities failing)."""
+    fallback = WARNING_CODES.get(code, code.replace("_", " ").lower())
+    return CODE_NOTES.get(code, (fallback, None, ""))
 
 
 def env_vars(verbs: dict[str, SpoolCommand]) -> dict[str, dict[str, Any]]:
@@ -438,7 +445,22 @@ def scheduling() -> dict[str, Any]:
         "drain": {"holds_for": ["running jobs of the served lane", "due queued jobs of the "
                                 "served lane", "retry backoff pending in the served lane"],
                   "scope": "served lane",
-                  "skips": "user-delayed jobs that never ran"},
+                  "skips": "user-delayed jobs that never ran",
+                  "paused_lane": "returns at once: drained false, paused true"},
+        "lanes": {"pause": "spoolctl pause QUEUE|--all [--reason TEXT]",
+                  "resume": "spoolctl resume QUEUE|--all",
+                  "while_paused": "no worker claims from the lane; running jobs finish; "
+                  "add still queues", "idempotent": True,
+                  "shown_in": ["status.paused_lanes", "status.queues.<queue>.paused",
+                               "workers.paused_lanes", "workers.workers[].lane_paused",
+                               "events paused/resumed (job_id null, detail.queue)"]},
+        "dependencies": {"flag": "add --after-job ID (repeatable; existing jobs only)",
+                         "batch": 'after_jobs: [ID or "@LINE" (an earlier line)]',
+                         "state": "waiting until every named job is done, then queued",
+                         "on_parent_failure": "dead or canceled parent: canceled with failure "
+                         "reason dependency_failed and event dependency_failed, transitively",
+                         "retry": "retry ID --with-dependents restores them",
+                         "claim_cost": "none: waiting jobs are outside the claim index range"},
     }  # fmt: skip
 
 
@@ -458,6 +480,9 @@ def contract_problems() -> list[str]:
 
     problems = [f"verb {n} does not load" for n in available_verbs() if n not in verb_commands()]
     problems += [f"verb {n} has no data schema" for n in VERBS if n not in DATA_SCHEMAS]
+    codes = [c.code for c in ERROR_CLASSES] + list(WARNING_CODES)
+    problems += [f"code {c} has no summary in contract_policy.CODE_NOTES" for c in codes
+                 if c not in CODE_NOTES]  # fmt: skip
     for name, command in verb_commands().items():
         names = {p.name for p in command.params}
         problems += [

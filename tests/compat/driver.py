@@ -68,6 +68,40 @@ def child(spec: str, argv: list[str], env: dict[str, str], cwd: str, fds: tuple[
         os._exit(code)
 
 
+def start(spec: str, argv: list[str], cwd: str, env: dict[str, str]) -> int:
+    """A command left running in the background (a worker); its output is dropped."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        child(spec, argv, env, cwd, (null, null, null))
+    return pid
+
+
+def until(spec: str, step: dict[str, Any], cwd: str, env: dict[str, str]) -> dict[str, Any]:
+    """Repeat a --json command until data at `path` equals `equals` (or time runs out)."""
+    deadline = time.monotonic() + float(step.get("timeout", STEP_TIMEOUT_S))
+    while time.monotonic() < deadline:
+        result = run_step(spec, {"run": step["until"]}, cwd, env)
+        try:
+            value: Any = json.loads(result["stdout"])
+            for key in step["path"].split("."):
+                value = value[key]
+        except (ValueError, KeyError, TypeError):
+            value = None
+        if value == step["equals"]:
+            return {"reached": True}
+        time.sleep(0.05)
+    return {"reached": False}
+
+
+def finish(pids: list[int]) -> None:
+    """Background commands end on their own; any still running after a grace is killed."""
+    for pid in pids:
+        reap(pid, STEP_TIMEOUT_S)
+
+
 def run_step(spec: str, step: dict[str, Any], cwd: str, env: dict[str, str]) -> dict[str, Any]:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.TemporaryFile() as inp:  # fmt: skip
@@ -140,14 +174,21 @@ def substitute(value: Any, cwd: str) -> Any:
 def run_scenario(plan: dict[str, Any], scenario: dict[str, Any]) -> list[dict[str, Any]]:
     cwd = os.path.join(plan["root"], scenario["name"])
     os.makedirs(cwd)
-    results = []
+    results: list[dict[str, Any]] = []
+    background: list[int] = []
     for raw in scenario["steps"]:
         step = substitute(raw, cwd)
         env = {**plan["env"], **step.get("env", {})}
         if "run" in step:
             results.append(run_step(plan["entry"], step, cwd, env))
+        elif "background" in step:
+            background.append(start(plan["entry"], step["background"], cwd, env))
+            results.append({"started": True})
+        elif "until" in step:
+            results.append(until(plan["entry"], step, cwd, env))
         else:
             results.append(prepare(step, cwd))
+    finish(background)
     return results
 
 

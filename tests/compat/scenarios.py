@@ -181,6 +181,34 @@ def finished_only() -> Scenario:
     ))  # fmt: skip
 
 
+FAST = {"SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "0.2"}
+
+
+def running_job() -> Scenario:
+    """A job that is running: what may and may not be done to it, and the ledger as frames."""
+    job_pins = ("data.job.state",)
+    return Scenario("running-job", (
+        q("add", "--timeout", "60", "--", "sleep", "30"),
+        Step(setup={"background": ["work", "--db", DB, "--json", "--once"], "env": FAST}),
+        Step(setup={"until": ["show", "1", "--db", DB, "--json"], "path": "data.job.state",
+                    "equals": "running", "timeout": 20}),
+        q("status", pins=STATUS_PINS), q("show", "1", pins=job_pins),
+        q("list", "--state", "running", pins=("data.count",)),
+        q("retry", "1"), q("cancel", "1"), q("cancel", "1", "--running"), q("cancel", "1", "--yes"),
+        q("prune", "--older-than", "0", "--state", "done,dead,canceled", "--yes",
+          pins=("data.matched",)),
+        q("output", "1"),
+        q("feedback", "1", pins=("data.state", "data.terminal", "data.succeeded")),
+        q("wait", "1", "--timeout", "0.3"),
+        q("cancel", "1", "--running", "--yes", pins=("data.state", "data.was_running")),
+        q("wait", "1", "--timeout", "20", pins=("data.all_succeeded",)),
+        q("show", "1", pins=job_pins), q("feedback", "1", pins=FEEDBACK_PINS),
+        q("events", "--follow", "--since-id", "0", "--max-events", "2"),
+        q("events", "--follow", "--since-id", "1000", "--idle-timeout", "0.2"),
+        q("status", pins=STATUS_PINS),
+    ))  # fmt: skip
+
+
 def add_input() -> Scenario:
     """Malformed submissions: refused with the documented code, nothing queued."""
     steps = [q("add"), q("add", "-c", ""), q("add", "-c", "   "), q("add", "-c", "x", "--", "y"),
@@ -316,6 +344,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     self_description(),
     lifecycle(),
     finished_only(),
+    running_job(),
     add_input(),
     id_input(),
     option_input(),

@@ -147,12 +147,18 @@ class Answer:
     stderr: str
     timed_out: bool = False
 
+    def frames(self) -> list[Any] | None:
+        try:
+            return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
+        except ValueError:
+            return None
+
     def envelope(self) -> dict[str, Any] | None:
         try:
             parsed = json.loads(self.stdout)
         except ValueError:
             return None
-        return parsed if isinstance(parsed, dict) else None
+        return parsed if isinstance(parsed, dict) and "ok" in parsed else None
 
 
 def compare(
@@ -166,7 +172,10 @@ def compare(
     if not as_json:
         return found  # text is for people (SPEC §4): only the exit code is contract
     theirs, mine = original.envelope(), ours.envelope()
-    if theirs is None:
+    if theirs is None:  # NDJSON frames (events --follow): compared frame by frame
+        frames = original.frames()
+        if frames:
+            found += shape_differences(frames, ours.frames() or [], "frames")
         return found
     if mine is None:
         return [
