@@ -1,10 +1,14 @@
 """spoolctl benchmark: ours (the work tree's .venv) against the original
 stdlib spoolctl 0.4.11 (bench/.venv-ref), measured in the same run.
 
-    bench/run [--quick] [--only add,batch,drain,pickup,table,spawn]
+    bench/run [--quick] [--only cli,batch,drain,pickup,table]
 
-Prints a table and writes bench/results/<timestamp>.json and latest.json with
-medians, raw samples and the machine. See bench/README.md for what each
+Ours and the reference run interleaved (A B B A) in every scenario they share;
+drain and pickup run on the disk the repository is on and on a tmpfs, beside
+the machine's own spawn ceiling. Prints a table and writes
+bench/results/<timestamp>/results.json (and table.txt, and
+bench/results/latest.json) with medians, spreads, per-pair ratios, raw samples,
+the file systems and the machine. See bench/README.md for what each
 number means and the targets of SPEC section 6.
 """
 
@@ -20,28 +24,44 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import ceiling
 import cli_costs
+import filesystems
 import psutil
 import report
 import workers
+from filesystems import Target
 from fixtures import BENCH, machine
 from plan import DEFAULT, QUICK, Plan
 
-SCENARIOS = ("add", "batch", "drain", "pickup", "table", "spawn")
+SCENARIOS = ("cli", "batch", "drain", "pickup", "table")
+ALIASES = {"add": "cli", "spawn": "drain"}
+"""Names of earlier versions: `add` is now part of `cli`, the spawn ceiling of `drain`."""
+
+Step = tuple[str, str, Callable[[], Any]]
 
 
-def run_scenarios(plan: Plan, only: set[str]) -> dict[str, Any]:
-    results: dict[str, Any] = {}
-    steps: list[tuple[str, str, Callable[[], Any]]] = [
-        ("add", "add_process", lambda: cli_costs.add_process(plan)),
-        ("add", "import_time", cli_costs.import_time),
-        ("batch", "batch", lambda: cli_costs.batch(plan, _ref_add_median(results))),
-        ("drain", "drain", lambda: workers.drain(plan)),
-        ("pickup", "pickup_idle", lambda: workers.pickup_and_idle(plan)),
-        ("table", "table_growth", lambda: cli_costs.table_growth(plan)),
-        ("spawn", "spawn_baseline", lambda: workers.spawn_baseline(plan)),
+def steps(plan: Plan, found: list[Target], results: dict[str, Any]) -> list[Step]:
+    disk = found[0]
+    layout = ceiling.attempt_layout()
+    out: list[Step] = [
+        ("cli", "fresh_process", lambda: cli_costs.fresh_process(plan, disk)),
+        ("cli", "import_time", cli_costs.import_time),
+        ("batch", "batch", lambda: cli_costs.batch(plan, _ref_add_median(results), disk)),
     ]
-    for group, name, step in steps:
+    out += [("drain", f"drain:{t.label}", _bind(workers.drain, plan, t, layout)) for t in found]
+    out += [("pickup", f"pickup:{t.label}", _bind(workers.pickup_and_idle, plan, t)) for t in found]
+    out.append(("table", "table_growth", lambda: cli_costs.table_growth(plan, disk)))
+    return out
+
+
+def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+def run_scenarios(plan: Plan, only: set[str], found: list[Target]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for group, name, step in steps(plan, found, results):
         if group not in only:
             continue
         print(f"[bench] {name} ...", file=sys.stderr, flush=True)
@@ -81,54 +101,60 @@ def _foreign_cores(before: tuple[float, float], after: tuple[float, float], wall
 
 
 def _ref_add_median(results: dict[str, Any]) -> float | None:
-    add = results.get("add_process", {})
-    return add.get("ref", {}).get("median_s")
+    add = results.get("fresh_process", {})
+    median: float | None = add.get("arms", {}).get("ref add", {}).get("median")
+    return median
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions (~2 min)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (~3 min)")
     parser.add_argument(
         "--only",
         default=",".join(SCENARIOS),
         help=f"comma-separated subset of: {', '.join(SCENARIOS)}",
     )
     args = parser.parse_args(argv)
-    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    only = {ALIASES.get(s.strip(), s.strip()) for s in args.only.split(",") if s.strip()}
     unknown = only - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     plan = QUICK if args.quick else DEFAULT
     started = datetime.now(UTC)
-    results = run_scenarios(plan, only)
+    with filesystems.targets() as (found, skipped):
+        results = run_scenarios(plan, only, found)
     doc = {
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "mode": "quick" if args.quick else "default",
         "plan": plan.__dict__,
         "machine": machine(),
+        "filesystems": [t.facts() for t in found],
+        "filesystems_skipped": skipped,
         "results": results,
     }
     rows = report.rows(results)
     doc["table"] = rows
     foreign = {name: r.get("foreign_cpu_cores") for name, r in results.items()}
-    print(report.render(rows, doc["machine"], foreign))
-    print(report.import_summary(results))
-    _write(doc, started)
-    errors = [name for name, r in results.items() if "error" in r]
+    rendered = report.render(rows, doc["machine"], foreign, doc["filesystems"], skipped)
+    table = rendered + "\n" + report.import_summary(results)
+    print(table)
+    _write(doc, started, table)
+    errors = [name for name, r in results.items() if "error" in r or r.get("errors")]
     for name in errors:
-        print(f"\n[bench] {name} FAILED: {results[name]['error']}", file=sys.stderr)
+        what = results[name].get("error") or results[name]["errors"]
+        print(f"\n[bench] {name} FAILED: {what}", file=sys.stderr)
     return 1 if errors else 0
 
 
-def _write(doc: dict[str, Any], started: datetime) -> None:
-    out = BENCH / "results"
-    out.mkdir(exist_ok=True)
+def _write(doc: dict[str, Any], started: datetime, table: str) -> None:
+    out = BENCH / "results" / started.strftime("%Y%m%dT%H%M%SZ")
+    out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(doc, indent=1, default=str)
-    stamped = out / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    stamped.write_text(text)
-    (out / "latest.json").write_text(text)
-    print(f"\nresults: {stamped.relative_to(BENCH.parent)} (and bench/results/latest.json)")
+    (out / "results.json").write_text(text)
+    (out / "table.txt").write_text(table + "\n")
+    (BENCH / "results" / "latest.json").write_text(text)
+    print(f"\nresults: {out.relative_to(BENCH.parent)}/ (and bench/results/latest.json)")
 
 
 if __name__ == "__main__":

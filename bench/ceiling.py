@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fixtures import BENCH, OURS, BenchError, clean_env, workdir
+from fixtures import BENCH, OURS, BenchError, clean_env, fresh_dir
 
 SPAWNLOOP = BENCH / "spawnloop.py"
 START_DELAY_S = 0.5
@@ -87,24 +87,24 @@ def attempt_layout() -> Layout:
 
 def sample(root: Path, layout: Layout, spawns: int, loops: int) -> dict[str, Any]:
     """One ceiling measurement: `loops` parallel loops of spawns/loops jobs each
-    in a fresh folder under root; value = jobs/s from the first loop's start
-    to the last loop's end."""
+    in a fresh folder under root (left there: the caller removes root);
+    value = jobs/s from the first loop's start to the last loop's end."""
     per_loop = spawns // loops
-    with workdir("ceiling", root) as d:
-        start_at = time.time() + START_DELAY_S
-        args = [str(per_loop), repr(start_at), layout.as_json()]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, str(SPAWNLOOP), str(d), str(1 + i * per_loop), *args],
-                cwd=d,
-                env=clean_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for i in range(loops)
-        ]
-        outs = [p.communicate(timeout=600)[0] for p in procs]
+    d = fresh_dir("ceiling", root)
+    start_at = time.time() + START_DELAY_S
+    args = [str(per_loop), repr(start_at), layout.as_json()]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(SPAWNLOOP), str(d), str(1 + i * per_loop), *args],
+            cwd=d,
+            env=clean_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(loops)
+    ]
+    outs = [p.communicate(timeout=600)[0] for p in procs]
     if any(p.returncode != 0 for p in procs):
         raise BenchError(f"spawnloop failed: {[p.returncode for p in procs]}")
     runs = [json.loads(o) for o in outs]

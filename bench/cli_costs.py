@@ -1,14 +1,19 @@
-"""Costs of single CLI invocations: `add` as a process (and what it imports),
-`add --batch`, and claim / `status` / `list` as the jobs table grows."""
+"""Costs of single CLI invocations: `add`, `status` and `list` as fresh
+processes against the import floor (interleaved with the reference), what
+`add` imports, `add --batch`, and claim / `status` / `list` as the jobs table
+grows."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import bigtable
+from filesystems import Target
 from fixtures import (
     BENCH,
     IMPLS,
@@ -22,33 +27,99 @@ from fixtures import (
     seed,
     workdir,
 )
+from interleave import Arm, Sample, run_blocks, spread
 from plan import Plan
 
 FLAGGED_IMPORTS = ("alembic", "mako", "sqlalchemy.orm", "sqlalchemy.ext", "psutil")
 """Modules `add` has no use for: reported when the add path imports them."""
 
 
-def add_process(plan: Plan) -> dict[str, Any]:
-    """Wall time of `add --json -- true` as a fresh process, ours and the
-    reference alternating so that machine noise hits both alike."""
-    samples: dict[str, list[float]] = {impl.name: [] for impl in IMPLS}
-    with workdir("add") as d:
-        dbs = {impl.name: d / f"{impl.name}.db" for impl in IMPLS}
-        for impl in IMPLS:
-            seed(impl, dbs[impl.name], d)  # creates the schema: not measured
-            run_cli(impl, "add", "--db", str(dbs[impl.name]), "--json", "--", "true", cwd=d)
-        for _ in range(plan.add_reps):
-            for impl in IMPLS:
-                wall, _ = run_cli(
-                    impl, "add", "--db", str(dbs[impl.name]), "--json", "--", "true", cwd=d
-                )
-                samples[impl.name].append(wall)
-    result: dict[str, Any] = {
-        name: {"median_s": median(s), "p95_s": percentile(s, 95), "samples_s": s}
-        for name, s in samples.items()
+VERBS: dict[str, tuple[str, ...]] = {
+    "add": ("add", "--json", "--", "true"),
+    "status": ("status", "--json"),
+    "list": ("list", "--json", "--limit", "50"),
+}
+FLOOR = "floor"
+FLOOR_CODE = "import sqlalchemy, click"
+"""The imports the design requires of every verb: `python -c` of them under
+ours' interpreter is the floor for a fresh process of ours."""
+
+
+def fresh_process(plan: Plan, target: Target) -> dict[str, Any]:
+    """Wall time of `add`, `status` and `list` as fresh processes, ours and the
+    reference, and of `python -c "import sqlalchemy, click"` (the import
+    floor), all interleaved A B B A. `add` goes to a queue holding one job;
+    `status` and `list` read a queue of plan.small_table jobs (bigtable mix)."""
+    with workdir("cli", target.root) as d:
+        queues = {impl.name: _cli_queues(impl, d, plan.small_table) for impl in IMPLS}
+        arms = [Arm(FLOOR, lambda: _floor_sample(d))]
+        arms += [
+            Arm(f"{impl.name} {verb}", _verb_arm(impl, verb, queues[impl.name][verb], d))
+            for verb in VERBS
+            for impl in IMPLS
+        ]
+        records = run_blocks(
+            arms, -(-plan.add_reps // 2), f"fresh processes on {target.describe()}"
+        )
+    return {
+        "filesystem": target.facts(),
+        "read_queue_jobs": plan.small_table,
+        "arms": {a.name: spread(records.values(a.name)) for a in arms},
+        "ratios_ours_to_ref": {
+            verb: spread(records.ratios(f"ours {verb}", f"ref {verb}")) for verb in VERBS
+        },
+        "over_floor_s": {
+            f"{impl.name} {verb}": spread(records.differences(f"{impl.name} {verb}", FLOOR))
+            for verb in VERBS
+            for impl in IMPLS
+        },
+        "floor_command": [str(OURS.python), "-c", FLOOR_CODE],
+        "errors": records.errors,
+        "samples": records.samples,
     }
-    result["ratio_ours_to_ref"] = result["ours"]["median_s"] / result["ref"]["median_s"]
-    return result
+
+
+def _cli_queues(impl: Impl, d: Path, read_jobs: int) -> dict[str, Path]:
+    """The add queue (schema made, two jobs, not measured) and the read queue."""
+    add_db, read_dir = d / f"{impl.name}-add.db", d / f"{impl.name}-read"
+    seed(impl, add_db, d)
+    run_cli(impl, *_with_db(VERBS["add"], add_db), cwd=d)
+    read_dir.mkdir()
+    bigtable.build(impl, read_dir / "q.db", read_dir, read_jobs)
+    read_db = read_dir / "q.db"
+    return {"add": add_db, "status": read_db, "list": read_db}
+
+
+def _with_db(verb_args: tuple[str, ...], db: Path) -> tuple[str, ...]:
+    return (verb_args[0], "--db", str(db), *verb_args[1:])
+
+
+def _verb_arm(impl: Impl, verb: str, db: Path, d: Path) -> Callable[[], Sample]:
+    args = _with_db(VERBS[verb], db)
+
+    def run() -> Sample:
+        wall, _ = run_cli(impl, *args, cwd=d)
+        return {"value": wall}
+
+    return run
+
+
+def _floor_sample(d: Path) -> Sample:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [str(OURS.python), "-c", FLOOR_CODE],
+        cwd=d,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise BenchError(f"import floor failed: {proc.stderr[-300:]}")
+    return {"value": wall}
 
 
 def import_time() -> dict[str, Any]:
@@ -121,11 +192,11 @@ def _strip_depth(module: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in module.items() if k != "depth"}
 
 
-def batch(plan: Plan, ref_add_median_s: float | None) -> dict[str, Any]:
+def batch(plan: Plan, ref_add_median_s: float | None, target: Target) -> dict[str, Any]:
     """`add --batch` of N `true` jobs into an existing queue (ours only: the
     reference has no batch, its cost is estimated as N single-add processes)."""
     samples = []
-    with workdir("batch") as d:
+    with workdir("batch", target.root) as d:
         ndjson = d / "jobs.ndjson"
         ndjson.write_text('{"argv": ["true"]}\n' * plan.batch_jobs)
         for _ in range(plan.batch_reps):
@@ -138,6 +209,7 @@ def batch(plan: Plan, ref_add_median_s: float | None) -> dict[str, Any]:
                 raise BenchError(f"ours: batch reported count {data.get('count')}")
             samples.append(wall)
     result: dict[str, Any] = {
+        "filesystem": target.facts(),
         "jobs": plan.batch_jobs,
         "ours": {"median_s": median(samples), "samples_s": samples},
     }
@@ -149,14 +221,17 @@ def batch(plan: Plan, ref_add_median_s: float | None) -> dict[str, Any]:
     return result
 
 
-def table_growth(plan: Plan) -> dict[str, Any]:
+def table_growth(plan: Plan, target: Target) -> dict[str, Any]:
     """claim (in-process), `status --json` and `list --json --limit 50` (fresh
     processes) with a small and a big jobs table, for both implementations.
     The two sizes are measured in alternation, so that load from elsewhere
     on the machine hits both alike instead of skewing their ratio."""
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"filesystem": target.facts()}
     for impl in IMPLS:
-        with workdir(f"small-{impl.name}") as small, workdir(f"big-{impl.name}") as big:
+        with (
+            workdir(f"small-{impl.name}", target.root) as small,
+            workdir(f"big-{impl.name}", target.root) as big,
+        ):
             queues = {plan.small_table: small, plan.big_table: big}
             for size, d in queues.items():
                 bigtable.build(impl, d / "q.db", d, size)

@@ -106,6 +106,13 @@ def workdir(label: str, root: Path | None = None) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def fresh_dir(label: str, parent: Path) -> Path:
+    """A fresh folder under parent that is left in place: removed with parent,
+    after the scenario, so that deleting one arm's output (thousands of files)
+    does not slow the arm measured next."""
+    return Path(tempfile.mkdtemp(prefix=f"{label}-", dir=parent))
+
+
 def seed(impl: Impl, db: Path, cwd: Path) -> None:
     """Create the queue file through the CLI itself: one queued `true` job."""
     run_cli(impl, "add", "--db", str(db), "--json", "--", "true", cwd=cwd)

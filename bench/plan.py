@@ -1,4 +1,6 @@
-"""How much to measure: the default run (~5–10 min on 2 cores) and --quick (~2 min)."""
+"""How much to measure: the default run (about 12-15 min on 2 cores) and
+--quick (about 3 min). Interleaved scenarios run in blocks of A B B A, so
+each block gives every arm two samples and two ours/ref pairs."""
 
 from __future__ import annotations
 
@@ -7,28 +9,28 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Plan:
-    add_reps: int = 20
+    add_reps: int = 20  # fresh `add`/`status`/`list`/floor samples per side (10 blocks)
     batch_jobs: int = 10_000
     batch_reps: int = 3
     drain_jobs: int = 1_000
-    drain_reps: int = 3
-    pickup_samples: int = 30
+    drain_reps: int = 3  # A B B A blocks per file system: 6 drains per side and setup
+    ceiling_spawns: int = 500  # `true` spawns per ceiling sample
+    pickup_samples: int = 30  # per side and file system
     idle_s: float = 10.0
     read_reps: int = 7
     claim_reps: int = 300  # split into 3 alternating rounds
     small_table: int = 1_000
     big_table: int = 100_000
-    spawn_reps: int = 300
 
 
 DEFAULT = Plan()
 QUICK = Plan(
-    add_reps=8,
+    add_reps=6,
     batch_reps=1,
     drain_reps=1,
-    pickup_samples=15,
+    ceiling_spawns=300,
+    pickup_samples=10,
     idle_s=4.0,
     read_reps=3,
     claim_reps=90,
-    spawn_reps=100,
 )
