@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,12 +73,14 @@ def run_blocks(arms: Sequence[Arm], blocks: int, label: str) -> Records:
         for half, name in order([a.name for a in arms], block):
             if name in records.errors:
                 continue
+            started = time.time()
             try:
                 sample = by_name[name].run()
             except (BenchError, OSError) as exc:
                 records.errors[name] = f"{type(exc).__name__}: {exc}"
                 continue
-            records.samples.append({"block": block, "half": half, "arm": name, **sample})
+            position = {"block": block, "half": half, "arm": name, "started_at": started}
+            records.samples.append({**position, **sample})
     return records
 
 
