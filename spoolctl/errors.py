@@ -142,4 +142,5 @@ WARNING_CODES: dict[str, str] = {
     "KILL_ASYNC": "the owning worker kills the process group at its next heartbeat",
     "NO_ATTEMPTS_YET": "the job has not run yet",
     "OUTPUT_PATH_REFUSED": "an attempt's recorded output path is outside the spool: not read",
+    "DEPENDENCY_FAILED": "add --after-job: a job it waits for already ended dead or canceled",
 }

@@ -17,7 +17,7 @@ from spoolctl.errors import Conflict, NotFound
 from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
 from spoolctl.services.submit import JobSpec, submit, submit_batch
-from tests.helpers import add_job, cli, events_of, inproc, job, rows
+from tests.helpers import add_job, cli, events_of, inproc, job, rows, start_worker, wait_for
 
 
 def write(db: Path, fn: Any) -> Any:
@@ -204,3 +204,132 @@ def test_a_parent_dead_lettered_as_a_damaged_row_cancels_its_dependents(db: Path
     assert state(db, parent) == "dead"
     assert job(db, child)["last_failure_reason"] == "dependency_failed"
     assert events_of(db, child) == ["added", "dependency_failed"]
+
+
+# -- through the command line ------------------------------------------------
+
+
+def jrun(capsys: pytest.CaptureFixture[str], db: Path, *args: str) -> Any:
+    return inproc(args[0], "--db", str(db), "--json", *args[1:], capsys=capsys)
+
+
+def test_add_after_job_reports_waiting_and_show_list_feedback_status_say_so(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = add_job(db, "true")
+    added = jrun(capsys, db, "add", "--after-job", str(parent), "--", "true")
+    assert added.exit_code == 0
+    child = added.data["job_id"]
+    assert (added.data["state"], added.data["after_jobs"]) == ("waiting", [parent])
+    shown = jrun(capsys, db, "show", str(child)).data
+    assert shown["after_jobs"] == [{"job_id": parent, "state": "queued"}]
+    assert jrun(capsys, db, "show", str(parent)).data["dependents"] == [child]
+    listed = jrun(capsys, db, "list", "--waiting").data["jobs"]
+    assert [(j["id"], j["after_jobs"]) for j in listed] == [(child, [parent])]
+    verdict = jrun(capsys, db, "feedback", str(child)).data
+    assert verdict["state"] == "waiting" and verdict["terminal"] is False
+    assert verdict["after_jobs"] == [{"job_id": parent, "state": "queued"}]
+    status = jrun(capsys, db, "status").data
+    assert status["counts"]["waiting"] == 1
+    assert status["queues"]["default"]["counts"]["waiting"] == 1
+    assert "after     " in inproc("show", "--db", str(db), str(child), capsys=capsys).stdout
+
+
+def test_add_after_a_missing_job_is_not_found_and_writes_nothing(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = add_job(db, "true")
+    result = jrun(capsys, db, "add", "--after-job", str(parent), "--after-job", "77", "--", "true")
+    assert result.exit_code == 1
+    assert result.envelope["errors"][0]["code"] == "NOT_FOUND"
+    assert rows(db, "SELECT count(*) FROM jobs")[0][0] == 1
+    bad = jrun(capsys, db, "add", "--after-job", "0", "--", "true")
+    assert bad.envelope["errors"][0]["code"] == "INVALID_INPUT"
+
+
+def test_add_after_a_dead_job_warns_and_feedback_says_what_to_retry(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = add_job(db, "false", max_retries=0)
+    drain(db)
+    added = jrun(capsys, db, "add", "--after-job", str(parent), "--", "true")
+    assert added.exit_code == 0 and added.data["state"] == "canceled"
+    assert [w["code"] for w in added.envelope["warnings"]] == ["DEPENDENCY_FAILED"]
+    verdict = jrun(capsys, db, "feedback", str(added.data["job_id"])).data
+    assert verdict["failure_reason"] == "dependency_failed"
+    assert verdict["remediation"] == (
+        f"spoolctl feedback {parent}; spoolctl retry {parent} --with-dependents"
+    )
+
+
+def test_retry_with_dependents_through_the_cli(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = add_job(db, "false", max_retries=0)
+    child = add_job(db, "true", after_jobs=(parent,))
+    drain(db)
+    conflict = jrun(capsys, db, "retry", str(child))
+    assert conflict.exit_code == 5 and conflict.envelope["errors"][0]["code"] == "CONFLICT"
+    retried = jrun(capsys, db, "retry", str(parent), "--with-dependents")
+    assert retried.exit_code == 0
+    assert (retried.data["state"], retried.data["restored"]) == ("queued", [child])
+    assert state(db, child) == "waiting"
+    waiting = jrun(capsys, db, "retry", str(child))
+    assert waiting.exit_code == 5 and "waiting" in waiting.envelope["errors"][0]["message"]
+    canceled = jrun(capsys, db, "cancel", str(child))
+    assert canceled.exit_code == 0 and state(db, child) == "canceled"
+
+
+def test_a_batch_pipeline_runs_in_order_on_a_real_worker(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "order.log"
+    lines = [
+        {"cmd": f"sleep 0.2; echo fetch >> {log}"},
+        {},
+        {"cmd": f"echo build >> {log}", "after_jobs": ["@1"]},
+        {"cmd": f"echo test >> {log}", "after_jobs": ["@3"]},
+        {"cmd": f"echo ship >> {log}", "after_jobs": ["@1", "@3", "@4"]},
+    ]
+    batch = tmp_path / "pipeline.ndjson"
+    batch.write_text("\n".join(json.dumps(line) if line else "" for line in lines) + "\n")
+    added = jrun(capsys, db, "add", "--batch", str(batch))
+    assert added.exit_code == 0, added.stdout
+    ids = added.data["job_ids"]
+    assert [state(db, i) for i in ids] == ["queued", "waiting", "waiting", "waiting"]
+    worker = start_worker(db, "--concurrency", "4")
+    wait_for(lambda: state(db, ids[-1]) == "done", what="the pipeline to finish")
+    worker.terminate()
+    worker.wait(30)
+    assert log.read_text().split() == ["fetch", "build", "test", "ship"]
+
+
+@pytest.mark.parametrize(
+    "after_jobs",
+    [["@2"], ["@1", "@9"], ["@0"], ["1"], [True], "@1", [0], [{"id": 1}]],
+    ids=str,
+)
+def test_bad_batch_references_are_invalid_input_and_write_nothing(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], after_jobs: Any
+) -> None:
+    add_job(db, "true")
+    batch = tmp_path / "bad.ndjson"
+    batch.write_text(
+        json.dumps({"cmd": "true"}) + "\n"
+        + json.dumps({"cmd": "true", "after_jobs": after_jobs}) + "\n"
+    )  # fmt: skip
+    result = jrun(capsys, db, "add", "--batch", str(batch))
+    assert result.exit_code == 1
+    assert result.envelope["errors"][0]["code"] == "INVALID_INPUT"
+    assert "line 2" in result.envelope["errors"][0]["message"]
+    assert rows(db, "SELECT count(*) FROM jobs")[0][0] == 1
+
+
+def test_a_batch_naming_a_missing_job_writes_nothing(
+    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    batch = tmp_path / "missing.ndjson"
+    batch.write_text('{"cmd": "true"}\n{"cmd": "true", "after_jobs": ["@1", 42]}\n')
+    result = jrun(capsys, db, "add", "--batch", str(batch))
+    assert result.envelope["errors"][0]["code"] == "NOT_FOUND"
+    assert rows(db, "SELECT count(*) FROM jobs")[0][0] == 0

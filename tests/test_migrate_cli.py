@@ -358,3 +358,62 @@ def test_a_worker_of_the_old_release_stops_when_migrate_upgrades_the_file(
     assert '"code": "SCHEMA_TOO_NEW"' in log.read_text()
     assert contents(db) == after_upgrade
     assert {t: after_upgrade[t] for t in history} == history
+
+
+def test_downgrade_below_0003_refuses_while_a_job_waits_or_a_lane_is_paused(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    previous = KNOWN_REVISIONS[-2]
+    assert run(capsys, db, "add", "--", "true").exit_code == 0
+    assert run(capsys, db, "add", "--after-job", "1", "--", "true").data["state"] == "waiting"
+    refused = run(capsys, db, "migrate", "--downgrade", previous, "--yes", "--no-backup")
+    assert refused.exit_code == 5
+    assert error(refused)["code"] == "CONFLICT"
+    assert "1 waiting job(s): 2" in error(refused)["message"]
+    assert run(capsys, db, "cancel", "2").exit_code == 0
+    assert run(capsys, db, "pause", "default").exit_code == 0
+    before = contents(db)
+    refused = run(capsys, db, "migrate", "--downgrade", previous, "--yes", "--no-backup")
+    assert "paused lanes default" in error(refused)["message"]
+    assert (revision_of(db), contents(db)) == (HEAD_REVISION, before)
+    assert run(capsys, db, "resume", "default").exit_code == 0
+    down = run(capsys, db, "migrate", "--downgrade", previous, "--yes", "--no-backup")
+    assert down.exit_code == 0 and revision_of(db) == previous
+    assert [r["state"] for r in rows(db, "SELECT state FROM jobs ORDER BY id")] == [
+        "queued",
+        "canceled",
+    ]
+
+
+RELEASE_0002 = OLD_RELEASE.replace(repr(OLD), repr(KNOWN_REVISIONS[1]))
+"""spoolctl as the release before lanes and dependencies (head 0002)."""
+
+
+def test_a_worker_of_the_0002_release_stops_when_the_file_goes_to_0003(
+    db: Path, tmp_path: Path
+) -> None:
+    added = subprocess.run(
+        [sys.executable, "-c", RELEASE_0002, "add", "--db", str(db), "--json", "--", "true"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert revision_of(db) == KNOWN_REVISIONS[1]
+    log = tmp_path / "old-worker.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-c", RELEASE_0002, "work", "--db", str(db), "--json"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=child_env(),
+        )
+    wait_for(lambda: rows(db, "SELECT 1 FROM jobs WHERE id = 1 AND state = 'done'"))
+    upgraded = cli("migrate", db=db, json=True)
+    assert upgraded.data["applied"] == [HEAD_REVISION]
+    after_upgrade = contents(db)
+    assert worker.wait(30) == 3
+    assert '"code": "SCHEMA_TOO_NEW"' in log.read_text()
+    assert contents(db) == after_upgrade

@@ -255,3 +255,36 @@ def test_read_engine_opens_a_deferred_transaction(db: Path) -> None:
     engine.dispose()
     begins = [s for s in issued if s.startswith("BEGIN")]
     assert begins == ["BEGIN"]
+
+
+def claim_in(conn: Connection, queue: str, output: Path, now: float) -> Any:
+    return claim.claim_next(
+        conn, worker_id="w1", worker_pid=1, queue=queue, slots=None, output_root=output, now=now
+    )
+
+
+def test_waiting_jobs_cost_the_claim_nothing(engine: Engine, db: Path) -> None:
+    """Hundreds of waiting jobs in the lane: the claim is still the one indexed
+    search (waiting rows sit outside its state='queued' range) plus one
+    primary-key lookup of the lane's pause row."""
+    output = db.parent / "output"
+    now = time.time()
+    with write_tx(engine) as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO jobs (argv, state, queue, priority, next_run_at, created_at) "
+            "SELECT '[\"true\"]', 'waiting', 'q2', 9, 0, 0 FROM job_events LIMIT 500"
+        )
+    try:
+        plans = plans_of(engine, lambda conn: claim_in(conn, "q2", output, now))
+        assert_indexed(plans)
+        assert plan_of(plans, "next_run_at <=") == [
+            "SEARCH jobs USING INDEX ix_jobs_claim (state=? AND queue=?)"
+        ]
+        assert plan_of(plans, "FROM lanes") == [
+            "SEARCH lanes USING COVERING INDEX sqlite_autoindex_lanes_1 (queue=?)"
+        ]
+        claimed = rows(db, "SELECT state FROM jobs WHERE locked_by = 'w1' AND queue = 'q2'")
+        assert [r["state"] for r in claimed] == ["running"]
+    finally:
+        with write_tx(engine) as conn:
+            conn.exec_driver_sql("DELETE FROM jobs WHERE state = 'waiting'")

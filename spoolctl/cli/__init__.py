@@ -29,6 +29,8 @@ VERBS: dict[str, str] = {
     "retry": "spoolctl.cli.steer:retry",
     "cancel": "spoolctl.cli.steer:cancel",
     "prune": "spoolctl.cli.steer:prune",
+    "pause": "spoolctl.cli.lanes:pause",
+    "resume": "spoolctl.cli.lanes:resume",
     "migrate": "spoolctl.cli.migrate:migrate",
     "doctor": "spoolctl.cli.admin:doctor",
     "config-show": "spoolctl.cli.admin:config_show",

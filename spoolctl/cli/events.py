@@ -173,6 +173,9 @@ def control(kind: str, reason: str, as_json: bool, cursor: int, message: str = "
 def event_line(event: dict[str, Any]) -> str:
     worker = f"  {event['worker_id']}" if event["worker_id"] else ""
     when = local_time(event["at"])
+    if event["job_id"] is None:  # a lane event: paused, resumed
+        lane = event["detail"].get("queue") if isinstance(event["detail"], dict) else None
+        return f"{event['id']:>6}  {when}  lane {lane or '?':<5} {event['event']}{worker}"
     return f"{event['id']:>6}  {when}  job {event['job_id']:<6} {event['event']}{worker}"
 
 

@@ -25,10 +25,12 @@ from spoolctl.cli.options import (
 from spoolctl.cli.queues import open_read
 from spoolctl.cli.render import ProgressLine, Reply, age, emit, local_time, style, table
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
-from spoolctl.services import query
+from spoolctl.services import dependencies, lanes, query
 from spoolctl.states import JobState
 
-STATE_COLORS = {"done": "green", "dead": "red", "running": "cyan", "canceled": "yellow"}
+STATE_COLORS = {
+    "done": "green", "dead": "red", "running": "cyan", "canceled": "yellow", "waiting": "blue",
+}  # fmt: skip
 WAIT_FINAL = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELED, JobState.FAILED})
 MAX_WAIT_S = 86_400
 
@@ -41,6 +43,7 @@ def empty_status() -> dict[str, Any]:
         "recent_dead": [],
         "workers": [],
         "orphans_unconfirmed": [],
+        "paused_lanes": [],
     }
 
 
@@ -69,7 +72,31 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
     queue = open_read(db)
     if queue is None:
         return empty_status()
-    return queue.read(lambda conn: query.status_summary(conn, now, dead_limit=limit))
+    return queue.read(
+        lambda conn: with_paused_lanes(
+            query.status_summary(conn, now, dead_limit=limit), lanes.paused_lanes(conn)
+        )
+    )
+
+
+def with_paused_lanes(data: dict[str, Any], paused: list[dict[str, Any]]) -> dict[str, Any]:
+    """Adds `paused_lanes` and a `paused` flag on each queue (additive keys)."""
+    names = {p["queue"] for p in paused}
+    for name, entry in data["queues"].items():
+        entry["paused"] = name in names
+    data["paused_lanes"] = paused
+    return data
+
+
+def paused_text(paused: list[dict[str, Any]], now: float) -> list[str]:
+    if not paused:
+        return []
+    rows = [
+        [p["queue"], age(p["paused_at"], now), p["paused_by"], (p["reason"] or "")[:50]]
+        for p in paused
+    ]
+    heading = style(f"paused lanes: {len(paused)} (spoolctl resume QUEUE)", fg="yellow")
+    return ["", heading, table(["LANE", "SINCE", "BY", "REASON"], rows)]
 
 
 def watch_status(db: str | None, limit: int, interval: float) -> int:
@@ -92,10 +119,11 @@ def status_text(data: dict[str, Any], now: float) -> str:
     lines = ["jobs: " + "  ".join(parts) + f"  (scheduled {data['scheduled']})"]
     if data["queues"]:
         rows = [
-            [name, str(q["counts"]["queued"]), str(q["counts"]["running"]), str(q["scheduled"])]
+            [name + (" (paused)" if q.get("paused") else ""), str(q["counts"]["queued"]),
+             str(q["counts"]["running"]), str(q["counts"].get("waiting", 0)), str(q["scheduled"])]
             for name, q in sorted(data["queues"].items())
-        ]
-        lines += ["", table(["QUEUE", "QUEUED", "RUNNING", "SCHEDULED"], rows)]
+        ]  # fmt: skip
+        lines += ["", table(["QUEUE", "QUEUED", "RUNNING", "WAITING", "SCHEDULED"], rows)]
     if data["recent_dead"]:
         rows = [
             [str(d["id"]), (d["command"] or "?")[:50], str(d["attempts"]),
@@ -113,6 +141,7 @@ def status_text(data: dict[str, Any], now: float) -> str:
         ]  # fmt: skip
         lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))
     lines += orphans_text(data["orphans_unconfirmed"], now)
+    lines += paused_text(data.get("paused_lanes", []), now)
     return "\n".join(lines)
 
 
@@ -136,10 +165,21 @@ def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
 def show(job_id: int, db: str | None, as_json: bool) -> int:
     """One job with every column, its attempts and its events."""
     queue = open_read(db)
-    detail = None if queue is None else queue.read(lambda conn: query.job_detail(conn, job_id))
+    detail = (
+        None if queue is None else queue.read(lambda conn: detail_with_dependencies(conn, job_id))
+    )
     if detail is None:
         raise NotFound(f"no job {job_id}", job_id=job_id)
     return emit(Reply(detail, text=lambda: show_text(detail)), as_json)
+
+
+def detail_with_dependencies(conn: Any, job_id: int) -> dict[str, Any] | None:
+    """`show`'s data plus what the job waits for and what waits for it."""
+    detail = query.job_detail(conn, job_id)
+    if detail is not None:
+        detail["after_jobs"] = dependencies.waits_for(conn, [job_id]).get(job_id, [])
+        detail["dependents"] = dependencies.dependents_of(conn, job_id)
+    return detail
 
 
 def show_text(detail: dict[str, Any]) -> str:
@@ -164,6 +204,11 @@ def show_text(detail: dict[str, Any]) -> str:
         lines.append("  tags      " + " ".join(f"{k}={v}" for k, v in job["tags"].items()))
     for problem in job.get("damaged", []):
         lines.append(style(f"  damaged   {problem}", fg="red"))
+    if detail.get("after_jobs"):
+        waits = ", ".join(f"{p['job_id']} ({p['state']})" for p in detail["after_jobs"])
+        lines.append(f"  after     {waits}")
+    if detail.get("dependents"):
+        lines.append("  before    " + ", ".join(map(str, detail["dependents"])))
     if detail["attempts"]:
         rows = [
             [str(a["attempt_no"]), a["state"], a["failure_reason"] or "-",
@@ -181,6 +226,8 @@ def show_text(detail: dict[str, Any]) -> str:
 )
 @click.option("--state", type=StateList([s.value for s in JobState]), default=None,
               help="Only jobs in these states (comma-separated).")  # fmt: skip
+@click.option("--waiting", is_flag=True,
+              help="Only jobs waiting for other jobs (same as --state waiting).")  # fmt: skip
 @click.option("--queue", type=QueueName(), default=None, help="Only jobs of this queue.")
 @click.option("--tag", "tags", type=TAG_FILTER, multiple=True,
               help="Only jobs with tag K=V, or K alone (any value); all must match.")  # fmt: skip
@@ -192,6 +239,7 @@ def show_text(detail: dict[str, Any]) -> str:
 @json_option
 def list_jobs(
     state: tuple[str, ...] | None,
+    waiting: bool,
     queue: str | None,
     tags: tuple[tuple[str, str | None], ...],
     priority_min: int | None,
@@ -200,14 +248,27 @@ def list_jobs(
     as_json: bool,
 ) -> int:
     """Jobs, newest first; env values are never shown here (see `show`)."""
+    if waiting:
+        state = (JobState.WAITING.value,)
     where = query.JobFilter(state, queue, tags, priority_min, limit)
     found = open_read(db)
     empty = {"cursor": 0, "first_id": None, "limit": limit, "truncated": False}
     jobs, pagination = (
-        ([], empty) if found is None else found.read(lambda conn: query.list_page(conn, where))
+        ([], empty) if found is None else found.read(lambda conn: page_with_waits(conn, where))
     )
     data = {"count": len(jobs), "jobs": jobs}
     return emit(Reply(data, text=lambda: list_text(jobs), meta={"pagination": pagination}), as_json)
+
+
+def page_with_waits(
+    conn: Any, where: query.JobFilter
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A page of `list`, each job with the ids it waits for (one query)."""
+    jobs, pagination = query.list_page(conn, where)
+    waits = dependencies.waits_for(conn, [j["id"] for j in jobs])
+    for job in jobs:
+        job["after_jobs"] = [p["job_id"] for p in waits.get(job["id"], [])]
+    return jobs, pagination
 
 
 def list_text(jobs: list[dict[str, Any]]) -> str:
@@ -231,18 +292,29 @@ def workers(include_all: bool, db: str | None, as_json: bool) -> int:
     """Workers with their queue, slots, running jobs and heartbeat age."""
     now = time.time()
     found = open_read(db)
-    rows, orphans = (
-        ([], [])
+    rows, orphans, paused = (
+        ([], [], [])
         if found is None
         else found.read(
             lambda conn: (
                 query.live_workers(conn, now, include_all=include_all),
                 query.unconfirmed_orphans(conn),
+                lanes.paused_lanes(conn),
             )
         )
     )
-    data = {"count": len(rows), "workers": rows, "orphans_unconfirmed": orphans}
-    return emit(Reply(data, text=lambda: workers_text(rows, now, orphans)), as_json)
+    names = {p["queue"] for p in paused}
+    for row in rows:
+        row["lane_paused"] = row["queue"] in names
+    data = {"count": len(rows), "workers": rows, "orphans_unconfirmed": orphans,
+            "paused_lanes": paused}  # fmt: skip
+    return emit(
+        Reply(
+            data,
+            text=lambda: "\n".join([workers_text(rows, now, orphans), *paused_text(paused, now)]),
+        ),
+        as_json,
+    )
 
 
 def workers_text(

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -13,6 +14,7 @@ import click
 from spoolctl import validate
 from spoolctl.cli.options import (
     ENV_PAIR,
+    JOB_ID,
     TAG_PAIR,
     BoundedInt,
     Duration,
@@ -35,6 +37,7 @@ from spoolctl.services.submit import (
     submit,
     submit_batch,
 )
+from spoolctl.states import JobState
 
 
 def timeout_seconds(raw: str) -> int:
@@ -64,6 +67,7 @@ BATCH_FIELDS = {
     "note",
     "cwd",
     "env",
+    "after_jobs",
 }
 
 
@@ -132,6 +136,13 @@ BATCH_FIELDS = {
     multiple=True,
     help="K=V added to the job's environment (repeatable).",
 )
+@click.option(
+    "--after-job",
+    "after_jobs",
+    type=JOB_ID,
+    multiple=True,
+    help="Claimable only once this job is done (repeatable); canceled if it fails.",
+)
 @db_option
 @json_option
 def add(
@@ -149,7 +160,9 @@ def add(
     """Submit a command to the queue.
 
     Give the command after `--` (run as is, never through a shell) or as a
-    shell string with -c. The job is durable once this returns.
+    shell string with -c. The job is durable once this returns. With
+    --after-job it waits until those jobs are done; batch lines can name
+    earlier lines ("after_jobs": ["@1"]).
     """
     now = time.time()
     if batch is not None:
@@ -200,9 +213,12 @@ def added_reply(result: Submitted, spec: JobSpec) -> Reply:
         "queue": result.queue,
         "cwd": result.cwd,
         "env_keys": result.env_keys,
+        "after_jobs": list(spec.after_jobs),
     }
     text = f"Added job {result.job_id}"
     reply = Reply(data)
+    if spec.after_jobs and not result.deduplicated:
+        text = after_jobs_text(reply, result, spec.after_jobs)
     if spec.idempotency_key is not None:
         data["idempotency"] = {
             "key": spec.idempotency_key,
@@ -220,6 +236,39 @@ def added_reply(result: Submitted, spec: JobSpec) -> Reply:
     return reply
 
 
+def after_jobs_text(reply: Reply, result: Submitted, after: tuple[int, ...]) -> str:
+    named = ", ".join(map(str, after))
+    if result.state == JobState.CANCELED:
+        reply.warn(
+            "DEPENDENCY_FAILED",
+            f"job {result.job_id} was created canceled: a job it waits for ({named}) "
+            "already ended dead or canceled",
+        )
+        return f"Added job {result.job_id}, canceled: a job it waits for already failed"
+    if result.state == JobState.WAITING:
+        return f"Added job {result.job_id}, waiting for job(s) {named}"
+    return f"Added job {result.job_id} (jobs {named} are done)"
+
+
+def after_refs(value: Any, positions: dict[int, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A batch line's after_jobs: job ids, and positions of earlier specs ("@N":
+    the job of earlier line N)."""
+    if not isinstance(value, list):
+        raise InvalidInput('after_jobs must be a list of job ids or "@LINE" references')
+    ids: list[int] = []
+    lines: list[int] = []
+    for item in value:
+        if isinstance(item, int) and not isinstance(item, bool):
+            ids.append(validate.int_in_range(item, "after_jobs id", 1, validate.INT64_MAX))
+        elif isinstance(item, str) and item.startswith("@") and item[1:].isdigit():
+            if int(item[1:]) not in positions:
+                raise InvalidInput(f"after_jobs {item!r} names no earlier line holding a job")
+            lines.append(positions[int(item[1:])])
+        else:
+            raise InvalidInput(f'after_jobs items are job ids or "@LINE", got {item!r:.40}')
+    return tuple(ids), tuple(lines)
+
+
 def read_batch(source: str, now: float) -> list[JobSpec]:
     """Every line validated before anything is inserted."""
     try:
@@ -230,12 +279,19 @@ def read_batch(source: str, now: float) -> list[JobSpec]:
                 lines = handle.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read batch {source!r}: {exc}") from None
-    specs = []
+    specs: list[JobSpec] = []
+    positions: dict[int, int] = {}
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            specs.append(spec_from_object(json.loads(line), now))
+            obj = json.loads(line)
+            spec = spec_from_object(obj, now)
+            if "after_jobs" in obj:
+                ids, earlier = after_refs(obj["after_jobs"], positions)
+                spec = replace(spec, after_jobs=ids, after_lines=earlier)
+            positions[number] = len(specs)
+            specs.append(spec)
         except (ValueError, InvalidInput, MissingRequired) as exc:
             message = getattr(exc, "message", str(exc))
             raise InvalidInput(f"batch line {number}: {message}", line=number) from None

@@ -67,10 +67,11 @@ LIST_JOB = obj({
     "cwd": opt(STR), "last_exit_code": opt(INT), "last_error": opt(STR),
     "idempotency_key": opt(STR), "tags": opt(str_map(STR)), "note": opt(STR),
     "env_keys": STR_LIST,
-}, {"damaged": STR_LIST})  # fmt: skip
+}, {"damaged": STR_LIST, "after_jobs": arr(INT)})  # fmt: skip
 
 SHOW_JOB = obj({
-    **{k: v for k, v in LIST_JOB["properties"].items() if k not in ("env_keys", "damaged")},
+    **{k: v for k, v in LIST_JOB["properties"].items()
+       if k not in ("env_keys", "damaged", "after_jobs")},
     "max_crashes": opt(INT), "env": opt(str_map(STR)), "locked_by": opt(STR),
     "locked_pid": opt(INT), "locked_at": opt(NUM), "heartbeat_at": opt(NUM),
     "last_failure_reason": opt(STR),
@@ -83,14 +84,20 @@ ATTEMPT = obj({
 })  # fmt: skip
 
 EVENT = obj({
-    "id": INT, "job_id": INT, "at": NUM, "event": one_of(*EventKind), "worker_id": opt(STR),
-    "detail": ANY,
+    "id": INT, "job_id": opt(INT), "at": NUM, "event": one_of(*EventKind),
+    "worker_id": opt(STR), "detail": ANY,
 })  # fmt: skip
+"""job_id is null only for a lane event (paused, resumed): its detail names the queue."""
 
 WORKER = obj({
     "id": STR, "hostname": STR, "pid": INT, "queue": STR, "slots": opt(INT), "state": STR,
     "started_at": NUM, "heartbeat_at": NUM, "heartbeat_age_s": NUM, "running_jobs": arr(INT),
-})  # fmt: skip
+}, {"lane_paused": BOOL})  # fmt: skip
+
+PAUSED_LANE = obj({"queue": STR, "paused_at": NUM, "paused_by": STR, "reason": opt(STR)})
+LANE_CHANGE = obj({"queue": opt(STR), "queues": STR_LIST, "paused": BOOL, "changed": BOOL,
+                   "changed_queues": STR_LIST, "paused_lanes": arr(PAUSED_LANE)})  # fmt: skip
+WAITS_FOR = arr(obj({"job_id": INT, "state": JOB_STATE}))
 
 DEAD_JOB = obj({
     "id": INT, "command": opt(STR), "argv": ARGV, "attempts": INT, "crashes": INT,
@@ -120,13 +127,14 @@ ADD_ONE = obj(
         "env_keys": STR_LIST,
     },
     {
+        "after_jobs": arr(INT),
         "idempotency": obj(
             {
                 "key": STR,
                 "metadata_differs": BOOL,
                 "metadata_differences": str_map(obj({"existing": ANY, "submitted": ANY})),
             }
-        )
+        ),
     },
 )
 ADD_BATCH = obj({"count": INT, "job_ids": arr(INT)})
@@ -134,7 +142,7 @@ ADD_BATCH = obj({"count": INT, "job_ids": arr(INT)})
 WORK = {"anyOf": [
     obj({"claimed": BOOL},
         {"job_id": INT, "attempt_no": INT, "result": STR, "job_state": opt(STR)}),
-    obj({"drained": BOOL, "executed": INT}),
+    obj({"drained": BOOL, "executed": INT}, {"paused": BOOL}),
     obj({"stopped": BOOL, "executed": INT}),
 ]}  # fmt: skip
 
@@ -164,25 +172,32 @@ DATA_SCHEMAS: dict[str, Schema] = {
         "state": JOB_STATE, "attempts": INT, "last_exit_code": opt(INT),
         "last_error": opt(STR)}))}),
     "status": obj({"counts": COUNTS, "scheduled": INT,
-                   "queues": str_map(obj({"counts": COUNTS, "scheduled": INT})),
+                   "queues": str_map(obj({"counts": COUNTS, "scheduled": INT},
+                                         {"paused": BOOL})),
                    "recent_dead": arr(DEAD_JOB), "workers": arr(WORKER),
-                   "orphans_unconfirmed": arr(ORPHAN)}),
+                   "orphans_unconfirmed": arr(ORPHAN)}, {"paused_lanes": arr(PAUSED_LANE)}),
     "list": obj({"count": INT, "jobs": arr(LIST_JOB)}),
-    "show": obj({"job": SHOW_JOB, "attempts": arr(ATTEMPT), "events": arr(EVENT)}),
+    "show": obj({"job": SHOW_JOB, "attempts": arr(ATTEMPT), "events": arr(EVENT)},
+                {"after_jobs": WAITS_FOR, "dependents": arr(INT)}),
     "output": obj({"job_id": INT, "attempt_no": opt(INT), "attempt_state": opt(STR),
                    "attempts_total": INT, "streams": streams_of(PREVIEW)}, {"attempts": arr(ANY)}),
     "feedback": obj({
         "job_id": INT, "state": JOB_STATE, "terminal": BOOL, "succeeded": opt(BOOL),
         "exit_code": opt(INT), "failure_reason": opt(STR), "last_error": opt(STR),
         "attempts": INT, "attempts_total": INT, "latest_attempt_no": opt(INT),
-        "duration_seconds": opt(NUM), "remediation": opt(STR), "streams": streams_of(TAIL)}),
-    "retry": obj({"job_id": INT, "state": JOB_STATE}, {"previous_state": STR}),
+        "duration_seconds": opt(NUM), "remediation": opt(STR), "streams": streams_of(TAIL)},
+        {"after_jobs": WAITS_FOR}),
+    "retry": obj({"job_id": INT, "state": JOB_STATE},
+                 {"previous_state": STR, "restored": arr(INT)}),
     "cancel": obj({"job_id": INT, "state": JOB_STATE, "was_running": BOOL}),
     "prune": obj({"matched": INT, "deleted_jobs": INT, "deleted_attempts": INT,
                   "deleted_events": INT, "freed_bytes": INT, "dry_run": BOOL},
                  {"skipped_paths": STR_LIST}),
     "events": obj({"count": INT, "events": arr(EVENT)}),
-    "workers": obj({"count": INT, "workers": arr(WORKER), "orphans_unconfirmed": arr(ORPHAN)}),
+    "workers": obj({"count": INT, "workers": arr(WORKER), "orphans_unconfirmed": arr(ORPHAN)},
+                   {"paused_lanes": arr(PAUSED_LANE)}),
+    "pause": LANE_CHANGE,
+    "resume": LANE_CHANGE,
     "migrate": MIGRATE,
     "doctor": obj({"ready": BOOL, "summary": SUMMARY, "config": opt({"type": "object"}),
                    "checks": arr(CHECK), "versions": {"type": "object"}}),

@@ -34,18 +34,44 @@ def existing_queue(db: str | None, job_id: int) -> QueueFile:
     mutates=True,
     destructive="only with --force on running jobs",
     idempotent=False,
-    examples=("spoolctl retry 42", "spoolctl retry 42 --force"),
+    examples=(
+        "spoolctl retry 42",
+        "spoolctl retry 42 --force",
+        "spoolctl retry 42 --with-dependents",
+    ),
 )
 @click.argument("job_id", type=JOB_ID)
 @click.option("--force", is_flag=True, help="Also retry a running job (its attempt is canceled).")
+@click.option(
+    "--with-dependents",
+    is_flag=True,
+    help="Also restore the jobs canceled because this one failed (transitively).",
+)
 @db_option
 @json_option
-def retry(job_id: int, force: bool, db: str | None, as_json: bool) -> int:
-    """Requeue a dead, failed or canceled job with a fresh budget (history kept)."""
+def retry(job_id: int, force: bool, with_dependents: bool, db: str | None, as_json: bool) -> int:
+    """Requeue a dead, failed or canceled job with a fresh budget (history kept).
+
+    A job submitted with --after-job goes back to waiting while a job it waits
+    for is not done yet.
+    """
     queue = existing_queue(db, job_id)
-    previous = queue.write(lambda conn: requeue(conn, job_id, force=force, now=time.time()))
-    data = {"job_id": job_id, "state": JobState.QUEUED.value, "previous_state": previous}
-    reply = Reply(data, text=f"Job {job_id} requeued (was {previous})")
+    done = queue.write(
+        lambda conn: requeue(
+            conn, job_id, force=force, now=time.time(), with_dependents=with_dependents
+        )
+    )
+    previous = done.previous_state
+    data = {"job_id": job_id, "state": done.state, "previous_state": previous}
+    if with_dependents:
+        data["restored"] = done.restored
+    now_word = "requeued" if done.state == JobState.QUEUED else done.state
+    text = f"Job {job_id} {now_word} (was {previous})"
+    if done.restored:
+        text += (
+            f"; restored {len(done.restored)} dependent(s): {', '.join(map(str, done.restored))}"
+        )
+    reply = Reply(data, text=text)
     if previous == JobState.RUNNING:
         reply.warn("KILL_ASYNC", KILL_ASYNC)
     return emit(reply, as_json)
@@ -64,7 +90,10 @@ def retry(job_id: int, force: bool, db: str | None, as_json: bool) -> int:
 @db_option
 @json_option
 def cancel(job_id: int, running: bool, yes: bool, db: str | None, as_json: bool) -> int:
-    """Cancel a queued job; with --running --yes also a running one."""
+    """Cancel a queued or waiting job; with --running --yes also a running one.
+
+    Jobs waiting for it are canceled too (failure reason dependency_failed).
+    """
     queue = existing_queue(db, job_id)
     done = queue.write(
         lambda conn: cancel_job(conn, job_id, running_ok=running and yes, now=time.time())

@@ -15,9 +15,10 @@ from spoolctl.config import Timing
 from spoolctl.db.queue import QueueFile
 from spoolctl.errors import NotFound
 from spoolctl.services import output as outputs
+from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
 from spoolctl.services.output import AttemptOutput
 from spoolctl.services.query import decode_job, get_job_row
-from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
+from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, FailureReason, JobState
 
 STREAM_CHOICE = click.Choice(["stdout", "stderr", "both"])
 FOLLOW_POLL_S = 0.1
@@ -206,9 +207,12 @@ def end_follow(as_json: bool, reason: str, state: str | None) -> int:
 def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json: bool) -> int:
     """One verdict on a job: how it ended, the tail of its output, what to run next."""
     queue = open_existing(db, job_id)
-    job, found = queue.read(lambda conn: feedback_facts(conn, job_id))
+    job, found, after_jobs = queue.read(lambda conn: feedback_facts(conn, job_id))
     ref = outputs.confine(found, queue.output_root)
     data = verdict(job, ref, time.time())
+    data["after_jobs"] = after_jobs
+    if data["failure_reason"] == FailureReason.DEPENDENCY_FAILED:
+        data["remediation"] = dependency_remediation(job_id, after_jobs)
     # JSON always carries both streams (as 0.4.11 did); --stream picks what text shows
     data["streams"] = {
         name: NOT_RUN_TAIL.copy() if ref.attempt_no is None
@@ -223,11 +227,22 @@ def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json:
     return emit(reply, as_json)
 
 
-def feedback_facts(conn: Any, job_id: int) -> tuple[dict[str, Any], AttemptOutput]:
+def feedback_facts(
+    conn: Any, job_id: int
+) -> tuple[dict[str, Any], AttemptOutput, list[dict[str, Any]]]:
     ref = outputs.find_attempt(conn, job_id, None)
     row = get_job_row(conn, job_id)
     assert row is not None  # find_attempt raised NotFound otherwise
-    return decode_job(row), ref
+    return decode_job(row), ref, waits_for(conn, [job_id]).get(job_id, [])
+
+
+def dependency_remediation(job_id: int, after_jobs: list[dict[str, Any]]) -> str:
+    """A job canceled because a job it waited for failed: look at that one and
+    retry it with its dependents."""
+    failed = [p["job_id"] for p in after_jobs if p["state"] in FAILED_PARENT_STATES]
+    if not failed:
+        return f"spoolctl show {job_id}; spoolctl retry {job_id}"
+    return f"spoolctl feedback {failed[0]}; spoolctl retry {failed[0]} --with-dependents"
 
 
 def verdict(job: dict[str, Any], ref: AttemptOutput, now: float) -> dict[str, Any]:
@@ -256,7 +271,7 @@ def remediation(job_id: int, state: str, has_attempt: bool) -> str | None:
     """The next commands to run, or None when the job succeeded."""
     if state == JobState.DONE:
         return None
-    if state in (JobState.QUEUED, JobState.RUNNING):
+    if state in (JobState.QUEUED, JobState.RUNNING, JobState.WAITING):
         return f"spoolctl wait {job_id} && spoolctl feedback {job_id}"
     read = f"spoolctl output {job_id} --stream stderr" if has_attempt else f"spoolctl show {job_id}"
     return f"{read}; spoolctl retry {job_id}"
@@ -276,6 +291,9 @@ def feedback_text(data: dict[str, Any], shown: tuple[str, ...] = ("stdout", "std
     ]
     if data["last_error"]:
         lines.append(f"  last error: {data['last_error']}")
+    if data.get("after_jobs"):
+        waits = ", ".join(f"{p['job_id']} ({p['state']})" for p in data["after_jobs"])
+        lines.append(f"  after jobs: {waits}")
     for name, info in data["streams"].items():
         if info["tail"] and name in shown:
             lines += [

@@ -141,6 +141,7 @@ def report_data(report: WorkReport, mode: str) -> dict[str, Any]:
     data: dict[str, Any] = {"executed": executed, "worker_id": report.worker_id}
     if mode == "drain":
         data["drained"] = report.drained
+        data["paused"] = report.paused
     else:
         data["stopped"] = True
     data["stopped_by_signal"] = report.stopped_by_signal
@@ -169,5 +170,7 @@ def report_text(report: WorkReport, mode: str) -> str:
     elif mode != "once":
         succeeded = sum(r.result == "succeeded" for r in report.results)
         verb = "drained" if mode == "drain" else "stopped"
+        if report.paused and not report.drained:
+            verb = "lane paused (spoolctl resume to go on); stopped"
         lines.append(f"{verb}: {attempts(len(report.results))}, {succeeded} succeeded")
     return "\n".join(lines)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, update
@@ -88,16 +89,24 @@ def dead_letter(conn: Connection, job_id: int, reason: str, now: float) -> None:
 RETRYABLE = frozenset({JobState.DEAD, JobState.FAILED, JobState.CANCELED})
 
 
+@dataclass(frozen=True)
+class Retried:
+    previous_state: str
+    state: str
+    restored: list[int] = field(default_factory=list)
+    """Dependents put back by --with-dependents."""
+
+
 def requeue(
     conn: Connection, job_id: int, *, force: bool, now: float, with_dependents: bool = False
-) -> str:
+) -> Retried:
     """Manual retry: dead, failed or canceled jobs go back to queued with a fresh
     budget (attempts and crashes from zero; history kept). A running job needs
     force: its attempt is marked canceled and its worker kills the group at its
     next heartbeat. A job submitted after others goes back to waiting while
     one of them is not done (CONFLICT while one is dead or canceled). With
     `with_dependents`, the jobs canceled because this one failed are restored
-    too. Returns the job's previous state."""
+    too."""
     job = get_job_row(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}", job_id=job_id)
@@ -130,9 +139,8 @@ def requeue(
         )
     )
     record_event(conn, job_id, EventKind.RETRIED, now, detail={"from": state, "force": force})
-    if with_dependents:
-        restore_dependents(conn, job_id, now)
-    return str(state)
+    restored = restore_dependents(conn, job_id, now) if with_dependents else []
+    return Retried(str(state), target.value, restored)
 
 
 def _cancel_running_attempt(conn: Connection, job_id: int, now: float) -> None:

@@ -1,0 +1,113 @@
+"""`pause` and `resume`: stop and restart claiming from a lane without
+stopping any worker."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from spoolctl.cli.options import BoundedText, QueueName, db_option, json_option, verb
+from spoolctl.cli.queues import open_write
+from spoolctl.cli.render import Reply, emit
+from spoolctl.errors import InvalidInput, MissingRequired
+from spoolctl.services import lanes
+
+REASON_MAX = 1000
+
+
+def lanes_named(queue: str | None, every: bool, verb_name: str) -> list[str] | None:
+    """The lanes a pause/resume names: one queue, or None for --all."""
+    if queue is not None and every:
+        raise InvalidInput(f"give a QUEUE or --all to {verb_name}, not both")
+    if queue is None and not every:
+        raise MissingRequired(f"name the lane to {verb_name} (QUEUE) or use --all")
+    return None if every else [queue] if queue is not None else None
+
+
+def change_reply(
+    change: lanes.LaneChange, queue: str | None, paused: list[dict[str, Any]]
+) -> Reply:
+    data = {
+        "queue": queue,
+        "queues": change.queues,
+        "paused": change.paused,
+        "changed": bool(change.changed),
+        "changed_queues": change.changed,
+        "paused_lanes": paused,
+    }
+    verb_word = "paused" if change.paused else "resumed"
+    if not change.queues:
+        text = f"no lane to {verb_word[:-1]}"
+    else:
+        lines = []
+        for name in change.queues:
+            if name in change.changed:
+                lines.append(f"lane {name!r} {verb_word}")
+            else:
+                lines.append(
+                    f"lane {name!r} was already {'paused' if change.paused else 'running'}"
+                )
+        text = "\n".join(lines)
+    return Reply(data, text=text)
+
+
+@verb(
+    "pause",
+    mutates=True,
+    idempotent=True,
+    examples=(
+        "spoolctl pause default --reason 'deploy in progress'",
+        "spoolctl pause --all --json",
+    ),
+)
+@click.argument("queue", type=QueueName(), required=False)
+@click.option("--all", "every", is_flag=True, help="Pause every lane known to the queue now.")
+@click.option(
+    "--reason", type=BoundedText("reason", REASON_MAX), default=None, help="Why, for people."
+)
+@db_option
+@json_option
+def pause(queue: str | None, every: bool, reason: str | None, db: str | None, as_json: bool) -> int:
+    """Stop workers claiming from a lane; running jobs finish, `add` still queues.
+
+    Recorded in the queue with who paused it, when and why; pausing a paused
+    lane changes nothing (reported, exit 0). Undo with `resume`.
+    """
+    named = lanes_named(queue, every, "pause")
+    now = time.time()
+    by = lanes.operator_identity()
+    found = open_write(db)
+    change, paused = found.write(
+        lambda conn: (
+            lanes.pause_lanes(conn, named, by=by, reason=reason, now=now),
+            lanes.paused_lanes(conn),
+        )
+    )
+    return emit(change_reply(change, queue, paused), as_json)
+
+
+@verb(
+    "resume",
+    mutates=True,
+    idempotent=True,
+    examples=("spoolctl resume default", "spoolctl resume --all --json"),
+)
+@click.argument("queue", type=QueueName(), required=False)
+@click.option("--all", "every", is_flag=True, help="Resume every paused lane.")
+@db_option
+@json_option
+def resume(queue: str | None, every: bool, db: str | None, as_json: bool) -> int:
+    """Let workers claim from a paused lane again (idle workers notice at once).
+
+    Resuming a lane that is not paused changes nothing (reported, exit 0).
+    """
+    named = lanes_named(queue, every, "resume")
+    now = time.time()
+    by = lanes.operator_identity()
+    found = open_write(db)
+    change, paused = found.write(
+        lambda conn: (lanes.resume_lanes(conn, named, by=by, now=now), lanes.paused_lanes(conn))
+    )
+    return emit(change_reply(change, queue, paused), as_json)
