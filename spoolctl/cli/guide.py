@@ -45,6 +45,9 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "finishes and is recorded).",
         "Execution is at least once: a job can run again after a worker crash, so make "
         "commands safe to repeat.",
+        "add --after-job ID (repeatable) makes a job wait until those jobs are done; in a "
+        "batch, \"after_jobs\": [\"@1\"] names the job of an earlier line. If one ends dead "
+        "or canceled, the waiting job is canceled with failure reason dependency_failed.",
     )),
     ("Get a verdict in one call", (
         "spoolctl feedback ID --json gives one verdict with output tails and data.remediation, "
@@ -62,6 +65,10 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "spoolctl cancel ID stops a queued job; cancel ID --running --yes also stops a running "
         "one (warning KILL_ASYNC: its worker kills it at the next heartbeat).",
         "spoolctl prune --older-than 7d --dry-run shows what prune --yes would delete.",
+        "spoolctl pause QUEUE --reason TEXT stops claims from a lane (running jobs finish, add "
+        "still queues); spoolctl resume QUEUE undoes it. Both are idempotent: read "
+        "data.changed.",
+        "retry ID --with-dependents also restores the jobs canceled because ID failed.",
     )),
     ("Stream and page safely", (
         "spoolctl events --since-id CURSOR --wait --json long-polls the ledger; pass "
