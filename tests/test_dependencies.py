@@ -333,3 +333,43 @@ def test_a_batch_naming_a_missing_job_writes_nothing(
     result = jrun(capsys, db, "add", "--batch", str(batch))
     assert result.envelope["errors"][0]["code"] == "NOT_FOUND"
     assert rows(db, "SELECT count(*) FROM jobs")[0][0] == 0
+
+
+def test_a_parent_dead_lettered_by_the_reaper_cancels_its_dependents(db: Path) -> None:
+    parent = add_job(db, "sleep", "60", max_crashes=0)
+    child = add_job(db, "true", after_jobs=(parent,))
+    worker = start_worker(db)
+    wait_for(lambda: state(db, parent) == "running", what="the parent to start")
+    worker.kill()
+    worker.wait(10)
+    drain(db)
+    assert (state(db, parent), job(db, parent)["last_failure_reason"]) == ("dead", "worker_crash")
+    assert job(db, child)["last_failure_reason"] == "dependency_failed"
+    assert events_of(db, child) == ["added", "dependency_failed"]
+
+
+def test_prune_takes_the_dependency_rows_along(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done = add_job(db, "true")
+    drain(db)
+    pending = add_job(db, "true", run_at=time.time() + 3600)
+    child = add_job(db, "true", after_jobs=(done, pending))
+    pruned = jrun(capsys, db, "prune", "--older-than", "0", "--state", "done", "--yes")
+    assert pruned.exit_code == 0 and pruned.data["deleted_jobs"] == 1
+    assert [tuple(r) for r in rows(db, "SELECT * FROM job_dependencies")] == [(child, pending)]
+    assert rows(db, "PRAGMA foreign_key_check") == []
+    write(db, lambda c: c.exec_driver_sql(f"UPDATE jobs SET next_run_at = 0 WHERE id = {pending}"))
+    drain(db)
+    assert state(db, child) == "done"
+
+
+def test_list_of_many_jobs_names_what_each_waits_for(
+    db: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parent = add_job(db, "true")
+    specs = [JobSpec(["true"], after_jobs=(parent,)) for _ in range(1200)]
+    write(db, lambda c: submit_batch(c, specs, time.time()))
+    listed = jrun(capsys, db, "list", "--limit", "0").data["jobs"]
+    assert len(listed) == 1201
+    assert all(j["after_jobs"] == [parent] for j in listed if j["id"] != parent)

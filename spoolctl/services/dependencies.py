@@ -239,20 +239,25 @@ def restore_dependents(conn: Connection, parent: int, now: float) -> list[int]:
     return restored
 
 
+WAITS_FOR_CHUNK = 500
+"""Ids per query: well under SQLite's limit on bound parameters, whatever
+`list --limit 0` returns."""
+
+
 def waits_for(conn: Connection, job_ids: Sequence[int]) -> dict[int, list[dict[str, Any]]]:
     """For each job, the jobs it was submitted after, with their states (one
-    query over the dependency primary key)."""
-    if not job_ids:
-        return {}
-    rows = conn.execute(
-        select(job_dependencies.c.job_id, job_dependencies.c.after_job_id, jobs.c.state)
-        .join(jobs, jobs.c.id == job_dependencies.c.after_job_id)
-        .where(job_dependencies.c.job_id.in_(list(job_ids)))
-        .order_by(job_dependencies.c.job_id, job_dependencies.c.after_job_id)
-    )
+    query per 500 jobs over the dependency primary key)."""
     found: dict[int, list[dict[str, Any]]] = {}
-    for child, parent, state in rows:
-        found.setdefault(int(child), []).append({"job_id": int(parent), "state": state})
+    ids = list(job_ids)
+    for start in range(0, len(ids), WAITS_FOR_CHUNK):
+        rows = conn.execute(
+            select(job_dependencies.c.job_id, job_dependencies.c.after_job_id, jobs.c.state)
+            .join(jobs, jobs.c.id == job_dependencies.c.after_job_id)
+            .where(job_dependencies.c.job_id.in_(ids[start : start + WAITS_FOR_CHUNK]))
+            .order_by(job_dependencies.c.job_id, job_dependencies.c.after_job_id)
+        )
+        for child, parent, state in rows:
+            found.setdefault(int(child), []).append({"job_id": int(parent), "state": state})
     return found
 
 
