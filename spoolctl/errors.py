@@ -87,6 +87,13 @@ class DiskFull(StorageFault):
     of stopping; a one-shot verb reports it like any storage fault."""
 
 
+class NotAQueue(StorageFault):
+    """The file is an SQLite database but not a spoolctl queue (no
+    alembic_version, no legacy meta table): every verb, `migrate` included,
+    refuses it without writing a byte; reported like any other file that
+    cannot be used (INTERNAL, exit 3), with its own message and detail."""
+
+
 class SchemaOutdated(SpoolError):
     code = "SCHEMA_OUTDATED"
     exit_code = EXIT_TOOL

@@ -86,8 +86,13 @@ def make_engine(
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
-        if write:
+        if write and expected_revision is not None and revision_of(cur) == expected_revision:
+            # Only a queue already at the code's revision is switched to WAL:
+            # a file that will be refused (foreign, legacy, newer) is not
+            # changed by opening it. migrate_file() switches a file it created
+            # or adopted once the change is committed.
             cur.execute("PRAGMA journal_mode=WAL")
+        if write:
             # BEGIN IMMEDIATE waits in begin_immediate(), not in SQLite's busy
             # handler, whose sleeps start at 1 ms and grow to 100 ms.
             cur.execute("PRAGMA busy_timeout=0")
@@ -105,6 +110,63 @@ def make_engine(
             conn.exec_driver_sql("BEGIN")
         if expected_revision is not None:
             _check_revision(conn, expected_revision)
+
+    return engine
+
+
+def revision_of(cursor: sqlite3.Cursor) -> str | None:
+    """The file's alembic revision, None when it has none (or is no database)."""
+    try:
+        row = cursor.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    return None if row is None else str(row[0])
+
+
+def switch_to_wal(engine: Engine, timeout_s: float) -> None:
+    """Put the file in WAL mode (persistent in its header), waiting up to
+    timeout_s while another connection keeps it busy."""
+    deadline = time.monotonic() + timeout_s
+    with translate_errors(engine), engine.connect() as conn:
+        raw: Any = conn.connection.driver_connection
+        while True:
+            try:
+                raw.execute("PRAGMA journal_mode=WAL").fetchall()
+                return
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(BUSY_MAX_SLEEP_S)
+
+
+def peek_uri(db_path: Path) -> str:
+    """The `file:` URI of a read that leaves no trace (see make_peek_engine)."""
+    side = [db_path.with_name(db_path.name + suffix).exists() for suffix in ("-wal", "-shm")]
+    options = "mode=ro" if all(side) else "mode=ro&immutable=1"
+    return f"file:{quote(str(db_path))}?{options}"
+
+
+def make_peek_engine(db_path: Path, busy_timeout_s: float) -> Engine:
+    """A read-only engine that creates, changes and removes no file.
+
+    Without a `-wal` and `-shm` beside it the file is opened immutable: SQLite
+    takes no lock and makes no `-shm`/`-wal` even for a WAL-mode file, so a
+    file that is then refused is left exactly as it was found. With both
+    present (a queue in use) it is opened read-only, which sees committed WAL
+    content and, unlike a read-write connection, never checkpoints on close.
+    """
+    engine = create_engine(
+        f"sqlite:///{peek_uri(db_path)}&uri=true",
+        connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
 
     return engine
 
@@ -139,10 +201,7 @@ def _check_revision(conn: Connection, expected: str) -> None:
     raw: Any = conn.connection.driver_connection
     cursor = raw.cursor()
     try:
-        row = cursor.execute("SELECT version_num FROM alembic_version").fetchone()
-        found = None if row is None else row[0]
-    except sqlite3.OperationalError:
-        found = None
+        found = revision_of(cursor)
     finally:
         cursor.close()
     if found != expected:

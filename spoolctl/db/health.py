@@ -14,7 +14,7 @@ import sqlalchemy
 
 from spoolctl.config import busy_timeout_s
 from spoolctl.db import revision
-from spoolctl.db.engine import make_engine, read_tx
+from spoolctl.db.engine import make_peek_engine, peek_uri, read_tx
 from spoolctl.errors import SpoolError
 
 MIN_FREE_BYTES = 1_048_576
@@ -115,7 +115,7 @@ def space_check(folder: Path) -> Check:
 
 def integrity_check(path: Path) -> Check:
     """SQLite's quick_check: damaged pages are found before a verb trips on them."""
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=busy_timeout_s())
+    conn = sqlite3.connect(peek_uri(path), uri=True, timeout=busy_timeout_s())
     try:
         found = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
     finally:
@@ -127,7 +127,7 @@ def integrity_check(path: Path) -> Check:
 
 
 def schema_check(path: Path) -> Check:
-    engine = make_engine(path, write=False, busy_timeout_s=busy_timeout_s())
+    engine = make_peek_engine(path, busy_timeout_s())
     try:
         with read_tx(engine) as conn:
             status = revision.inspect_schema(conn)

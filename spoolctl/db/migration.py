@@ -22,7 +22,15 @@ from sqlalchemy import Connection
 
 from spoolctl.config import busy_timeout_s
 from spoolctl.db import legacy, revision
-from spoolctl.db.engine import DB_FILE_MODE, ensure_spool, make_engine, read_tx, write_tx
+from spoolctl.db.engine import (
+    DB_FILE_MODE,
+    ensure_spool,
+    make_engine,
+    make_peek_engine,
+    read_tx,
+    switch_to_wal,
+    write_tx,
+)
 from spoolctl.db.queue import schema_status
 from spoolctl.db.revision import KNOWN_REVISIONS, SchemaStatus
 from spoolctl.errors import InvalidInput, SchemaTooNew
@@ -50,10 +58,11 @@ def migrate_file(
     missing), backing it up first."""
     target = target or revision.HEAD_REVISION
     ensure_spool(path)
+    timeout_s = max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S)
     engine = make_engine(
         path,
         write=True,
-        busy_timeout_s=max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S),
+        busy_timeout_s=timeout_s,
         synchronous="FULL",
         foreign_keys=False,
     )
@@ -67,6 +76,7 @@ def migrate_file(
             relocated = _apply(conn, path, status, target, downgrade)
             revision.check_foreign_keys(conn)
             reached = revision.inspect_schema(conn).current
+        switch_to_wal(engine, timeout_s)
     finally:
         engine.dispose()
     return MigrationResult(
@@ -127,11 +137,8 @@ def _refuse_foreign(status: SchemaStatus, path: Path) -> None:
                 legacy_version=status.legacy_version,
             )
         raise InvalidInput(f"{path} has an unreadable legacy schema_version; not adopting it")
-    if status.current is None and not status.is_legacy and status.has_tables:
-        raise InvalidInput(
-            f"{path} holds tables but is not a spoolctl queue (no alembic_version, no meta); "
-            "refusing to change it"
-        )
+    if status.is_foreign:
+        revision.refuse_unless_current(status, path)
 
 
 def _apply(conn: Connection, path: Path, status: SchemaStatus, target: str, downgrade: bool) -> int:
@@ -208,7 +215,7 @@ def _read_status(path: Path) -> SchemaStatus:
 
 
 def _legacy_facts(path: Path, version: int) -> tuple[legacy.Layout, list[legacy.Relocation]]:
-    engine = make_engine(path, write=False, busy_timeout_s=busy_timeout_s())
+    engine = make_peek_engine(path, busy_timeout_s())
     try:
         with read_tx(engine) as conn:
             return legacy.read_layout(conn, version), legacy.relocations(conn, path.parent)

@@ -25,6 +25,7 @@ from spoolctl.db.engine import (
     Synchronous,
     ensure_spool,
     make_engine,
+    make_peek_engine,
     read_tx,
     write_tx,
 )
@@ -51,6 +52,7 @@ class QueueFile:
             with write_tx(self.engine) as conn:
                 return fn(conn)
         except RevisionMismatch:
+            self.engine.dispose()
             prepare(self.path)
         return self._after_prepare(write_tx, fn)
 
@@ -61,6 +63,7 @@ class QueueFile:
             with read_tx(self.engine) as conn:
                 return fn(conn)
         except RevisionMismatch:
+            self.engine.dispose()
             if not revision.auto_migrate_enabled():
                 diagnose(self.path)
                 raise
@@ -77,6 +80,7 @@ class QueueFile:
             with transaction(self.engine) as conn:
                 return fn(conn)
         except RevisionMismatch:
+            self.engine.dispose()
             diagnose(self.path)
             raise
 
@@ -108,10 +112,11 @@ def open_for_read(path: Path) -> QueueFile | None:
 
 
 def schema_status(path: Path) -> revision.SchemaStatus | None:
-    """What the file holds, read without the write lock; None when there is no file."""
+    """What the file holds, read without the write lock and without creating
+    or changing any file; None when there is no file."""
     if not path.exists() or path.stat().st_size == 0:
         return None
-    engine = make_engine(path, write=False, busy_timeout_s=busy_timeout_s())
+    engine = make_peek_engine(path, busy_timeout_s())
     try:
         with read_tx(engine) as conn:
             return revision.inspect_schema(conn)

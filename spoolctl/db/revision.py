@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy import Connection
 
-from spoolctl.errors import Internal, SchemaOutdated, SchemaTooNew
+from spoolctl.errors import Internal, NotAQueue, SchemaOutdated, SchemaTooNew
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -51,6 +51,11 @@ class SchemaStatus:
     @property
     def is_blank(self) -> bool:
         return not self.has_tables
+
+    @property
+    def is_foreign(self) -> bool:
+        """Tables, but neither an alembic revision nor a legacy layout."""
+        return self.current is None and self.legacy_version is None and self.has_tables
 
     @property
     def is_known(self) -> bool:
@@ -88,7 +93,7 @@ def inspect_schema(conn: Connection) -> SchemaStatus:
     if "alembic_version" in tables:
         current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     legacy = None
-    if "meta" in tables and current is None:
+    if {"meta", "jobs"} <= tables and current is None:
         raw = conn.exec_driver_sql("SELECT value FROM meta WHERE key = 'schema_version'").scalar()
         legacy = int(raw) if raw is not None and str(raw).isdigit() else 0
     return SchemaStatus(current=current, legacy_version=legacy, has_tables=bool(tables))
@@ -98,6 +103,14 @@ def refuse_unless_current(status: SchemaStatus, db_path: Path) -> None:
     """Raise the public error for a file this code must not use as it is."""
     if status.is_head:
         return
+    if status.is_foreign:
+        raise NotAQueue(
+            f"{db_path} is an SQLite database but not a spoolctl queue (no alembic_version, "
+            "no legacy meta table); spoolctl, `migrate` included, never changes it. "
+            "Check --db / SPOOLCTL_DB / config db_path",
+            path=str(db_path),
+            reason="not_a_spoolctl_queue",
+        )
     migrate_cmd = f"spoolctl migrate --db {db_path}"
     if status.is_legacy:
         raise SchemaOutdated(
