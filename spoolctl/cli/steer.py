@@ -166,5 +166,5 @@ def run_prune(
     if dry_run:
         queue.read(lambda conn: pruning.survey(conn, states, cutoff, root, report))
         return
-    while queue.write(lambda conn: pruning.prune_batch(conn, states, cutoff, root, report)):
-        pass
+    while batch := queue.write(lambda conn: pruning.prune_batch(conn, states, cutoff, report)):
+        pruning.remove_output(batch, root, report, dry_run=False)

@@ -1,16 +1,27 @@
-"""Deleting old terminal jobs: their output files first, then their rows.
+"""Deleting old terminal jobs: their rows in a short transaction, then their
+output files once it has committed.
 
-Files go first so that a crash in between leaves rows pointing at missing
-files (reported as missing) rather than files nobody can find. A path is
-deleted only if its real location (symlinks resolved) is a regular file inside
-the spool's output folder: whatever a row says, nothing else is ever touched.
-Deletion is done in batches, each in its own short write transaction, so
-workers are never kept waiting for long.
+Prune owns only what it derives: the files it deletes are
+`<spool>/output/<job id>/<n>/stdout|stderr` of the jobs whose rows it deleted,
+found by listing that job's own folder (real folders and regular files only,
+never a symlink). What a row says is never followed: a stored path that is not
+one of those files (another job's output, a file outside the spool, a legacy
+path that stayed where it was) is reported in `skipped_paths`, never deleted.
+Both layouts share this shape: claim writes it, and adoption relocates a
+legacy path only onto it.
+
+No file is unlinked while the write lock is held, so workers never wait on the
+disk for prune. Job ids are never reused (AUTOINCREMENT), so a folder derived
+from a deleted id can belong to no other job. A crash between the commit and
+the deletes leaves `output/<id>` folders without a job row: disk space, not
+data; they may be deleted by hand.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +33,7 @@ from spoolctl.states import JobState
 
 PRUNABLE = (JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELED)
 BATCH_SIZE = 500
+STREAMS = ("stdout", "stderr")
 
 
 @dataclass
@@ -42,40 +54,82 @@ def candidates(
     return [int(r.id) for r in conn.execute(query if limit is None else query.limit(limit))]
 
 
-def output_paths(conn: Connection, job_ids: list[int]) -> list[str]:
+def stored_paths(conn: Connection, job_ids: list[int]) -> list[str]:
+    """The output paths the jobs' attempt rows record (reported, never followed)."""
     rows = conn.execute(
         select(attempts.c.stdout_path, attempts.c.stderr_path).where(attempts.c.job_id.in_(job_ids))
     )
     return [p for row in rows for p in row if p]
 
 
-def contained_file(path: str, output_root: Path) -> str | None:
-    """The real path if it is a regular file strictly inside output_root."""
-    root = os.path.realpath(output_root)
-    real = os.path.realpath(path)
-    if os.path.commonpath([root, real]) != root or real == root:
-        return None
-    return real if os.path.isfile(real) else None
+@dataclass(frozen=True)
+class PrunedBatch:
+    """Jobs whose rows one transaction deleted, and the paths their rows held."""
+
+    job_ids: list[int]
+    stored_paths: list[str]
 
 
-def remove_files(
-    paths: list[str], output_root: Path, report: PruneReport, *, dry_run: bool
+def owned_files(output_root: Path, job_id: int) -> tuple[list[Path], list[Path]]:
+    """(regular files prune may delete, other entries it leaves) in the job's
+    own folder, `<output_root>/<job_id>/<n>/<stream>`; symlinks are never followed."""
+    owned: list[Path] = []
+    other: list[Path] = []
+    for attempt_dir in _real_subdirs(output_root / str(job_id)):
+        for stream in STREAMS:
+            path = attempt_dir / stream
+            if _is(path, stat.S_ISREG):
+                owned.append(path)
+            elif os.path.lexists(path):
+                other.append(path)
+    return owned, other
+
+
+def _real_subdirs(folder: Path) -> list[Path]:
+    """Numbered attempt folders of a job folder; nothing when either is a symlink."""
+    if not _is(folder, stat.S_ISDIR):
+        return []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [folder / n for n in names if n.isdigit() and _is(folder / n, stat.S_ISDIR)]
+
+
+def _is(path: Path, kind: Callable[[int], bool]) -> bool:
+    try:
+        return kind(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def remove_output(
+    batch: PrunedBatch, output_root: Path, report: PruneReport, *, dry_run: bool
 ) -> None:
-    for path in paths:
-        real = contained_file(path, output_root)
-        if real is None:
-            if os.path.lexists(path):
-                report.skipped_paths.append(path)
-            continue
-        size = os.path.getsize(real)
+    """Delete (or, dry, count) the batch's derived files; report the rest."""
+    accounted: set[str] = set()
+    for job_id in batch.job_ids:
+        owned, other = owned_files(output_root, job_id)
+        report.skipped_paths += [str(p) for p in other]
+        accounted.update(os.path.realpath(p) for p in (*owned, *other))
+        for path in owned:
+            _remove(path, output_root, report, dry_run=dry_run)
+    for stored in batch.stored_paths:
+        if os.path.realpath(stored) not in accounted and os.path.lexists(stored):
+            report.skipped_paths.append(stored)
+
+
+def _remove(path: Path, output_root: Path, report: PruneReport, *, dry_run: bool) -> None:
+    try:
+        size = os.lstat(path).st_size
         if not dry_run:
-            try:
-                os.unlink(real)
-            except OSError:
-                report.skipped_paths.append(path)
-                continue
-            remove_empty_parents(Path(real).parent, Path(os.path.realpath(output_root)))
-        report.freed_bytes += size
+            os.unlink(path)
+    except OSError:
+        report.skipped_paths.append(str(path))
+        return
+    report.freed_bytes += size
+    if not dry_run:
+        remove_empty_parents(path.parent, output_root)
 
 
 def remove_empty_parents(folder: Path, root: Path) -> None:
@@ -99,22 +153,19 @@ def count_children(conn: Connection, job_ids: list[int]) -> tuple[int, int]:
 
 
 def prune_batch(
-    conn: Connection,
-    states: tuple[str, ...],
-    cutoff: float,
-    output_root: Path,
-    report: PruneReport,
-) -> bool:
-    """Delete one batch inside the caller's transaction; False when none is left."""
+    conn: Connection, states: tuple[str, ...], cutoff: float, report: PruneReport
+) -> PrunedBatch | None:
+    """Delete one batch of rows inside the caller's transaction; None when none
+    is left. The caller removes the batch's output after the commit."""
     ids = candidates(conn, states, cutoff, BATCH_SIZE)
     if not ids:
-        return False
+        return None
     report.matched += len(ids)
-    remove_files(output_paths(conn, ids), output_root, report, dry_run=False)
+    batch = PrunedBatch(ids, stored_paths(conn, ids))
     report.deleted_events += _deleted(conn, delete(job_events).where(job_events.c.job_id.in_(ids)))
     report.deleted_attempts += _deleted(conn, delete(attempts).where(attempts.c.job_id.in_(ids)))
     report.deleted_jobs += _deleted(conn, delete(jobs).where(jobs.c.id.in_(ids)))
-    return True
+    return batch
 
 
 def survey(
@@ -129,7 +180,8 @@ def survey(
     report.matched = report.deleted_jobs = len(ids)
     for start in range(0, len(ids), BATCH_SIZE):
         chunk = ids[start : start + BATCH_SIZE]
-        remove_files(output_paths(conn, chunk), output_root, report, dry_run=True)
+        batch = PrunedBatch(chunk, stored_paths(conn, chunk))
+        remove_output(batch, output_root, report, dry_run=True)
         n_attempts, n_events = count_children(conn, chunk)
         report.deleted_attempts += n_attempts
         report.deleted_events += n_events
