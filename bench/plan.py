@@ -1,4 +1,4 @@
-"""How much to measure: the default run (about 12-15 min on 2 cores) and
+"""How much to measure: the default run (about 11 min on 2 cores) and
 --quick (about 3 min). Interleaved scenarios run in blocks of A B B A, so
 each block gives every arm two samples and two ours/ref pairs."""
 
