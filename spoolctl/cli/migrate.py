@@ -67,7 +67,9 @@ def migrate(
 
     Before changing an existing file it writes a consistent backup beside it
     (`<db>.bak-<old revision>-<UTC time>`). A database of the original
-    spoolctl (schema_version 1-6) is adopted in place. Workers of another
+    spoolctl (schema_version 1-6) is adopted in place; a row no spoolctl
+    state can hold (an unknown state, a negative count) becomes a dead job
+    whose last_error says why (counted in quarantined_rows). Workers of another
     version stop at their next transaction with SCHEMA_OUTDATED or
     SCHEMA_TOO_NEW.
     """
@@ -176,6 +178,8 @@ def change_reply(path: Path, target: str, downgrade: bool, backup: bool) -> Repl
         "legacy_adopted": result.legacy_adopted,
         "legacy_schema_version": result.legacy_schema_version,
         "relocated_output_paths": result.relocated_paths,
+        "quarantined_rows": len(result.quarantined_job_ids) + result.quarantined_attempts,
+        "quarantined_job_ids": result.quarantined_job_ids,
     }
     return Reply(data, text=lambda: change_text(data))
 
@@ -187,7 +191,9 @@ def change_text(data: dict[str, Any]) -> str:
         head = (
             f"Adopted {data['db_path']} (original spoolctl, schema_version "
             f"{data['legacy_schema_version']}) at {data['to_revision']}; "
-            f"relocated {data['relocated_output_paths']} output path(s)"
+            f"relocated {data['relocated_output_paths']} output path(s); "
+            f"quarantined {data['quarantined_rows']} odd row(s)"
+            + quarantine_text(data["quarantined_job_ids"])
         )
     else:
         verb_done = "Downgraded" if data["direction"] == "downgrade" else "Upgraded"
@@ -197,3 +203,11 @@ def change_text(data: dict[str, Any]) -> str:
         )
     backup = data["backup_path"] or "none"
     return f"{head}\nbackup: {backup}"
+
+
+def quarantine_text(job_ids: list[int]) -> str:
+    """Which jobs were adopted dead because a value of theirs made no sense."""
+    if not job_ids:
+        return ""
+    listed = ", ".join(str(i) for i in job_ids)
+    return f" (now dead jobs {listed}: 'spoolctl show ID' says why in last_error)"

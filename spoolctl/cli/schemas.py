@@ -157,7 +157,8 @@ SUMMARY = obj({k: INT for k in ("passed", "warnings", "failed", "skipped")})
 
 MIGRATE = {"anyOf": [
     obj({"from_revision": opt(STR), "to_revision": opt(STR), "applied": STR_LIST,
-         "backup_path": opt(STR), "legacy_adopted": BOOL}),
+         "backup_path": opt(STR), "legacy_adopted": BOOL},
+        {"quarantined_rows": INT, "quarantined_job_ids": arr(INT)}),
     obj({"current": opt(STR), "head": STR, "pending": STR_LIST, "legacy_detected": BOOL,
          "exists": BOOL}),
     obj({"head": STR, "current": opt(STR), "revisions": arr(obj({

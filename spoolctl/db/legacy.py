@@ -19,6 +19,15 @@ derived from its state (failed -> unknown, timed_out -> timeout, canceled ->
 canceled, abandoned -> worker_crash); a job's last_failure_reason is its latest
 attempt's. JSON texts are minified; event details (free text in the original)
 become JSON strings. Odd rows are adopted as they are, never "fixed".
+
+Except one kind: a row whose value no spoolctl state machine can hold (a job
+state outside the original vocabulary, a negative or non-integer count, an
+unknown attempt state or failure reason) would abort the whole adoption at the
+first CHECK of a later revision. Such a row is quarantined instead: a job
+becomes `dead` (finished now if it had not finished), the offending counts take
+their column defaults, its running attempts end `abandoned`, and last_error
+says what was wrong and what the row held (its former last_error included); an
+attempt is ended `abandoned` with the same kind of note in `error`.
 """
 
 from __future__ import annotations
@@ -56,6 +65,18 @@ ATTEMPT_COLUMNS = (
     "id", "job_id", "attempt_no", "worker_id", "worker_pid", "state", "started_at",
     "finished_at", "exit_code", "error", "stdout_path", "stderr_path",
 )  # fmt: skip
+LEGACY_JOB_STATES = ("queued", "running", "done", "failed", "dead", "canceled")
+LEGACY_ATTEMPT_STATES = ("running", "succeeded", "failed", "timed_out", "abandoned", "canceled")
+LEGACY_FAILURE_REASONS = (
+    "process_exit", "timeout", "spawn_failed", "worker_crash", "canceled", "unknown",
+)  # fmt: skip
+COUNT_DEFAULTS = {
+    "attempts": "0", "crashes": "0", "max_retries": "3", "max_crashes": "NULL",
+    "timeout_seconds": "300",
+}  # fmt: skip
+"""Counts a quarantined job falls back to; max_crashes may also be NULL."""
+QUARANTINE_NOTE = "quarantined on adoption: "
+NOW_EPOCH_SQL = "((julianday('now') - 2440587.5) * 86400.0)"
 DERIVED_FAILURE_REASON = (
     "CASE state WHEN 'failed' THEN 'unknown' WHEN 'timed_out' THEN 'timeout' "
     "WHEN 'canceled' THEN 'canceled' WHEN 'abandoned' THEN 'worker_crash' END"
@@ -100,6 +121,7 @@ def fill_statements(layout: Layout, relocations: list[Relocation]) -> list[str]:
     return [
         _copy_jobs(layout),
         _copy_attempts(layout),
+        _end_attempts_of_quarantined_jobs(layout),
         "INSERT INTO job_events (id, job_id, at, event, worker_id, detail) "
         "SELECT id, job_id, at, event, worker_id, "
         "CASE WHEN detail IS NULL THEN NULL ELSE json_quote(detail) END FROM legacy_job_events",
@@ -113,11 +135,71 @@ def fill_statements(layout: Layout, relocations: list[Relocation]) -> list[str]:
 
 
 def _copy_jobs(layout: Layout) -> str:
-    exprs = [_job_expr(column, layout.job_columns) for column in JOB_COLUMNS]
+    exprs = [_quarantined_job_expr(column, layout.job_columns) for column in JOB_COLUMNS]
     return (
         f"INSERT INTO jobs ({', '.join(JOB_COLUMNS)}) "
-        f"SELECT {', '.join(exprs)} FROM legacy_jobs ORDER BY id"
+        f"SELECT {', '.join(exprs)} FROM "
+        f"(SELECT *, {job_problems(layout)} AS spoolctl_problem FROM legacy_jobs) ORDER BY id"
     )
+
+
+def _quarantined_job_expr(column: str, present: frozenset[str]) -> str:
+    """The adopted value: as held, or the quarantine's when the row is odd."""
+    held = _job_expr(column, present)
+    odd = "spoolctl_problem IS NOT NULL"
+    if column == "state":
+        return f"CASE WHEN {odd} THEN 'dead' ELSE {held} END"
+    if column == "finished_at":
+        return f"CASE WHEN {odd} THEN COALESCE({held}, {NOW_EPOCH_SQL}) ELSE {held} END"
+    if column == "last_error":
+        note = f"'{QUARANTINE_NOTE}' || spoolctl_problem"
+        former = f"CASE WHEN {held} IS NULL THEN '' ELSE '; last_error was ' || quote({held}) END"
+        return f"CASE WHEN {odd} THEN {note} || {former} ELSE {held} END"
+    if column in COUNT_DEFAULTS and column in present:
+        bad = _bad_count(column)
+        return f"CASE WHEN {odd} AND {bad} THEN {COUNT_DEFAULTS[column]} ELSE {held} END"
+    return held
+
+
+def _bad_count(column: str) -> str:
+    allowed = "('integer', 'null')" if column == "max_crashes" else "('integer')"
+    return f"(typeof({column}) NOT IN {allowed} OR {column} < 0)"
+
+
+def job_problems(layout: Layout) -> str:
+    """SQL over a legacy jobs row: what is wrong with it and what it held, or NULL."""
+    checks = [
+        (f"state IS NULL OR state NOT IN {_listed(LEGACY_JOB_STATES)}",
+         "'state ' || quote(state) || ' is not a job state'"),
+        *((_bad_count(c), f"'{c} ' || quote({c}) || ' is not a count'")
+          for c in COUNT_DEFAULTS if c in layout.job_columns),
+    ]  # fmt: skip
+    return _problems(checks)
+
+
+def attempt_problems(layout: Layout) -> str:
+    """SQL over a legacy attempts row: what is wrong with it, or NULL."""
+    checks = [
+        (f"state IS NULL OR state NOT IN {_listed(LEGACY_ATTEMPT_STATES)}",
+         "'state ' || quote(state) || ' is not an attempt state'"),
+    ]  # fmt: skip
+    if "failure_reason" in layout.attempt_columns:
+        checks.append(
+            (f"failure_reason NOT IN {_listed(LEGACY_FAILURE_REASONS)}",
+             "'failure_reason ' || quote(failure_reason) || ' is not a failure reason'")
+        )  # fmt: skip
+    return _problems(checks)
+
+
+def _problems(checks: list[tuple[str, str]]) -> str:
+    parts = " || ".join(
+        f"CASE WHEN {cond} THEN {text} || '; ' ELSE '' END" for cond, text in checks
+    )
+    return f"NULLIF(rtrim({parts}, '; '), '')"
+
+
+def _listed(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
 
 
 def _job_expr(column: str, present: frozenset[str]) -> str:
@@ -133,10 +215,48 @@ def _copy_attempts(layout: Layout) -> str:
     reason = (
         "failure_reason" if "failure_reason" in layout.attempt_columns else DERIVED_FAILURE_REASON
     )
+    odd = "spoolctl_problem IS NOT NULL"
+    exprs = {column: column for column in ATTEMPT_COLUMNS}
+    exprs["state"] = f"CASE WHEN {odd} THEN 'abandoned' ELSE state END"
+    exprs["error"] = (
+        f"CASE WHEN {odd} THEN '{QUARANTINE_NOTE}' || spoolctl_problem || CASE WHEN error IS "
+        "NULL THEN '' ELSE '; error was ' || quote(error) END ELSE error END"
+    )
+    exprs["finished_at"] = (
+        f"CASE WHEN {odd} THEN COALESCE(finished_at, {NOW_EPOCH_SQL}) ELSE finished_at END"
+    )
     return (
         f"INSERT INTO attempts ({', '.join(ATTEMPT_COLUMNS)}, failure_reason) "
-        f"SELECT {', '.join(ATTEMPT_COLUMNS)}, {reason} FROM legacy_attempts ORDER BY id"
+        f"SELECT {', '.join(exprs.values())}, CASE WHEN {odd} THEN 'unknown' ELSE {reason} END "
+        f"FROM (SELECT *, {attempt_problems(layout)} AS spoolctl_problem FROM legacy_attempts) "
+        "ORDER BY id"
     )
+
+
+def _end_attempts_of_quarantined_jobs(layout: Layout) -> str:
+    """A quarantined job's running attempts end with it: nothing stays running."""
+    return (
+        "UPDATE attempts SET state = 'abandoned', failure_reason = 'unknown', "
+        f"finished_at = COALESCE(finished_at, {NOW_EPOCH_SQL}), "
+        f"error = '{QUARANTINE_NOTE}its job was quarantined' "
+        "WHERE state = 'running' AND job_id IN "
+        f"(SELECT id FROM legacy_jobs WHERE {job_problems(layout)} IS NOT NULL)"
+    )
+
+
+def quarantine_counts(conn: Connection, layout: Layout) -> tuple[list[int], int]:
+    """(ids of the jobs, number of attempt rows) adoption will quarantine; read
+    from the legacy tables before they are detached."""
+    job_ids = [
+        int(row[0])
+        for row in conn.exec_driver_sql(
+            f"SELECT id FROM jobs WHERE {job_problems(layout)} IS NOT NULL ORDER BY id"
+        )
+    ]
+    n_attempts = conn.exec_driver_sql(
+        f"SELECT count(*) FROM attempts WHERE {attempt_problems(layout)} IS NOT NULL"
+    ).scalar_one()
+    return job_ids, int(n_attempts)
 
 
 def _carry_sequences() -> list[str]:

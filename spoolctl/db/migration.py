@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -49,6 +49,17 @@ class MigrationResult:
     legacy_schema_version: int | None = None
     relocated_paths: int = 0
     downgrade: bool = False
+    quarantined_job_ids: list[int] = field(default_factory=list)
+    quarantined_attempts: int = 0
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """What adopting a legacy file did beyond copying rows."""
+
+    relocated_paths: int = 0
+    quarantined_job_ids: list[int] = field(default_factory=list)
+    quarantined_attempts: int = 0
 
 
 def migrate_file(
@@ -73,7 +84,7 @@ def migrate_file(
             if not steps:
                 return MigrationResult(status.current, status.current, [], None, False)
             saved = take_backup(path, status.label) if backup and status.has_tables else None
-            relocated = _apply(conn, path, status, target, downgrade)
+            adoption = _apply(conn, path, status, target, downgrade)
             revision.check_foreign_keys(conn)
             reached = revision.inspect_schema(conn).current
         switch_to_wal(engine, timeout_s)
@@ -86,8 +97,10 @@ def migrate_file(
         backup_path=saved,
         legacy_adopted=status.is_legacy,
         legacy_schema_version=status.legacy_version,
-        relocated_paths=relocated,
+        relocated_paths=adoption.relocated_paths,
         downgrade=downgrade,
+        quarantined_job_ids=adoption.quarantined_job_ids,
+        quarantined_attempts=adoption.quarantined_attempts,
     )
 
 
@@ -141,29 +154,33 @@ def _refuse_foreign(status: SchemaStatus, path: Path) -> None:
         revision.refuse_unless_current(status, path)
 
 
-def _apply(conn: Connection, path: Path, status: SchemaStatus, target: str, downgrade: bool) -> int:
-    """Run the change inside the caller's transaction; returns relocated output paths."""
+def _apply(
+    conn: Connection, path: Path, status: SchemaStatus, target: str, downgrade: bool
+) -> Adoption:
+    """Run the change inside the caller's transaction."""
     if downgrade:
         revision.downgrade_in(conn, target)
-        return 0
-    relocated = 0
+        return Adoption()
+    adoption = Adoption()
     if status.is_legacy:
-        relocated = adopt(conn, path, status.legacy_version or 0)
+        adoption = adopt(conn, path, status.legacy_version or 0)
     if revision.inspect_schema(conn).current != target:
         revision.upgrade_in(conn, target)
-    return relocated
+    return adoption
 
 
-def adopt(conn: Connection, path: Path, schema_version: int) -> int:
-    """Convert a legacy file into the adoption revision's layout, in place."""
+def adopt(conn: Connection, path: Path, schema_version: int) -> Adoption:
+    """Convert a legacy file into the adoption revision's layout, in place;
+    rows no spoolctl state can hold are quarantined, never a reason to abort."""
     layout = legacy.read_layout(conn, schema_version)
     moves = legacy.relocations(conn, path.parent)
+    job_ids, n_attempts = legacy.quarantine_counts(conn, layout)
     for statement in legacy.detach_statements():
         conn.exec_driver_sql(statement)
     revision.upgrade_in(conn, legacy.ADOPTION_REVISION)
     for statement in legacy.fill_statements(layout, moves):
         conn.exec_driver_sql(statement)
-    return len(moves)
+    return Adoption(len(moves), job_ids, n_attempts)
 
 
 def take_backup(path: Path, label: str) -> Path:
