@@ -32,8 +32,13 @@ def test_a_file_that_is_not_sqlite(tmp_path: Path, verb: list[str]) -> None:
 
 
 def test_a_folder_at_the_database_path(tmp_path: Path) -> None:
+    """A folder given as the queue is a wrong --db, an input error (as 0.4.11
+    said), not a storage fault; nothing is created."""
     result = cli_json("status", db=tmp_path)
-    assert_storage_error(result.stdout, result.exit_code, str(tmp_path))
+    error = json.loads(result.stdout)["errors"][0]
+    assert (result.exit_code, error["code"]) == (1, "INVALID_INPUT")
+    assert str(tmp_path) in error["message"]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_spool_under_a_file_cannot_be_created(tmp_path: Path) -> None:

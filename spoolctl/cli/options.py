@@ -291,6 +291,18 @@ class StateList(_Validated):
     def contract_info(self) -> dict[str, Any]:
         return {**super().contract_info(), "choices": list(self.choices), "separator": ","}
 
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[click.shell_completion.CompletionItem]:
+        """The states, after any already typed (`done,de` -> `done,dead`)."""
+        typed, _, last = incomplete.rpartition(",")
+        prefix = typed + "," if typed else ""
+        return [
+            click.shell_completion.CompletionItem(prefix + state)
+            for state in self.choices
+            if state.startswith(last)
+        ]
+
 
 class Rule(_Validated):
     """A string checked by one rule of spoolctl.validate."""
