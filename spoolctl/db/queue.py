@@ -4,8 +4,11 @@ The fast path costs nothing extra: the engine's begin hook compares the
 file's revision with the code's head inside each transaction. Only when that
 check fails do we look closer: a blank file is created at head, an older one
 is refused with SCHEMA_OUTDATED (or upgraded with SPOOLCTL_AUTO_MIGRATE=1), a
-newer one with SCHEMA_TOO_NEW. Creating and upgrading both go through
-`spoolctl.db.migration.migrate_file`, the one path that changes a schema.
+newer one with SCHEMA_TOO_NEW, a foreign SQLite file with NotAQueue. Creating
+and upgrading both go through `spoolctl.db.migration.migrate_file`, the one
+path that changes a schema. A refusal writes nothing: the engine is disposed
+(so SQLite removes any -wal/-shm its connection made) before the file is
+looked at again, by a read that creates no file (`make_peek_engine`).
 """
 
 from __future__ import annotations
