@@ -182,3 +182,14 @@ def test_a_legacy_file_in_rollback_mode_is_not_switched_to_wal_by_a_refusal(
     adopted = cli("migrate", db=db, json=True)
     assert adopted.exit_code == 0, adopted.stdout
     assert db.read_bytes()[18:20] == b"\x02\x02", "an adopted file is put in WAL mode"
+
+
+def test_doctor_names_a_foreign_database_and_how_to_fix_it(tmp_path: Path) -> None:
+    db = foreign(tmp_path, wal=False)
+    before = snapshot(tmp_path)
+    result = cli("doctor", db=db, json=True)
+    checks = {c["id"]: c for c in result.data["checks"]}
+    schema = checks["schema_version"]
+    assert schema["status"] == "fail" and "not a spoolctl queue" in schema["message"]
+    assert "--db" in schema["remediation"] and "migrate" not in schema["remediation"]
+    assert snapshot(tmp_path) == before

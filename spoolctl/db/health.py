@@ -15,7 +15,7 @@ import sqlalchemy
 from spoolctl.config import busy_timeout_s
 from spoolctl.db import revision
 from spoolctl.db.engine import make_peek_engine, peek_uri, read_tx
-from spoolctl.errors import SpoolError
+from spoolctl.errors import NotAQueue, SpoolError
 
 MIN_FREE_BYTES = 1_048_576
 """Below this a worker cannot count on recording an attempt or its output."""
@@ -138,6 +138,10 @@ def schema_check(path: Path) -> Check:
     try:
         revision.refuse_unless_current(status, path)
     except SpoolError as exc:
-        fix = exc.detail.get("command") or "upgrade spoolctl"
+        fix = exc.detail.get("command") or (
+            "point --db (or SPOOLCTL_DB, config db_path) at a spoolctl queue"
+            if isinstance(exc, NotAQueue)
+            else "upgrade spoolctl"
+        )
         return Check("schema_version", "fail", f"{exc.code}: {exc.message}", str(fix))
     return Check("schema_version", "fail", f"schema is {status.label}")
