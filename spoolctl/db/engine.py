@@ -176,6 +176,8 @@ def make_peek_engine(db_path: Path, busy_timeout_s: float) -> Engine:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
         dbapi_conn.isolation_level = None
+        # It commits nothing; NORMAL like every other read engine's connections.
+        dbapi_conn.execute("PRAGMA synchronous=NORMAL")
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
