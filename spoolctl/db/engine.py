@@ -139,34 +139,24 @@ def switch_to_wal(engine: Engine, timeout_s: float) -> None:
                 time.sleep(BUSY_MAX_SLEEP_S)
 
 
-WAL_HEADER = b"\x02\x02"
-"""Bytes 18-19 of an SQLite file in WAL mode (1, 1 in rollback-journal mode)."""
-
-
 def peek_uri(db_path: Path) -> str:
     """The `file:` URI of a read that leaves no trace (see make_peek_engine)."""
     side = [db_path.with_name(db_path.name + suffix).exists() for suffix in ("-wal", "-shm")]
-    immutable = _header(db_path)[18:20] == WAL_HEADER and not any(side)
-    return f"file:{quote(str(db_path))}?mode=ro" + ("&immutable=1" if immutable else "")
-
-
-def _header(db_path: Path) -> bytes:
-    try:
-        with open(db_path, "rb") as handle:
-            return handle.read(100)
-    except OSError:
-        return b""
+    options = "mode=ro" if all(side) else "mode=ro&immutable=1"
+    return f"file:{quote(str(db_path))}?{options}"
 
 
 def make_peek_engine(db_path: Path, busy_timeout_s: float) -> Engine:
     """A read-only engine that creates, changes and removes no file.
 
-    A WAL-mode file with no `-wal`/`-shm` beside it (no connection has it
-    open) is opened immutable: SQLite makes no `-shm`/`-wal` for it, so a file
-    that is then refused is left exactly as it was found. Any other file is
-    opened read-only: a rollback-journal file is read under a shared lock and
-    gains no file, and a queue in use is read with its committed WAL content
-    and, unlike a read-write connection, never checkpointed on close.
+    Without a `-wal` and `-shm` beside it the file is opened immutable: SQLite
+    takes no lock and makes no `-shm`/`-wal` even for a WAL-mode file, so a
+    file that is then refused is left exactly as it was found. With both
+    present (a queue in use) it is opened read-only, which sees committed WAL
+    content and, unlike a read-write connection, never checkpoints on close.
+    (An immutable read takes no lock: it could see a torn page of a file being
+    written in rollback-journal mode, which only `migrate` does, on a file it
+    creates or adopts, before switching it to WAL.)
     """
     engine = create_engine(
         f"sqlite:///{peek_uri(db_path)}&uri=true",
