@@ -308,14 +308,7 @@ def reap(
     running, still owned by the same worker and still stale; otherwise nothing
     changes and None is returned.
     """
-    job = conn.execute(
-        select(jobs).where(
-            jobs.c.id == cand.job_id,
-            jobs.c.state == JobState.RUNNING.value,
-            _silent_before(now - threshold_s),
-            _same_owner(cand.worker_id),
-        )
-    ).first()
+    job = _still_stale(conn, cand, now - threshold_s)
     if job is None:
         return None
     error = f"worker {cand.worker_id or '(unrecorded)'} died ({_silence(job, now)})"
@@ -347,6 +340,19 @@ def reap(
         worker_id=reaper_id,
         failure={"last_error": error, "last_failure_reason": FailureReason.WORKER_CRASH.value},
     )
+
+
+def _still_stale(conn: Connection, cand: Candidate, before: float) -> Any:
+    """The candidate's job row, if it is still running, still owned by the same
+    worker and still silent since before `before` (read under the write lock)."""
+    return conn.execute(
+        select(jobs).where(
+            jobs.c.id == cand.job_id,
+            jobs.c.state == JobState.RUNNING.value,
+            _silent_before(before),
+            _same_owner(cand.worker_id),
+        )
+    ).first()
 
 
 def _silence(job: Any, now: float) -> str:
@@ -385,15 +391,7 @@ def flag_unconfirmed(
     running. Marks the worker dead, records a pid the token scan discovered on
     an attempt that had none, and writes one `orphan_unconfirmed` event per
     attempt and cause. False when the job changed meanwhile."""
-    still = conn.execute(
-        select(jobs.c.id).where(
-            jobs.c.id == cand.job_id,
-            jobs.c.state == JobState.RUNNING.value,
-            _silent_before(now - threshold_s),
-            _same_owner(cand.worker_id),
-        )
-    ).first()
-    if still is None:
+    if _still_stale(conn, cand, now - threshold_s) is None:
         return False
     _mark_worker_dead(conn, cand, now)
     if cand.attempt_id is not None and check.pid is not None and check.started_at is not None:
