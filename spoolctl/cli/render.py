@@ -85,8 +85,15 @@ def envelope(
     }
 
 
+LINE_BREAKS_IN_JSON = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+"""Characters JSON may leave raw but line-splitting readers (Python's
+splitlines, some terminals) take for a line break: escaped, so an envelope is
+always one line. The parsed value is the same."""
+
+
 def write_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(obj, ensure_ascii=False, default=str).translate(LINE_BREAKS_IN_JSON)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 
