@@ -142,8 +142,9 @@ def test_an_orphan_that_cannot_be_killed_keeps_its_job_running_and_is_shown() ->
     """A reaper running as another user cannot signal the dead worker's job:
     the job stays running, flagged with its pid in status, workers and doctor,
     and is requeued only once the orphan is gone."""
-    if os.getuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to run a reaper as another user")
+    assert os.getuid() == 0 and shutil.which("setpriv"), (
+        "this test runs a reaper as another user: it needs root and setpriv (CI has both)"
+    )
     base = Path(tempfile.mkdtemp(prefix="spoolctl-orphan-", dir="/tmp"))
     try:
         _unconfirmed_orphan_scenario(base)
@@ -166,8 +167,9 @@ def _unconfirmed_orphan_scenario(base: Path) -> None:
     owner.wait(timeout=10)
 
     other_env = child_env()
-    if not _nobody_can_run_spoolctl(other_env):
-        pytest.skip(f"user nobody cannot read this checkout ({REPO}) to run a reaper")
+    assert _nobody_can_run_spoolctl(other_env), (
+        f"user nobody must be able to run spoolctl from this checkout ({REPO})"
+    )
     reaper_cmd = [*AS_NOBODY, sys.executable, "-m", "spoolctl", "work", "--db", str(db), "--json"]
     other = subprocess.Popen(reaper_cmd, env=other_env, stdout=subprocess.PIPE, text=True)
     try:
