@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spoolctl.db.url import checked_postgres_url, is_url, masked
 from spoolctl.errors import InvalidInput
 
 CONFIG_RELPATH = Path(".spoolctl") / "config.json"
@@ -45,9 +48,19 @@ class ConfigFile:
 
 @dataclass(frozen=True)
 class DbLocation:
-    path: Path
+    """Where the queue is: an SQLite file (`path`) or a PostgreSQL URL (`url`)."""
+
+    path: Path | None
     source: str
     config: ConfigFile
+    url: str | None = None
+
+    @property
+    def display(self) -> str:
+        """How output names it: the path, or the URL with its password masked."""
+        if self.url is not None:
+            return masked(self.url)
+        return str(self.path)
 
 
 def read_config(path: Path) -> ConfigFile:
@@ -79,21 +92,29 @@ def resolve_db(flag: str | None, cwd: Path | None = None) -> DbLocation:
             config_path=str(config.path),
         )
     if flag is not None:
-        return _checked(DbLocation(_absolute(Path(flag), base), "flag", config), "--db")
+        return _located(flag, base, "flag", config, "--db")
     env = os.environ.get("SPOOLCTL_DB")
     if env is not None:
         if not 1 <= len(env) <= 4096 or "\0" in env:
             raise InvalidInput("SPOOLCTL_DB must be a path of 1 to 4096 characters; unset it")
-        return _checked(DbLocation(_absolute(Path(env), base), "env", config), "SPOOLCTL_DB")
+        return _located(env, base, "env", config, "SPOOLCTL_DB")
     if config.exists and "db_path" in config.data:
-        found = _absolute(Path(config.data["db_path"]), config.path.parent)
-        return _checked(DbLocation(found, "config", config), f"db_path in {config.path}")
+        given = config.data["db_path"]
+        return _located(given, config.path.parent, "config", config, f"db_path in {config.path}")
     return DbLocation(base / DEFAULT_DB_RELPATH, "default", config)
+
+
+def _located(given: str, base: Path, source: str, config: ConfigFile, named: str) -> DbLocation:
+    """A URL selects PostgreSQL (any other scheme is refused, never taken for
+    a file name); anything else is a path, relative to `base`."""
+    if is_url(given):
+        return DbLocation(None, source, config, url=checked_postgres_url(given, named))
+    return _checked(DbLocation(_absolute(Path(given), base), source, config), named)
 
 
 def _checked(location: DbLocation, source: str) -> DbLocation:
     """A folder is never a queue file: that is a wrong path given, not a fault."""
-    if location.path.is_dir():
+    if location.path is not None and location.path.is_dir():
         raise InvalidInput(
             f"{source} names a folder, not a queue file: {location.path}", db=str(location.path)
         )
@@ -139,13 +160,28 @@ class Timing:
         return cls(beat, reap, hang)
 
 
+def local_clock() -> Callable[[], float]:
+    """This machine's clock, shifted by SPOOLCTL_TEST_CLOCK_SKEW seconds (a test
+    knob posing as a machine whose clock is wrong)."""
+    raw = os.environ.get("SPOOLCTL_TEST_CLOCK_SKEW")
+    if not raw:
+        return time.time
+    try:
+        skew = float(raw)
+    except ValueError:
+        raise InvalidInput(f"SPOOLCTL_TEST_CLOCK_SKEW must be a number, got {raw!r}") from None
+    if not (math.isfinite(skew) and abs(skew) <= MAX_KNOB_S):
+        raise InvalidInput(f"SPOOLCTL_TEST_CLOCK_SKEW must be within ±{MAX_KNOB_S:g}")
+    return lambda: time.time() + skew
+
+
 def busy_timeout_s() -> float:
     return env_seconds("SPOOLCTL_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT_S, allow_zero=True)
 
 
 ENV_VARS: dict[str, dict[str, Any]] = {
     "SPOOLCTL_DB": {
-        "description": "database path (after --db, before .spoolctl/config.json)",
+        "description": "database path, or postgresql:// URL (after --db, before the config file)",
         "type": "path",
         "default": str(DEFAULT_DB_RELPATH),
         "min": 1,
@@ -184,6 +220,32 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "default": MIN_REAP_THRESHOLD_S,
         "min_exclusive": 0,
         "max": MAX_KNOB_S,
+        "test_knob": True,
+    },
+    "SPOOLCTL_SPOOL_DIR": {
+        "description": "PostgreSQL queues: where this machine's workers keep output files",
+        "type": "path",
+        "default": "$XDG_STATE_HOME/spoolctl/pg-<hash of the URL>",
+    },
+    "SPOOLCTL_PG_NOTIFY": {
+        "description": "PostgreSQL: 0 turns LISTEN/NOTIFY off (PgBouncer transaction pooling)",
+        "type": "flag",
+        "default": "1",
+    },
+    "SPOOLCTL_TEST_CLOCK_SKEW": {
+        "description": "test knob: seconds added to this machine's clock",
+        "type": "seconds",
+        "default": 0,
+        "test_knob": True,
+    },
+    "SPOOLCTL_TEST_HOSTNAME": {
+        "description": "test knob: the host name a worker reports (posing as another machine)",
+        "type": "text",
+        "test_knob": True,
+    },
+    "SPOOLCTL_TEST_BOOT_ID": {
+        "description": "test knob: the boot id a worker reports (posing as another machine)",
+        "type": "text",
         "test_knob": True,
     },
     "NO_COLOR": {"description": "disables colour in text output", "type": "flag"},

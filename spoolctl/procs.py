@@ -41,12 +41,14 @@ class ProcessIdentity:
 
 
 def hostname() -> str:
-    return socket.gethostname()
+    """This machine's name (SPOOLCTL_TEST_HOSTNAME poses as another machine)."""
+    return os.environ.get("SPOOLCTL_TEST_HOSTNAME") or socket.gethostname()
 
 
 def boot_id() -> str:
-    """Identifies this boot of the machine: a different value means a restart."""
-    return f"{psutil.boot_time():.0f}"
+    """Identifies this boot of the machine: a different value means a restart
+    (SPOOLCTL_TEST_BOOT_ID poses as another machine)."""
+    return os.environ.get("SPOOLCTL_TEST_BOOT_ID") or f"{psutil.boot_time():.0f}"
 
 
 def boot_time() -> float:

@@ -1,6 +1,7 @@
 """What wakes an idle worker: a signal, a job process ending (its pidfd
 becomes readable), or another process committing to the queue (SQLite's
-`PRAGMA data_version` change counter, cheap enough to read every few ms)."""
+`PRAGMA data_version` change counter, cheap enough to read every few ms;
+PostgreSQL's NOTIFY, whose connection's socket is selected on)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
 
@@ -48,7 +49,28 @@ def counting_signals() -> Iterator[Signals]:
         os.close(write_fd)
 
 
-class ChangeWatch:
+class ChangeWatch(Protocol):
+    """Tells whether the queue may have new work since the last look."""
+
+    def changed(self) -> bool: ...
+
+    def fileno(self) -> int | None:
+        """A descriptor that becomes readable when work arrives, if any."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def change_watch(engine: Engine) -> ChangeWatch:
+    """SQLite's data_version counter, or PostgreSQL's LISTEN/NOTIFY."""
+    if engine.dialect.name == "postgresql":
+        from spoolctl.db.backends.postgresql import NotifyWatch
+
+        return NotifyWatch(engine.url.render_as_string(hide_password=False))
+    return DataVersionWatch(engine)
+
+
+class DataVersionWatch:
     """Tells whether any connection committed to the queue since the last look."""
 
     def __init__(self, engine: Engine) -> None:
@@ -66,6 +88,9 @@ class ChangeWatch:
         changed = bool(version != self._version)
         self._version = version
         return changed
+
+    def fileno(self) -> int | None:
+        return None
 
     def close(self) -> None:
         self._raw.close()

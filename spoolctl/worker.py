@@ -26,14 +26,14 @@ from sqlalchemy import Connection, Engine
 
 from spoolctl import procs
 from spoolctl.config import Timing
-from spoolctl.db.engine import db_path_of, read_tx, write_quietly, write_tx
+from spoolctl.db.engine import db_path_of, is_postgres_engine, read_tx, write_quietly, write_tx
 from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault
 from spoolctl.reaping import Reaping
 from spoolctl.services import claim as claiming
 from spoolctl.services import execute, heartbeat, lanes, lease
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import FailureReason, JobState
-from spoolctl.wakeup import ChangeWatch, Signals, counting_signals, wait_readable
+from spoolctl.wakeup import ChangeWatch, Signals, change_watch, counting_signals, wait_readable
 
 Mode = Literal["loop", "once", "drain"]
 WATCH_TICK_S = 0.03
@@ -119,6 +119,7 @@ class Worker:
         self._retry_s = 0.0
         self._fenced = False
         self._last_reap_pass = 0.0
+        self._watch_fd: int | None = None
         hang = timing.hang_threshold_s
         self._beat_every = (
             min(timing.heartbeat_interval_s, hang / 4)
@@ -131,7 +132,8 @@ class Worker:
     def run(self) -> WorkReport:
         self._db_identity = self._file_identity()
         self._register()
-        watch = ChangeWatch(self.engine)
+        watch = change_watch(self.engine)
+        self._watch_fd = watch.fileno()
         try:
             with counting_signals() as self.signals:
                 try:
@@ -405,6 +407,8 @@ class Worker:
     # -- heartbeats and reaping ------------------------------------------
 
     def _file_identity(self) -> tuple[int, int] | None:
+        if is_postgres_engine(self.engine):
+            return None  # a server, not a file: nothing can replace it underneath
         try:
             info = os.stat(self.db_path)
         except OSError:
@@ -488,10 +492,18 @@ class Worker:
             if execution.proc is not None and not execution.spawn_recorded:
                 wake = min(wake, execution.record_spawn_at)
         idle_capacity = len(self.running) < self.options.concurrency and not self.signals.count
-        if idle_capacity and not (self.options.mode == "once" and self.report.claimed):
+        claiming = idle_capacity and not (self.options.mode == "once" and self.report.claimed)
+        if claiming:
             wake = min(wake, now + WATCH_TICK_S, self._next_claim_at)
         deadline = max(wake, self._blocked_until)
         fds = [self.signals.wake_fd]
+        if (
+            self._watch_fd is not None
+            and claiming
+            and not self._fenced
+            and now >= self._blocked_until
+        ):
+            fds.append(self._watch_fd)  # a NOTIFY wakes the worker at once
         for execution in self.running.values():
             deadline = min(deadline, execution.next_wakeup())
             if execution.pidfd is not None:

@@ -278,13 +278,13 @@ def populated_0002(tmp_path: Path) -> Path:
     return db
 
 
-def test_a_queue_with_jobs_in_every_state_keeps_every_row_from_0002_to_0003(
+def test_a_queue_with_jobs_in_every_state_keeps_every_row_from_0002_to_head(
     populated_0002: Path,
 ) -> None:
     before = contents(populated_0002)
     assert sorted(r[2] for r in before["jobs"]) == sorted(JOB_STATES_0002)
     result = migrate_file(populated_0002, backup=False)
-    assert result.applied == ["0003_lanes_and_dependencies"]
+    assert result.applied == ["0003_lanes_and_dependencies", "0004_output_chunks"]
     after = contents(populated_0002)
     for table in (*TABLES, "sqlite_sequence", "fk_violations"):
         assert len(after[table]) == len(before[table]), table

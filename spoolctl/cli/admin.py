@@ -27,9 +27,9 @@ from spoolctl.config import (
     resolve_db,
 )
 from spoolctl.db import revision
-from spoolctl.db.health import Check, database_checks
+from spoolctl.db.health import Check, database_checks, postgres_checks
 from spoolctl.db.legacy import LEGACY_VERSIONS
-from spoolctl.db.queue import open_for_read
+from spoolctl.db.queue import Target, local_spool, open_for_read
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
 
@@ -79,7 +79,7 @@ def doctor_config(location: DbLocation | None) -> dict[str, Any]:
         "config_path": str(config.path),
         "config_exists": config.exists,
         "config_valid": config.valid,
-        "db_path": None if location is None else str(location.path),
+        "db_path": None if location is None else location.display,
         "db_source": None if location is None else SOURCE_NAMES[location.source],
         "source": None if location is None else location.source,
     }
@@ -108,15 +108,20 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
         ]
     else:
         checks.append(
-            Check("db_path_resolved", "pass", f"{location.path} (from {location.source})")
+            Check("db_path_resolved", "pass", f"{location.display} (from {location.source})")
         )
-        checks += database_checks(location.path)
-        checks.append(orphans_check(location.path, checks))
+        if location.url is not None:
+            checks += postgres_checks(location.url, local_spool(location.url))
+            checks.append(orphans_check(location.url, checks))
+        else:
+            assert location.path is not None
+            checks += database_checks(location.path)
+            checks.append(orphans_check(location.path, checks))
     checks.append(contract_check())
     return checks, location
 
 
-def orphans_check(path: Path, checks: list[Check]) -> Check:
+def orphans_check(path: Target, checks: list[Check]) -> Check:
     """Running jobs held back because their dead worker's process may still run."""
     if any(c.id in ("schema_version", "integrity") and c.status != "pass" for c in checks):
         return Check(
@@ -194,7 +199,7 @@ def config_show(db: str | None, as_json: bool) -> int:
     config = read_config(Path.cwd() / CONFIG_RELPATH)
     refuse_invalid(config)
     location = resolve_db(db)
-    db_path, source = str(location.path), location.source
+    db_path, source = location.display, location.source
     data = {
         "config_path": str(config.path),
         "config_exists": config.exists,

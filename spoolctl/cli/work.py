@@ -95,7 +95,7 @@ def work(
     timing = Timing.from_env()
     mode: Mode = "once" if once else "drain" if drain else "loop"
     queue_file = open_write(db)
-    prepare(queue_file.path)
+    prepare(queue_file.target)
     options = WorkerOptions(
         queue=queue,
         mode=mode,
@@ -110,6 +110,7 @@ def work(
         queue_file.output_root,
         options,
         timing,
+        clock=queue_file.clock(),
         on_result=lambda report: progress.update(drain_progress(report)),
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
@@ -118,7 +119,7 @@ def work(
     try:
         report = worker.run()
     except RevisionMismatch:
-        diagnose(queue_file.path)
+        diagnose(queue_file.target)
         raise
     finally:
         progress.done()

@@ -219,8 +219,17 @@ def _check_revision(conn: Connection, expected: str) -> None:
         )
 
 
+def is_postgres_engine(engine: Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
 def db_path_of(engine: Engine) -> str:
-    """The queue file an engine opens (its URL is a `file:` URI with options)."""
+    """The queue file an engine opens (its URL is a `file:` URI with options);
+    for PostgreSQL, the URL with its password masked."""
+    if is_postgres_engine(engine):
+        from spoolctl.db.backends.postgresql import display_of
+
+        return display_of(engine)
     database = engine.url.database or ""
     return unquote(database.removeprefix("file:"))
 
@@ -286,6 +295,12 @@ def translate_errors(engine: Engine) -> Iterator[None]:
     use becomes `StorageFault` (exit 3) with what to check; integrity
     violations (bugs) pass through as they are. Errors of statements run on the
     driver directly (`prepared.py`) are treated the same way."""
+    if is_postgres_engine(engine):
+        from spoolctl.db.backends.postgresql import translate_errors as translate_postgres
+
+        with translate_postgres(engine):
+            yield
+        return
     try:
         yield
     except (DBAPIError, sqlite3.Error) as exc:

@@ -14,7 +14,7 @@ import sqlalchemy
 
 from spoolctl.config import busy_timeout_s
 from spoolctl.db import revision
-from spoolctl.db.engine import make_peek_engine, peek_uri, read_tx
+from spoolctl.db.engine import peek_uri, read_tx
 from spoolctl.errors import NotAQueue, SpoolError
 
 MIN_FREE_BYTES = 1_048_576
@@ -47,6 +47,40 @@ def database_checks(path: Path) -> list[Check]:
         checks.append(guarded("schema_version", lambda: schema_check(path)))
         checks.append(guarded("integrity", lambda: integrity_check(path)))
     return checks
+
+
+MIN_POSTGRES_VERSION = 160000
+"""PostgreSQL 16: `IS JSON` (tag filters on possibly damaged rows)."""
+
+
+def postgres_checks(url: str, spool: Path) -> list[Check]:
+    """The server answers with a usable version, the schema is current; the
+    local spool folder (this machine's output files) is writable with space."""
+    checks = [folder_check(spool), space_check(spool)]
+    reached = guarded("database_connect", lambda: postgres_connect_check(url))
+    checks.append(reached)
+    if reached.status == "fail":
+        checks.append(Check("schema_version", "skip", "cannot connect",
+                            blocked_by="database_connect"))  # fmt: skip
+    else:
+        checks.append(guarded("schema_version", lambda: schema_check(url)))
+    return checks
+
+
+def postgres_connect_check(url: str) -> Check:
+    from spoolctl.db.queue import _postgres_engine
+
+    engine = _postgres_engine(url, write=False, expected=None)
+    try:
+        with read_tx(engine) as conn:
+            number = int(conn.exec_driver_sql("SHOW server_version_num").scalar_one())
+            shown = str(conn.exec_driver_sql("SHOW server_version").scalar_one())
+    finally:
+        engine.dispose()
+    if number < MIN_POSTGRES_VERSION:
+        return Check("database_connect", "fail", f"PostgreSQL {shown} is older than 16",
+                     "use PostgreSQL 16 or newer")  # fmt: skip
+    return Check("database_connect", "pass", f"PostgreSQL {shown}")
 
 
 def missing_check(path: Path) -> Check:
@@ -126,13 +160,14 @@ def integrity_check(path: Path) -> Check:
                  "stop the workers and restore the queue from a backup")  # fmt: skip
 
 
-def schema_check(path: Path) -> Check:
-    engine = make_peek_engine(path, busy_timeout_s())
-    try:
-        with read_tx(engine) as conn:
-            status = revision.inspect_schema(conn)
-    finally:
-        engine.dispose()
+def schema_check(path: Path | str) -> Check:
+    from spoolctl.db.queue import schema_status
+
+    found = schema_status(path)
+    if found is None:
+        return Check("schema_version", "warn", "no schema yet",
+                     "it is created by the first `spoolctl add` or `spoolctl work`")  # fmt: skip
+    status = found
     if status.is_head:
         return Check("schema_version", "pass", f"at head revision {revision.HEAD_REVISION}")
     try:

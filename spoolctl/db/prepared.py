@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Connection
@@ -20,35 +21,47 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    order: tuple[str, ...] | None
+    """Bind names in order for a positional driver (sqlite3: `?`); None for a
+    driver taking named parameters (psycopg: `%(name)s`)."""
+    defaults: dict[str, Any]
+
+
 class Prepared:
-    """One Core statement, compiled for the connection's dialect on first use."""
+    """One Core statement, compiled for each dialect on first use."""
 
     def __init__(self, statement: ClauseElement) -> None:
         self.statement = statement
-        self._sql: str | None = None
-        self._order: tuple[str, ...] = ()
-        self._defaults: dict[str, Any] = {}
+        self._compiled: dict[str, _Compiled] = {}
         self._row: Any = None
 
-    def _compile(self, conn: Connection) -> str:
+    def _compile(self, conn: Connection) -> _Compiled:
         compiled = cast(SQLCompiler, self.statement.compile(dialect=conn.dialect))
-        self._order = tuple(compiled.positiontup or ())
-        self._defaults = dict(compiled.params)
-        self._sql = str(compiled)
-        return self._sql
+        order = tuple(compiled.positiontup or ()) if compiled.positional else None
+        found = _Compiled(str(compiled), order, dict(compiled.params))
+        self._compiled[conn.dialect.name] = found
+        return found
 
     def execute(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
-        """Run on the driver cursor; returns that cursor (rowcount, lastrowid)."""
-        sql = self._sql or self._compile(conn)
-        values = self._defaults if not params else {**self._defaults, **params}
+        """Run on the driver cursor; returns that cursor (rowcount, rows)."""
+        compiled = self._compiled.get(conn.dialect.name) or self._compile(conn)
+        values = compiled.defaults if not params else {**compiled.defaults, **params}
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute(sql, [values[name] for name in self._order])
+        if compiled.order is None:
+            cursor.execute(compiled.sql, values)
+        else:
+            cursor.execute(compiled.sql, [values[name] for name in compiled.order])
         return cursor
 
     def first(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
-        """The first row as a named tuple (attribute access by column), or None."""
+        """The first row as a named tuple (attribute access by column), or None.
+        Every row is fetched, so a RETURNING statement has completed."""
         cursor = self.execute(conn, params)
-        row = cursor.fetchone()
+        rows = cursor.fetchall()
+        row = rows[0] if rows else None
         if row is None:
             return None
         if self._row is None:

@@ -16,18 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+import sqlalchemy
 from sqlalchemy import Connection
 
+from spoolctl.db.url import masked
 from spoolctl.errors import Internal, NotAQueue, SchemaOutdated, SchemaTooNew
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
-HEAD_REVISION = "0003_lanes_and_dependencies"
+HEAD_REVISION = "0004_output_chunks"
 KNOWN_REVISIONS: tuple[str, ...] = (
     "0001_initial",
     "0002_state_checks",
     "0003_lanes_and_dependencies",
+    "0004_output_chunks",
 )
 """Every revision this code knows, oldest first."""
 
@@ -83,29 +86,35 @@ def revisions_between(start: str | None, target: str) -> list[str]:
 
 def inspect_schema(conn: Connection) -> SchemaStatus:
     """Read the revision (alembic) or schema_version (legacy) of a file."""
-    tables = {
-        row[0]
-        for row in conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
+    if conn.dialect.name == "sqlite":
+        tables = {
+            row[0]
+            for row in conn.exec_driver_sql(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+    else:
+        tables = set(sqlalchemy.inspect(conn).get_table_names())
     current = None
     if "alembic_version" in tables:
         current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     legacy = None
-    if {"meta", "jobs"} <= tables and current is None:
+    # the original spoolctl only ever wrote SQLite: elsewhere such tables are foreign
+    if {"meta", "jobs"} <= tables and current is None and conn.dialect.name == "sqlite":
         raw = conn.exec_driver_sql("SELECT value FROM meta WHERE key = 'schema_version'").scalar()
         legacy = int(raw) if raw is not None and str(raw).isdigit() else 0
     return SchemaStatus(current=current, legacy_version=legacy, has_tables=bool(tables))
 
 
-def refuse_unless_current(status: SchemaStatus, db_path: Path) -> None:
+def refuse_unless_current(status: SchemaStatus, where: Path | str) -> None:
     """Raise the public error for a file this code must not use as it is."""
     if status.is_head:
         return
+    db_path = where if isinstance(where, Path) else masked(where)
     if status.is_foreign:
         raise NotAQueue(
-            f"{db_path} is an SQLite database but not a spoolctl queue (no alembic_version, "
+            f"{db_path} is {'an SQLite' if isinstance(where, Path) else 'a PostgreSQL'} "
+            "database but not a spoolctl queue (no alembic_version, "
             "no legacy meta table); spoolctl, `migrate` included, never changes it. "
             "Check --db / SPOOLCTL_DB / config db_path",
             path=str(db_path),
@@ -152,14 +161,19 @@ def migrations_dir() -> Path:
 
 
 def alembic_config(
-    connection: Connection | None = None, output_buffer: TextIO | None = None, **attributes: Any
+    connection: Connection | None = None,
+    output_buffer: TextIO | None = None,
+    *,
+    dialect: str = "sqlite",
+    **attributes: Any,
 ) -> Config:
-    """alembic's Config built in code: no ini file is needed at run time."""
+    """alembic's Config built in code: no ini file is needed at run time.
+    dialect: what offline (`--sql`) mode renders for, "sqlite" or "postgresql"."""
     from alembic.config import Config
 
     config = Config(output_buffer=output_buffer)
     config.set_main_option("script_location", str(migrations_dir()))
-    config.set_main_option("sqlalchemy.url", "sqlite://")
+    config.set_main_option("sqlalchemy.url", f"{dialect}://")
     if connection is not None:
         config.attributes["connection"] = connection
     config.attributes.update(attributes)
@@ -180,12 +194,15 @@ def downgrade_in(conn: Connection, target: str) -> None:
     command.downgrade(alembic_config(conn), target)
 
 
-def offline_sql(start: str | None, target: str, *, downgrade: bool = False) -> str:
-    """The SQL alembic would run from `start` to `target`, rendered without a database."""
+def offline_sql(
+    start: str | None, target: str, *, downgrade: bool = False, dialect: str = "sqlite"
+) -> str:
+    """The SQL alembic would run from `start` to `target` on `dialect`, rendered
+    without a database."""
     from alembic import command
 
     buffer = io.StringIO()
-    config = alembic_config(output_buffer=buffer)
+    config = alembic_config(output_buffer=buffer, dialect=dialect)
     span = target if start is None else f"{start}:{target}"
     if downgrade:
         command.downgrade(config, span, sql=True)
@@ -221,6 +238,8 @@ def _single(down: str | Sequence[str] | None) -> str | None:
 
 def check_foreign_keys(conn: Connection) -> None:
     """Refuse to commit a migration that left a dangling reference."""
+    if conn.dialect.name != "sqlite":
+        return  # PostgreSQL checks every reference as it is written
     violations = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
     if violations:
         raise Internal(

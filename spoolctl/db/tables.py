@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -99,6 +100,7 @@ Index(
     jobs.c.idempotency_key,
     unique=True,
     sqlite_where=text(ACTIVE_KEY_WHERE),
+    postgresql_where=text(ACTIVE_KEY_WHERE),
 )
 
 attempts = Table(
@@ -178,3 +180,20 @@ job_dependencies = Table(
 """job_id waits until after_job_id is done. Rows go with either job when it
 is pruned (a pruned parent had finished, so nothing waits on it any more)."""
 Index("ix_job_dependencies_after_job_id", job_dependencies.c.after_job_id)
+
+output_chunks = Table(
+    "output_chunks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("attempt_id", Integer, ForeignKey("attempts.id", ondelete="CASCADE"), nullable=False),
+    Column("stream", String(8), nullable=False),
+    Column("offset", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("truncated", Integer, nullable=False, server_default="0"),
+    UniqueConstraint("attempt_id", "stream", "offset"),
+)
+"""An attempt's output stored in the database as it is produced, in bounded
+chunks (PostgreSQL queues: readable from any machine). `offset` is the
+chunk's byte position in its stream; `truncated` 1 marks the last chunk kept
+once the per-attempt cap was reached. The worker's local files stay the
+first copy; SQLite queues read those and store no chunks."""

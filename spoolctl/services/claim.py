@@ -1,8 +1,11 @@
 """claim_next: the atomic hand-over of one queued job to one worker.
 
-Runs inside the caller's BEGIN IMMEDIATE transaction, so the select, the
-update to running and the attempt insert happen under SQLite's write lock:
-two workers can never both see the job as queued.
+Runs inside the caller's write transaction. On SQLite that is BEGIN
+IMMEDIATE, so the select, the update to running and the attempt insert happen
+under the write lock; on PostgreSQL the select takes the job's row with FOR
+UPDATE SKIP LOCKED (claimants skip each other's rows instead of waiting), and
+the update is still guarded by `state = 'queued'`. Either way two workers can
+never both take one job.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from sqlalchemy import Connection, Select, bindparam, func, insert, select, upda
 
 from spoolctl import procs
 from spoolctl.db import codec
+from spoolctl.db.dialects import before_slot_count
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.dependencies import cancel_dependents
@@ -65,6 +69,7 @@ _CLAIMABLE_QUERY = (
     )
     .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
     .limit(1)
+    .with_for_update(skip_locked=True)
 )
 _CLAIMABLE = Prepared(_CLAIMABLE_QUERY)
 """Built once: the hot path binds values instead of rebuilding statements."""
@@ -99,7 +104,8 @@ _TAKE = Prepared(
 )
 
 _INSERT_ATTEMPT = Prepared(
-    insert(attempts).values(
+    insert(attempts)
+    .values(
         job_id=bindparam("b_job"),
         attempt_no=bindparam("b_no"),
         worker_id=bindparam("b_worker"),
@@ -109,6 +115,7 @@ _INSERT_ATTEMPT = Prepared(
         stdout_path=bindparam("b_stdout"),
         stderr_path=bindparam("b_stderr"),
     )
+    .returning(attempts.c.id)
 )
 
 
@@ -149,8 +156,10 @@ def claim_next(
     """
     if is_paused(conn, queue):
         return None
-    if slots is not None and running_in_queue(conn, queue) >= slots:
-        return None
+    if slots is not None:
+        before_slot_count(conn, queue)
+        if running_in_queue(conn, queue) >= slots:
+            return None
     skip: list[int] = []
     while True:
         params = {"queue": queue, "now": now}
@@ -175,7 +184,7 @@ def claim_next(
     attempt_no = 1 if previous is None else previous.attempt_no + 1
     stdout_path, stderr_path = output_paths(output_root, row.id, attempt_no)
     _TAKE.execute(conn, {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now})
-    attempt_id = _INSERT_ATTEMPT.execute(
+    attempt_id = _INSERT_ATTEMPT.first(
         conn,
         {
             "b_job": row.id,
@@ -186,7 +195,7 @@ def claim_next(
             "b_stdout": stdout_path,
             "b_stderr": stderr_path,
         },
-    ).lastrowid
+    ).id
     record_event(
         conn, row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": attempt_no}
     )

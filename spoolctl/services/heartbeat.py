@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, exists, select, update
-from sqlalchemy.dialects.sqlite import insert
 
+from spoolctl.db.dialects import upsert
 from spoolctl.db.tables import attempts, jobs, workers
 from spoolctl.states import AttemptState, JobState, WorkerState
 
@@ -47,8 +47,7 @@ def register_worker(conn: Connection, info: WorkerInfo, now: float) -> None:
         state=WorkerState.RUNNING.value,
         stopped_at=None,
     )
-    stmt = insert(workers).values(**values)
-    conn.execute(stmt.on_conflict_do_update(index_elements=[workers.c.id], set_=values))
+    upsert(conn, workers, values, "id")
 
 
 def get_worker(conn: Connection, worker_id: str) -> Any:

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, Select, case, exists, func, select
+from sqlalchemy import ColumnElement, Connection, Row, Select, func, select
 
 from spoolctl.db import codec
+from spoolctl.db.dialects import HasTag
 from spoolctl.db.tables import attempts, job_events, jobs, workers
 from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
 
@@ -75,7 +76,7 @@ def queue_summary(conn: Connection, now: float) -> dict[str, dict[str, Any]]:
     summary: dict[str, dict[str, Any]] = {}
     rows = conn.execute(
         select(
-            jobs.c.state, jobs.c.queue, func.count(), func.sum(jobs.c.next_run_at > now)
+            jobs.c.state, jobs.c.queue, func.count(), func.count().filter(jobs.c.next_run_at > now)
         ).group_by(jobs.c.state, jobs.c.queue)
     )
     for state, queue, count, future in rows:
@@ -248,11 +249,7 @@ def list_query(where: JobFilter) -> Select[Any]:
 def has_tag(key: str, value: str | None) -> ColumnElement[bool]:
     """Matches key=value (or just the key, value None) in the tags object; a
     damaged tags value matches nothing."""
-    tags = case((func.json_valid(jobs.c.tags), jobs.c.tags), else_="{}")
-    pairs = func.json_each(tags).table_valued("key", "value")
-    if value is None:
-        return exists().where(pairs.c.key == key)
-    return exists().where(pairs.c.key == key, pairs.c.value == value)
+    return HasTag(jobs.c.tags, key, value)
 
 
 def list_page(conn: Connection, where: JobFilter) -> tuple[list[dict[str, Any]], dict[str, Any]]:

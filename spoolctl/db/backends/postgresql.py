@@ -1,0 +1,266 @@
+"""PostgreSQL: what differs from the embedded SQLite file, in one place.
+
+- Engine: psycopg 3 through SQLAlchemy, READ COMMITTED for writes (claims take
+  their row with FOR UPDATE SKIP LOCKED, every hand-over is guarded by the
+  attempt it expects), REPEATABLE READ READ ONLY for read snapshots. A write
+  waits for a row lock at most the busy timeout (`lock_timeout`), then it is
+  `Locked`, exactly as SQLite's busy lock is.
+- Every transaction re-reads the schema revision, so a worker of another
+  version stops at its next transaction.
+- Change watch: LISTEN on a connection of its own; writers NOTIFY in the
+  transaction that makes work claimable (delivered at commit). With
+  `SPOOLCTL_PG_NOTIFY=0` (PgBouncer in transaction pooling) it polls.
+- Clock: liveness times come from the server (`clock_timestamp()`), sampled
+  as an offset from the local clock and refreshed every few seconds.
+- Ledger order: event ids come from a sequence, and concurrent transactions
+  could commit them out of order; inserting an event first takes a
+  transaction-level advisory lock, so ids commit in the order they are drawn
+  and `events --since-id` never skips one.
+- Migrations run in one transaction under a transaction-level advisory lock;
+  there is no file to back up (use pg_dump; `docs/postgresql.md`).
+
+Nothing here is imported unless `--db` names a PostgreSQL URL.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
+
+from spoolctl.db.url import driver_url, masked, scrub
+from spoolctl.errors import DiskFull, Locked, SpoolError, StorageFault
+
+LEDGER_LOCK_KEY = 0x5C0_01ED
+"""pg_advisory_xact_lock key serializing event inserts (ids commit in order)."""
+MIGRATE_LOCK_KEY = 0x5C0_0111
+"""pg_advisory_xact_lock key serializing schema changes."""
+SLOTS_LOCK_BASE = 0x5C0_0000
+"""Added to a hash of the queue name: serializes `--slots` counting per lane."""
+NOTIFY_CHANNEL = "spoolctl_work"
+CLOCK_RESAMPLE_S = 5.0
+POLL_S = 0.5
+"""Without notifications an idle worker looks for work this often."""
+CONNECT_TIMEOUT_S = 10
+
+
+def notifications_enabled() -> bool:
+    return os.environ.get("SPOOLCTL_PG_NOTIFY", "1") != "0"
+
+
+def make_engine(
+    url: str,
+    *,
+    write: bool,
+    busy_timeout_s: float,
+    expected_revision: str | None,
+    lock_wait_option: str,
+    read_only_option: str,
+    on_mismatch: type[SpoolError],
+) -> Engine:
+    engine = create_engine(
+        driver_url(url),
+        pool_size=2,
+        max_overflow=4,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "spoolctl"},
+        hide_parameters=True,
+    )
+    engine.update_execution_options(spoolctl_display=masked(url))
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        options = conn.get_execution_options()
+        if write and not options.get(read_only_option, False):
+            wait_s = min(busy_timeout_s, options.get(lock_wait_option, busy_timeout_s))
+            conn.exec_driver_sql(
+                "SELECT set_config('lock_timeout', %(ms)s, true)",
+                {"ms": f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"},
+            )
+        else:
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        if expected_revision is not None:
+            found = revision_of(conn)
+            if found != expected_revision:
+                raise on_mismatch(
+                    f"schema revision changed underneath: expected {expected_revision}, "
+                    f"found {found}",
+                    expected=expected_revision,
+                    found=found,
+                )
+
+    return engine
+
+
+def revision_of(conn: Connection) -> str | None:
+    """The database's alembic revision; None when it has none."""
+    table = conn.exec_driver_sql("SELECT to_regclass('alembic_version')::text").scalar()
+    if table is None:
+        return None
+    found = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    return None if found is None else str(found)
+
+
+def display_of(engine: Engine) -> str:
+    return str(engine.get_execution_options().get("spoolctl_display", "postgresql"))
+
+
+def lock_ledger(conn: Connection) -> None:
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": LEDGER_LOCK_KEY})
+
+
+def lock_migrations(conn: Connection) -> None:
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": MIGRATE_LOCK_KEY})
+
+
+def lock_lane_slots(conn: Connection, queue: str) -> None:
+    conn.exec_driver_sql(
+        "SELECT pg_advisory_xact_lock(%(k)s, hashtext(%(q)s))",
+        {"k": SLOTS_LOCK_BASE, "q": queue},
+    )
+
+
+def notify_work(conn: Connection, queue: str) -> None:
+    """Wake idle workers at commit (a rolled-back transaction notifies nobody)."""
+    conn.exec_driver_sql("SELECT pg_notify(%(c)s, %(q)s)", {"c": NOTIFY_CHANNEL, "q": queue})
+
+
+def server_now(conn: Connection) -> float:
+    found = conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one()
+    return float(found)
+
+
+class ServerClock:
+    """time.time() corrected to the database server's clock.
+
+    The offset is measured at creation and again every CLOCK_RESAMPLE_S (a
+    round trip of its own, timed: the midpoint is taken), so a worker whose
+    own clock is minutes off still writes and judges times on the server's
+    scale. If the server cannot be reached the last offset is kept."""
+
+    def __init__(self, engine: Engine, local: Any = time.time) -> None:
+        self._engine = engine
+        self._local = local
+        self._offset = 0.0
+        self._sampled_at = -1e18
+        self._lock = threading.Lock()
+        self._sample()
+
+    def _sample(self) -> None:
+        try:
+            with self._engine.connect() as conn:
+                before = self._local()
+                server = server_now(conn)
+                after = self._local()
+                conn.rollback()
+        except DBAPIError:
+            return
+        self._offset = server - (before + after) / 2
+        self._sampled_at = after
+
+    def __call__(self) -> float:
+        now = self._local()
+        if now - self._sampled_at > CLOCK_RESAMPLE_S or now < self._sampled_at:
+            with self._lock:
+                self._sample()
+            now = self._local()
+        return now + self._offset
+
+
+class NotifyWatch:
+    """An idle worker's ear: LISTEN on a dedicated connection (never pooled,
+    never inside a transaction). `changed()` is True when a notification came
+    since the last look, or, as a fallback, every POLL_S; `fileno()` lets the
+    worker's select() wake the moment one arrives."""
+
+    def __init__(self, url: str) -> None:
+        self._conn: Any = None
+        self._last_poll = 0.0
+        self._listening = notifications_enabled()
+        if self._listening:
+            try:
+                import psycopg
+
+                self._conn = psycopg.connect(
+                    driver_url(url).replace("postgresql+psycopg://", "postgresql://", 1),
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT_S,
+                    application_name="spoolctl-listen",
+                )
+                self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            except Exception:
+                self._conn = None
+                self._listening = False
+
+    def fileno(self) -> int | None:
+        return None if self._conn is None else int(self._conn.pgconn.socket)
+
+    def changed(self) -> bool:
+        now = time.monotonic()
+        if self._conn is not None:
+            try:
+                ready, _, _ = select.select([self._conn.pgconn.socket], [], [], 0)
+                got = False
+                if ready:
+                    self._conn.pgconn.consume_input()
+                    while self._conn.pgconn.notifies() is not None:
+                        got = True
+                if got:
+                    self._last_poll = now
+                    return True
+            except Exception:
+                self.close()
+                return True
+            if now - self._last_poll >= POLL_S * 4:
+                self._last_poll = now
+                return True
+            return False
+        if now - self._last_poll >= POLL_S:
+            self._last_poll = now
+            return True
+        return False
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+
+@contextmanager
+def translate_errors(engine: Engine) -> Iterator[None]:
+    """A lock wait beyond the timeout, a deadlock or a serialization failure
+    is `Locked` (retryable, exit 4); a full disk is `DiskFull`; a server that
+    cannot be reached or used is `StorageFault` (exit 3). Messages never carry
+    the password. Integrity violations (bugs) pass through."""
+    try:
+        yield
+    except DBAPIError as exc:
+        raw = exc.orig
+        state = getattr(raw, "sqlstate", None) or ""
+        if exc.connection_invalidated is False and state.startswith("23"):
+            raise
+        url = engine.url.render_as_string(hide_password=False)
+        detail = scrub(str(raw).strip().splitlines()[0] if str(raw).strip() else repr(raw), url)
+        where = display_of(engine)
+        if state in ("55P03", "40001", "40P01"):
+            raise Locked(
+                "the queue database stayed locked beyond the busy timeout; try again",
+                database_error=detail,
+            ) from None
+        if state == "53100":
+            raise DiskFull(
+                f"the PostgreSQL server {where} is out of disk: {detail}", database_error=detail
+            ) from None
+        raise StorageFault(
+            f"cannot use the queue database {where}: {detail}",
+            database=where,
+            database_error=detail,
+        ) from None
