@@ -12,8 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Connection, Table, Text, bindparam, case, exists, func
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
@@ -47,8 +45,15 @@ def before_slot_count(conn: Connection, queue: str) -> None:
 
 def upsert(conn: Connection, table: Table, values: dict[str, Any], key: str) -> None:
     """Insert a row, or update the one with the same primary key."""
-    module: Any = pg_dialect if is_postgres(conn) else sqlite_dialect
-    stmt = module.insert(table).values(**values)
+    stmt: Any
+    if is_postgres(conn):
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        stmt = pg_insert(table).values(**values)
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        stmt = sqlite_insert(table).values(**values)
     conn.execute(stmt.on_conflict_do_update(index_elements=[table.c[key]], set_=values))
 
 

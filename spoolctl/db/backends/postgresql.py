@@ -28,7 +28,7 @@ import os
 import select
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -132,7 +132,7 @@ def notify_work(conn: Connection, queue: str) -> None:
 
 
 def server_now(conn: Connection) -> float:
-    found = conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one()
+    found: Any = conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one()
     return float(found)
 
 
@@ -144,7 +144,7 @@ class ServerClock:
     own clock is minutes off still writes and judges times on the server's
     scale. If the server cannot be reached the last offset is kept."""
 
-    def __init__(self, engine: Engine, local: Any = time.time) -> None:
+    def __init__(self, engine: Engine, local: Callable[[], float] = time.time) -> None:
         self._engine = engine
         self._local = local
         self._offset = 0.0
