@@ -1,10 +1,16 @@
 """alembic environment for spoolctl.
 
-The CLI hands its own connection (already inside a BEGIN IMMEDIATE
-transaction) through `config.attributes["connection"]`; pytest-alembic hands
-an engine made by spoolctl's engine factory the same way; run by hand, alembic
-opens `sqlalchemy.url` from alembic.ini. The offline branch serves
-`spoolctl migrate --sql`.
+The CLI hands its own connection (already inside its transaction: BEGIN
+IMMEDIATE on SQLite, one transaction under an advisory lock on PostgreSQL)
+through `config.attributes["connection"]`, and alembic then opens no
+transaction of its own; pytest-alembic hands an engine made by spoolctl's
+engine factory the same way; run by hand, alembic opens `sqlalchemy.url` from
+alembic.ini. The offline branch serves `spoolctl migrate --sql`, rendering for
+the dialect of `sqlalchemy.url` (`sqlite://` or `postgresql://`).
+
+`render_as_batch` only rebuilds tables on SQLite; on PostgreSQL a batch block
+is plain ALTER statements. Revisions that must differ ask
+`op.get_context().dialect.name`, which answers offline too.
 """
 
 from __future__ import annotations

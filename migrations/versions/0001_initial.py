@@ -3,6 +3,10 @@
 Revision ID: 0001_initial
 Revises:
 Create Date: 2026-11-30 15:33:56.691536
+
+The batch blocks recreate nothing here (alembic's "auto" batch mode only
+rebuilds SQLite tables, and only when a change needs it): on both backends
+they are plain CREATE INDEX / DROP INDEX.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ revision: str = "0001_initial"
 down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+
+ACTIVE_KEY_WHERE = "idempotency_key IS NOT NULL AND state IN ('queued', 'running')"
+"""The unique index on idempotency_key covers unfinished jobs only (partial on both backends)."""
 
 
 def upgrade() -> None:
@@ -62,7 +69,8 @@ def upgrade() -> None:
             "uq_jobs_active_key",
             ["idempotency_key"],
             unique=True,
-            sqlite_where=sa.text("idempotency_key IS NOT NULL AND state IN ('queued', 'running')"),
+            sqlite_where=sa.text(ACTIVE_KEY_WHERE),
+            postgresql_where=sa.text(ACTIVE_KEY_WHERE),
         )
 
     op.create_table(
@@ -137,7 +145,8 @@ def downgrade() -> None:
     with op.batch_alter_table("jobs", schema=None) as batch_op:
         batch_op.drop_index(
             "uq_jobs_active_key",
-            sqlite_where=sa.text("idempotency_key IS NOT NULL AND state IN ('queued', 'running')"),
+            sqlite_where=sa.text(ACTIVE_KEY_WHERE),
+            postgresql_where=sa.text(ACTIVE_KEY_WHERE),
         )
         batch_op.drop_index("ix_jobs_state_heartbeat")
         batch_op.drop_index("ix_jobs_state_finished")

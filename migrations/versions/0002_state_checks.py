@@ -12,11 +12,17 @@ AUTOINCREMENT high-water marks are saved and restored around the rebuild, so
 an id deleted by `prune` is never handed out again. The table shapes below are
 frozen copies (`copy_from`): no reflection, so `spoolctl migrate --sql` can
 render the rebuild offline too.
+
+PostgreSQL changes a table in place: the same batch blocks run with
+recreate="never", so they become ALTER TABLE ... ADD/DROP CONSTRAINT and
+CREATE/DROP INDEX on the existing tables (ids and sequences untouched), and
+there is no sqlite_sequence to save.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import sqlalchemy as sa
 from alembic import op
@@ -51,6 +57,7 @@ CHECKS: dict[str, tuple[tuple[str, str], ...]] = {
         ("ck_attempts_failure_reason", _one_of("failure_reason", FAILURE_REASONS, nullable=True)),
     ),
 }
+ACTIVE_KEY_WHERE = "idempotency_key IS NOT NULL AND state IN ('queued', 'running')"
 LIST_INDEXES = (("ix_jobs_state_id", ["state", "id"]), ("ix_jobs_queue_id", ["queue", "id"]))
 
 
@@ -102,7 +109,8 @@ def _jobs(metadata: sa.MetaData, *, checked: bool) -> sa.Table:
         "uq_jobs_active_key",
         table.c.idempotency_key,
         unique=True,
-        sqlite_where=sa.text("idempotency_key IS NOT NULL AND state IN ('queued', 'running')"),
+        sqlite_where=sa.text(ACTIVE_KEY_WHERE),
+        postgresql_where=sa.text(ACTIVE_KEY_WHERE),
     )
     if checked:
         for name, columns in LIST_INDEXES:
@@ -138,6 +146,16 @@ def _attempts(metadata: sa.MetaData, *, checked: bool) -> sa.Table:
     )
 
 
+def _rebuilds() -> bool:
+    """SQLite recreates a table to change a CHECK; PostgreSQL alters it in place.
+    Read from the migration context, so it holds offline (`--sql`) too."""
+    return op.get_context().dialect.name == "sqlite"
+
+
+def _recreate() -> Literal["always", "never"]:
+    return "always" if _rebuilds() else "never"
+
+
 def _checks(table: str, checked: bool) -> list[sa.CheckConstraint]:
     if not checked:
         return []
@@ -145,6 +163,8 @@ def _checks(table: str, checked: bool) -> list[sa.CheckConstraint]:
 
 
 def _save_sequences() -> None:
+    if not _rebuilds():
+        return
     listed = ", ".join(f"'{t}'" for t in REBUILT)
     op.execute("DROP TABLE IF EXISTS temp.spoolctl_saved_sequence")
     op.execute(
@@ -154,6 +174,8 @@ def _save_sequences() -> None:
 
 
 def _restore_sequences() -> None:
+    if not _rebuilds():
+        return
     op.execute(
         "DELETE FROM sqlite_sequence WHERE name IN (SELECT name FROM spoolctl_saved_sequence)"
     )
@@ -167,14 +189,14 @@ def upgrade() -> None:
     old = sa.MetaData()
     _save_sequences()
     with op.batch_alter_table(
-        "jobs", copy_from=_jobs(old, checked=False), recreate="always"
+        "jobs", copy_from=_jobs(old, checked=False), recreate=_recreate()
     ) as batch:
         for name, sql in CHECKS["jobs"]:
             batch.create_check_constraint(op.f(name), sql)
         for name, columns in LIST_INDEXES:
             batch.create_index(name, columns)
     with op.batch_alter_table(
-        "attempts", copy_from=_attempts(old, checked=False), recreate="always"
+        "attempts", copy_from=_attempts(old, checked=False), recreate=_recreate()
     ) as batch:
         for name, sql in CHECKS["attempts"]:
             batch.create_check_constraint(op.f(name), sql)
@@ -185,14 +207,14 @@ def downgrade() -> None:
     new = sa.MetaData()
     _save_sequences()
     with op.batch_alter_table(
-        "jobs", copy_from=_jobs(new, checked=True), recreate="always"
+        "jobs", copy_from=_jobs(new, checked=True), recreate=_recreate()
     ) as batch:
         for name, _sql in CHECKS["jobs"]:
             batch.drop_constraint(op.f(name), type_="check")
         for name, _columns in LIST_INDEXES:
             batch.drop_index(name)
     with op.batch_alter_table(
-        "attempts", copy_from=_attempts(new, checked=True), recreate="always"
+        "attempts", copy_from=_attempts(new, checked=True), recreate=_recreate()
     ) as batch:
         for name, _sql in CHECKS["attempts"]:
             batch.drop_constraint(op.f(name), type_="check")

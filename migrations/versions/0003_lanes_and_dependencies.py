@@ -18,6 +18,13 @@ Downgrade refuses (CONFLICT, nothing changed) while a lane is paused or a job
 is waiting: 0002 can express neither. Otherwise it drops the new tables, turns
 `dependency_failed` on canceled jobs into `canceled` (their last_error still
 names the parent) and deletes the lane events (0002 requires a job id).
+
+PostgreSQL changes the same things in place, with no rebuild and no
+sqlite_sequence: it swaps the three CHECKs and the active-key index
+(`postgresql_where`, the same predicate), and alters job_events.job_id's NOT
+NULL and event's type. Going down it keeps `event` at 32 characters: event
+names longer than 16 (`orphan_unconfirmed`, `dependency_failed`) stay as they
+are, as they do in SQLite, which never enforced the 16.
 """
 
 from __future__ import annotations
@@ -97,6 +104,7 @@ def _jobs(metadata: sa.MetaData, *, new: bool) -> sa.Table:
         table.c.idempotency_key,
         unique=True,
         sqlite_where=sa.text(NEW_KEY_WHERE if new else OLD_KEY_WHERE),
+        postgresql_where=sa.text(NEW_KEY_WHERE if new else OLD_KEY_WHERE),
     )
     return table
 
@@ -157,8 +165,17 @@ def _in(column: str, values: tuple[str, ...], *, nullable: bool = False) -> str:
     return f"{column} IS NULL OR {check}" if nullable else check
 
 
+def _rebuilds() -> bool:
+    """SQLite recreates a table to change it; PostgreSQL alters it in place.
+    Read from the migration context, so it holds offline (`--sql`) too."""
+    return op.get_context().dialect.name == "sqlite"
+
+
 def _rebuild(*, new: bool) -> None:
     """Rebuild the three tables into the target shape, rows and ids kept."""
+    if not _rebuilds():
+        _alter_in_place(new=new)
+        return
     metadata = sa.MetaData(naming_convention={"ck": "ck_%(table_name)s_%(constraint_name)s"})
     for shape in (_jobs, _attempts, _job_events):
         table = shape(metadata, new=new)
@@ -166,7 +183,37 @@ def _rebuild(*, new: bool) -> None:
             pass
 
 
+def _alter_in_place(*, new: bool) -> None:
+    """What the rebuild changes, as ALTERs: CHECKs, the active-key index,
+    job_events' columns (PostgreSQL)."""
+    reasons = NEW_REASONS if new else OLD_REASONS
+    checks = (
+        ("jobs", "state", _in("state", NEW_JOB_STATES if new else OLD_JOB_STATES)),
+        ("jobs", "last_failure_reason", _in("last_failure_reason", reasons, nullable=True)),
+        ("attempts", "failure_reason", _in("failure_reason", reasons, nullable=True)),
+    )
+    for table, column, sql in checks:
+        op.drop_constraint(op.f(f"ck_{table}_{column}"), table, type_="check")
+        op.create_check_constraint(op.f(f"ck_{table}_{column}"), table, sql)
+    where = sa.text(NEW_KEY_WHERE if new else OLD_KEY_WHERE)
+    op.drop_index("uq_jobs_active_key", table_name="jobs")
+    op.create_index(
+        "uq_jobs_active_key", "jobs", ["idempotency_key"], unique=True, postgresql_where=where
+    )
+    op.alter_column("job_events", "job_id", existing_type=sa.Integer(), nullable=new)
+    if new:
+        op.alter_column(
+            "job_events",
+            "event",
+            existing_type=sa.String(16),
+            type_=sa.String(32),
+            existing_nullable=False,
+        )
+
+
 def _save_sequences() -> None:
+    if not _rebuilds():
+        return
     listed = ", ".join(f"'{t}'" for t in REBUILT)
     op.execute("DROP TABLE IF EXISTS temp.spoolctl_saved_sequence")
     op.execute(
@@ -176,6 +223,8 @@ def _save_sequences() -> None:
 
 
 def _restore_sequences() -> None:
+    if not _rebuilds():
+        return
     op.execute(
         "DELETE FROM sqlite_sequence WHERE name IN (SELECT name FROM spoolctl_saved_sequence)"
     )
