@@ -1,24 +1,27 @@
 """`migrate`: see and change a queue file's schema revision (SPEC section 3).
 
 Needs no alembic.ini and works from any directory: the revision scripts ship
-inside the package and alembic's Config is built in code.
+inside the package and alembic's Config is built in code. `--db` may name a
+PostgreSQL URL; output names it with its password masked (`db_path` keeps
+its name: it is the JSON contract).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
 
 from spoolctl.cli.options import db_option, json_option, verb
+from spoolctl.cli.queues import target_of
 from spoolctl.cli.render import Reply, emit
-from spoolctl.config import resolve_db
+from spoolctl.db.queue import Target, display, schema_status
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from spoolctl.errors import SafetyBlock
 
 MODES = ("status", "history", "sql")
 REVISION_FLAGS = ("to", "downgrade")
+NO_BACKUP_POSTGRES = "none (PostgreSQL: take one with pg_dump before migrating)"
 
 
 @verb(
@@ -73,29 +76,27 @@ def migrate(
     version stop at their next transaction with SCHEMA_OUTDATED or
     SCHEMA_TOO_NEW.
     """
-    path = resolve_db(db).path
+    where = target_of(db)
     if status:
-        return emit(status_reply(path), as_json)
+        return emit(status_reply(where), as_json)
     if history:
-        return emit(history_reply(path), as_json)
+        return emit(history_reply(where), as_json)
     target = downgrade or (HEAD_REVISION if to in (None, "head") else to)
     if sql:
-        return emit(sql_reply(path, target, downgrade is not None), as_json)
+        return emit(sql_reply(where, target, downgrade is not None), as_json)
     if downgrade is not None and not yes:
         raise SafetyBlock(
-            f"downgrading {path} to {downgrade} changes its schema under every worker; "
+            f"downgrading {display(where)} to {downgrade} changes its schema under every worker; "
             "confirm with --yes",
             target=downgrade,
         )
-    return emit(change_reply(path, target, downgrade is not None, not no_backup), as_json)
+    return emit(change_reply(where, target, downgrade is not None, not no_backup), as_json)
 
 
-def status_reply(path: Path) -> Reply:
-    from spoolctl.db.queue import schema_status
-
-    found = schema_status(path)
+def status_reply(where: Target) -> Reply:
+    found = schema_status(where)
     data: dict[str, Any] = {
-        "db_path": str(path),
+        "db_path": display(where),
         "exists": found is not None,
         "current": None if found is None else found.current,
         "head": HEAD_REVISION,
@@ -125,11 +126,10 @@ def status_text(data: dict[str, Any]) -> str:
     )
 
 
-def history_reply(path: Path) -> Reply:
-    from spoolctl.db.queue import schema_status
+def history_reply(where: Target) -> Reply:
     from spoolctl.db.revision import history
 
-    found = schema_status(path)
+    found = schema_status(where)
     current = None if found is None else found.current
     revisions = [
         {
@@ -156,20 +156,20 @@ def history_text(revisions: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def sql_reply(path: Path, target: str, downgrade: bool) -> Reply:
+def sql_reply(where: Target, target: str, downgrade: bool) -> Reply:
     from spoolctl.db.migration import migration_sql
 
-    text = migration_sql(path, target, downgrade=downgrade)
-    data = {"db_path": str(path), "target": target, "downgrade": downgrade, "sql": text}
+    text = migration_sql(where, target, downgrade=downgrade)
+    data = {"db_path": display(where), "target": target, "downgrade": downgrade, "sql": text}
     return Reply(data, text=text.rstrip("\n"))
 
 
-def change_reply(path: Path, target: str, downgrade: bool, backup: bool) -> Reply:
+def change_reply(where: Target, target: str, downgrade: bool, backup: bool) -> Reply:
     from spoolctl.db.migration import migrate_file
 
-    result = migrate_file(path, target, downgrade=downgrade, backup=backup)
+    result = migrate_file(where, target, downgrade=downgrade, backup=backup)
     data = {
-        "db_path": str(path),
+        "db_path": display(where),
         "from_revision": result.from_revision,
         "to_revision": result.to_revision,
         "applied": result.applied,
@@ -181,10 +181,11 @@ def change_reply(path: Path, target: str, downgrade: bool, backup: bool) -> Repl
         "quarantined_rows": len(result.quarantined_job_ids) + result.quarantined_attempts,
         "quarantined_job_ids": result.quarantined_job_ids,
     }
-    return Reply(data, text=lambda: change_text(data))
+    no_backup = NO_BACKUP_POSTGRES if isinstance(where, str) else "none"
+    return Reply(data, text=lambda: change_text(data, no_backup))
 
 
-def change_text(data: dict[str, Any]) -> str:
+def change_text(data: dict[str, Any], no_backup: str = "none") -> str:
     if not data["applied"]:
         return f"{data['db_path']} is already at {data['to_revision']}: nothing to do"
     if data["legacy_adopted"]:
@@ -201,7 +202,7 @@ def change_text(data: dict[str, Any]) -> str:
             f"{verb_done} {data['db_path']} from {data['from_revision'] or 'nothing'} "
             f"to {data['to_revision']} ({', '.join(data['applied'])})"
         )
-    backup = data["backup_path"] or "none"
+    backup = data["backup_path"] or no_backup
     return f"{head}\nbackup: {backup}"
 
 

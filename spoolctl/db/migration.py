@@ -1,13 +1,18 @@
-"""Changing a queue file's schema: upgrade, downgrade, legacy adoption, backup.
+"""Changing a queue's schema: upgrade, downgrade, legacy adoption, backup.
 
-Every change runs in one BEGIN IMMEDIATE transaction on a connection with
-foreign keys off (batch rebuilds drop and rename referenced tables), and is
-committed only after `PRAGMA foreign_key_check` comes back clean. Holding the
-write lock from the first look at the revision to the commit is what makes two
-racing `migrate` runs safe: the second waits, then finds nothing to do.
-
+SQLite: every change runs in one BEGIN IMMEDIATE transaction on a connection
+with foreign keys off (batch rebuilds drop and rename referenced tables), and
+is committed only after `PRAGMA foreign_key_check` comes back clean. Holding
+the write lock from the first look at the revision to the commit is what makes
+two racing `migrate` runs safe: the second waits, then finds nothing to do.
 The backup is taken while that lock is held, by a second connection running
 `VACUUM INTO`: it is a consistent copy of exactly the state being migrated.
+
+PostgreSQL: every change runs in one transaction (its DDL is transactional)
+that first takes a transaction-level advisory lock, so racing runs serialize
+the same way and a failure anywhere rolls back every step. There is no file
+to copy: no backup is taken (the operator runs pg_dump), and no legacy layout
+exists there to adopt.
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from spoolctl.config import busy_timeout_s
 from spoolctl.db import legacy, revision
 from spoolctl.db.engine import (
     DB_FILE_MODE,
+    LOCK_WAIT_OPTION,
+    READ_ONLY_OPTION,
+    RevisionMismatch,
     ensure_spool,
     make_engine,
     make_peek_engine,
@@ -31,7 +39,7 @@ from spoolctl.db.engine import (
     switch_to_wal,
     write_tx,
 )
-from spoolctl.db.queue import schema_status
+from spoolctl.db.queue import Target, display, schema_status
 from spoolctl.db.revision import KNOWN_REVISIONS, SchemaStatus
 from spoolctl.errors import InvalidInput, SchemaTooNew
 
@@ -63,11 +71,14 @@ class Adoption:
 
 
 def migrate_file(
-    path: Path, target: str | None = None, *, downgrade: bool = False, backup: bool = True
+    path: Target, target: str | None = None, *, downgrade: bool = False, backup: bool = True
 ) -> MigrationResult:
-    """Bring the file to `target` (default: the head; creating the file when
-    missing), backing it up first."""
+    """Bring the queue to `target` (default: the head; creating the file when
+    missing), backing an SQLite file up first. `path` is an SQLite file or a
+    PostgreSQL URL."""
     target = target or revision.HEAD_REVISION
+    if isinstance(path, str):
+        return _migrate_postgres(path, target, downgrade=downgrade)
     ensure_spool(path)
     timeout_s = max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S)
     engine = make_engine(
@@ -104,7 +115,43 @@ def migrate_file(
     )
 
 
-def plan(status: SchemaStatus, target: str, *, downgrade: bool, path: Path) -> list[str]:
+def _migrate_postgres(url: str, target: str, *, downgrade: bool) -> MigrationResult:
+    """One transaction under the migration lock: look, plan, apply, commit;
+    any failure rolls back every step."""
+    from spoolctl.db.backends.postgresql import lock_migrations
+
+    engine = _postgres_engine(url)
+    try:
+        with write_tx(engine) as conn:
+            lock_migrations(conn)
+            status = revision.inspect_schema(conn)
+            steps = plan(status, target, downgrade=downgrade, path=url)
+            if not steps:
+                return MigrationResult(status.current, status.current, [], None, False)
+            _apply(conn, url, status, target, downgrade)
+            reached = revision.inspect_schema(conn).current
+    finally:
+        engine.dispose()
+    return MigrationResult(status.current, reached, steps, None, False, downgrade=downgrade)
+
+
+def _postgres_engine(url: str) -> Engine:
+    """A write engine that checks no revision and waits for locks (another
+    migrate's advisory lock, workers' row locks) as long as a migrate may."""
+    from spoolctl.db.backends import postgresql
+
+    return postgresql.make_engine(
+        url,
+        write=True,
+        busy_timeout_s=max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S),
+        expected_revision=None,
+        lock_wait_option=LOCK_WAIT_OPTION,
+        read_only_option=READ_ONLY_OPTION,
+        on_mismatch=RevisionMismatch,
+    )
+
+
+def plan(status: SchemaStatus, target: str, *, downgrade: bool, path: Target) -> list[str]:
     """The revisions a change from `status` to `target` applies (or undoes), in order."""
     _refuse_foreign(status, path)
     if target not in KNOWN_REVISIONS:
@@ -138,7 +185,7 @@ def _index(rev: str) -> int:
     return KNOWN_REVISIONS.index(rev)
 
 
-def _refuse_foreign(status: SchemaStatus, path: Path) -> None:
+def _refuse_foreign(status: SchemaStatus, path: Target) -> None:
     """Never touch a file this code does not understand."""
     if status.current is not None and not status.is_known:
         revision.refuse_unless_current(status, path)
@@ -155,14 +202,14 @@ def _refuse_foreign(status: SchemaStatus, path: Path) -> None:
 
 
 def _apply(
-    conn: Connection, path: Path, status: SchemaStatus, target: str, downgrade: bool
+    conn: Connection, path: Target, status: SchemaStatus, target: str, downgrade: bool
 ) -> Adoption:
     """Run the change inside the caller's transaction."""
     if downgrade:
         revision.downgrade_in(conn, target)
         return Adoption()
     adoption = Adoption()
-    if status.is_legacy:
+    if status.is_legacy and isinstance(path, Path):
         adoption = adopt(conn, path, status.legacy_version or 0)
     if revision.inspect_schema(conn).current != target:
         revision.upgrade_in(conn, target)
@@ -206,12 +253,17 @@ def take_backup(path: Path, label: str) -> Path:
     return target
 
 
-def migration_sql(path: Path, target: str, *, downgrade: bool = False) -> str:
-    """The SQL `migrate_file` would run on this file, rendered without changing it."""
+def migration_sql(path: Target, target: str, *, downgrade: bool = False) -> str:
+    """The SQL `migrate_file` would run on this queue, rendered without changing
+    it (for PostgreSQL: PostgreSQL's DDL, in one BEGIN ... COMMIT)."""
     status = _read_status(path)
     steps = plan(status, target, downgrade=downgrade, path=path)
     if not steps:
-        return f"-- {path} is already at {status.label}: nothing to run\n"
+        return f"-- {display(path)} is already at {status.label}: nothing to run\n"
+    if isinstance(path, str):
+        return revision.offline_sql(
+            status.current, target, downgrade=downgrade, dialect="postgresql"
+        )
     if not status.is_legacy:
         return revision.offline_sql(status.current, target, downgrade=downgrade)
     layout, moves = _legacy_facts(path, status.legacy_version or 0)
@@ -226,7 +278,7 @@ def migration_sql(path: Path, target: str, *, downgrade: bool = False) -> str:
     return "".join(parts)
 
 
-def _read_status(path: Path) -> SchemaStatus:
+def _read_status(path: Target) -> SchemaStatus:
     status = schema_status(path)
     return status if status is not None else SchemaStatus(None, None, has_tables=False)
 
