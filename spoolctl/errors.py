@@ -109,6 +109,12 @@ class Locked(SpoolError):
     exit_code = EXIT_TRANSIENT
 
 
+class Unreachable(Locked):
+    """The database server could not be reached, or dropped the connection
+    (PostgreSQL): transient like a busy lock (exit 4, try again); a worker
+    keeps its loop running and retries, as it does for LOCKED."""
+
+
 class WaitTimeout(SpoolError):
     code = "TIMEOUT"
     exit_code = EXIT_TRANSIENT

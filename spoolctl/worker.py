@@ -119,7 +119,7 @@ class Worker:
         self._retry_s = 0.0
         self._fenced = False
         self._last_reap_pass = 0.0
-        self._watch_fd: int | None = None
+        self._watch: ChangeWatch | None = None
         hang = timing.hang_threshold_s
         self._beat_every = (
             min(timing.heartbeat_interval_s, hang / 4)
@@ -133,7 +133,7 @@ class Worker:
         self._db_identity = self._file_identity()
         self._register()
         watch = change_watch(self.engine)
-        self._watch_fd = watch.fileno()
+        self._watch = watch
         try:
             with counting_signals() as self.signals:
                 try:
@@ -497,13 +497,9 @@ class Worker:
             wake = min(wake, now + WATCH_TICK_S, self._next_claim_at)
         deadline = max(wake, self._blocked_until)
         fds = [self.signals.wake_fd]
-        if (
-            self._watch_fd is not None
-            and claiming
-            and not self._fenced
-            and now >= self._blocked_until
-        ):
-            fds.append(self._watch_fd)  # a NOTIFY wakes the worker at once
+        watch_fd = None if self._watch is None else self._watch.fileno()
+        if watch_fd is not None and claiming and not self._fenced and now >= self._blocked_until:
+            fds.append(watch_fd)  # a NOTIFY wakes the worker at once
         for execution in self.running.values():
             deadline = min(deadline, execution.next_wakeup())
             if execution.pidfd is not None:

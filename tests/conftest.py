@@ -7,6 +7,8 @@ import pytest
 
 from tests.helpers import STARTED_WORKERS
 
+pytest_plugins = ["tests.pg_fixtures"]
+
 
 @pytest.fixture
 def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -36,7 +36,11 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
 from spoolctl.db.url import driver_url, masked, scrub
-from spoolctl.errors import DiskFull, Locked, SpoolError, StorageFault
+from spoolctl.errors import DiskFull, Locked, SpoolError, StorageFault, Unreachable
+
+LOST_STATES = ("57P01", "57P02", "57P03", "53300")
+"""Terminated by an administrator, crash shutdown, cannot connect now, too
+many connections: the server may well answer the next try."""
 
 LEDGER_LOCK_KEY = 0x5C0_01ED
 """pg_advisory_xact_lock key serializing event inserts (ids commit in order)."""
@@ -49,6 +53,8 @@ CLOCK_RESAMPLE_S = 5.0
 POLL_S = 0.5
 """Without notifications an idle worker looks for work this often."""
 CONNECT_TIMEOUT_S = 10
+RELISTEN_S = 5.0
+"""A lost LISTEN connection is opened again this often (polling meanwhile)."""
 
 
 def notifications_enabled() -> bool:
@@ -180,23 +186,28 @@ class NotifyWatch:
     worker's select() wake the moment one arrives."""
 
     def __init__(self, url: str) -> None:
+        self._url = url
         self._conn: Any = None
         self._last_poll = 0.0
-        self._listening = notifications_enabled()
-        if self._listening:
-            try:
-                import psycopg
+        self._last_connect = 0.0
+        if notifications_enabled():
+            self._listen()
 
-                self._conn = psycopg.connect(
-                    driver_url(url).replace("postgresql+psycopg://", "postgresql://", 1),
-                    autocommit=True,
-                    connect_timeout=CONNECT_TIMEOUT_S,
-                    application_name="spoolctl-listen",
-                )
-                self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            except Exception:
-                self._conn = None
-                self._listening = False
+    def _listen(self) -> None:
+        """(Re)connect and LISTEN; on failure, poll until the next try."""
+        self._last_connect = time.monotonic()
+        try:
+            import psycopg
+
+            self._conn = psycopg.connect(
+                driver_url(self._url).replace("postgresql+psycopg://", "postgresql://", 1),
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT_S,
+                application_name="spoolctl-listen",
+            )
+            self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        except Exception:
+            self.close()
 
     def fileno(self) -> int | None:
         return None if self._conn is None else int(self._conn.pgconn.socket)
@@ -221,6 +232,9 @@ class NotifyWatch:
                 self._last_poll = now
                 return True
             return False
+        if notifications_enabled() and now - self._last_connect >= RELISTEN_S:
+            self._listen()  # the connection was lost: listen again, and look now
+            return True
         if now - self._last_poll >= POLL_S:
             self._last_poll = now
             return True
@@ -255,6 +269,12 @@ def translate_errors(engine: Engine) -> Iterator[None]:
                 "the queue database stayed locked beyond the busy timeout; try again",
                 database_error=detail,
             ) from None
+        if _connection_lost(exc, state, detail):
+            raise Unreachable(
+                f"the PostgreSQL server {where} could not be reached or dropped the "
+                f"connection: {detail}; try again",
+                database_error=detail,
+            ) from None
         if state == "53100":
             raise DiskFull(
                 f"the PostgreSQL server {where} is out of disk: {detail}", database_error=detail
@@ -264,3 +284,15 @@ def translate_errors(engine: Engine) -> Iterator[None]:
             database=where,
             database_error=detail,
         ) from None
+
+
+def _connection_lost(exc: DBAPIError, state: str, detail: str) -> bool:
+    """A connection that failed or died, not one refused for good (a wrong
+    password, a database that does not exist)."""
+    if exc.connection_invalidated or state.startswith("08") or state in LOST_STATES:
+        return True
+    if state:
+        return False
+    refused_for_good = ("authentication failed", "does not exist", "no password supplied")
+    lost = type(exc.orig).__name__ == "OperationalError"
+    return lost and not any(words in detail for words in refused_for_good)
