@@ -69,9 +69,12 @@ def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bo
 
 
 def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
+    """`now` is this machine's clock; a PostgreSQL queue is judged by its server's."""
     queue = open_read(db)
     if queue is None:
         return empty_status()
+    if queue.is_postgres:
+        now = queue.now()
     return queue.read(
         lambda conn: with_paused_lanes(
             query.status_summary(conn, now, dead_limit=limit), lanes.paused_lanes(conn)
@@ -290,8 +293,8 @@ def list_text(jobs: list[dict[str, Any]]) -> str:
 @json_option
 def workers(include_all: bool, db: str | None, as_json: bool) -> int:
     """Workers with their queue, slots, running jobs and heartbeat age."""
-    now = time.time()
     found = open_read(db)
+    now = time.time() if found is None else found.now()
     rows, orphans, paused = (
         ([], [], [])
         if found is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -27,6 +28,7 @@ from spoolctl.cli.options import (
 )
 from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import Reply, emit
+from spoolctl.db.queue import QueueFile
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services.submit import (
     DEFAULT_MAX_RETRIES,
@@ -164,26 +166,44 @@ def add(
     --after-job it waits until those jobs are done; batch lines can name
     earlier lines ("after_jobs": ["@1"]).
     """
-    now = time.time()
+    local = time.time()
     if batch is not None:
         if argv or command is not None:
             raise InvalidInput("--batch cannot be combined with a command")
-        specs = read_batch(batch, now)
+        specs = read_batch(batch, local)
         queue = open_write(db, synchronous="FULL")
-        ids = queue.write(lambda conn: submit_batch(conn, specs, now))
+        now = queue_now(queue, local)
+        rebased = [rebase(s, local, now) for s in specs]
+        ids = queue.write(lambda conn: submit_batch(conn, rebased, now))
         return emit(
             Reply({"count": len(ids), "job_ids": ids}, text=f"Added {len(ids)} jobs"), as_json
         )
     spec = JobSpec(
         argv=command_argv(argv, command),
-        run_at=None if after is None and at is None else (at if at is not None else now + after),  # type: ignore[operator]
+        run_at=None if after is None and at is None else (at if at is not None else local + after),  # type: ignore[operator]
         tags=validate.tag_map(dict(tags)),
         env=validate.env_map(dict(env)),
         **options,
     )
     queue = open_write(db, synchronous="FULL")
+    now = queue_now(queue, local)
+    spec = rebase(spec, local, now)
     result = queue.write(lambda conn: submit(conn, spec, now))
     return emit(added_reply(result, spec), as_json)
+
+
+def queue_now(queue: QueueFile, local: float) -> float:
+    """The submission's time: this machine's clock for an SQLite file, the
+    server's for PostgreSQL (a submitter whose clock is off must not delay or
+    hurry its jobs)."""
+    return queue.now() if queue.is_postgres else local
+
+
+def rebase(spec: JobSpec, local: float, now: float) -> JobSpec:
+    """A spec whose run_at was read against the local clock, on `now`'s scale."""
+    if spec.run_at is None or now == local:
+        return spec
+    return dataclasses.replace(spec, run_at=spec.run_at + (now - local))
 
 
 def command_argv(argv: tuple[str, ...], command: str | None) -> list[str]:

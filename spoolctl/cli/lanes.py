@@ -3,7 +3,6 @@ stopping any worker."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
@@ -76,9 +75,9 @@ def pause(queue: str | None, every: bool, reason: str | None, db: str | None, as
     lane changes nothing (reported, exit 0). Undo with `resume`.
     """
     named = lanes_named(queue, every, "pause")
-    now = time.time()
     by = lanes.operator_identity()
     found = open_write(db)
+    now = found.now()
     change, paused = found.write(
         lambda conn: (
             lanes.pause_lanes(conn, named, by=by, reason=reason, now=now),
@@ -104,9 +103,9 @@ def resume(queue: str | None, every: bool, db: str | None, as_json: bool) -> int
     Resuming a lane that is not paused changes nothing (reported, exit 0).
     """
     named = lanes_named(queue, every, "resume")
-    now = time.time()
     by = lanes.operator_identity()
     found = open_write(db)
+    now = found.now()
     change, paused = found.write(
         lambda conn: (lanes.resume_lanes(conn, named, by=by, now=now), lanes.paused_lanes(conn))
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 
 import click
@@ -56,10 +55,9 @@ def retry(job_id: int, force: bool, with_dependents: bool, db: str | None, as_js
     for is not done yet.
     """
     queue = existing_queue(db, job_id)
+    now = queue.now()
     done = queue.write(
-        lambda conn: requeue(
-            conn, job_id, force=force, now=time.time(), with_dependents=with_dependents
-        )
+        lambda conn: requeue(conn, job_id, force=force, now=now, with_dependents=with_dependents)
     )
     previous = done.previous_state
     data = {"job_id": job_id, "state": done.state, "previous_state": previous}
@@ -95,9 +93,8 @@ def cancel(job_id: int, running: bool, yes: bool, db: str | None, as_json: bool)
     Jobs waiting for it are canceled too (failure reason dependency_failed).
     """
     queue = existing_queue(db, job_id)
-    done = queue.write(
-        lambda conn: cancel_job(conn, job_id, running_ok=running and yes, now=time.time())
-    )
+    now = queue.now()
+    done = queue.write(lambda conn: cancel_job(conn, job_id, running_ok=running and yes, now=now))
     reply = Reply(asdict(done), text=f"Job {job_id} canceled")
     if done.was_running:
         reply.warn("KILL_ASYNC", KILL_ASYNC)
@@ -141,7 +138,7 @@ def prune(
     existing = open_read(db)
     if existing is not None:
         queue = existing if dry_run else open_write(db)
-        run_prune(queue, states, time.time() - older_than, report, dry_run=dry_run)
+        run_prune(queue, states, queue.now() - older_than, report, dry_run=dry_run)
     data = {**asdict(report), "dry_run": dry_run}
     data.update(actual=not dry_run, irreversible=not dry_run)
     verb_word = "would delete" if dry_run else "deleted"

@@ -145,12 +145,13 @@ def follow_output(
     """
     offsets = dict.fromkeys(names, 0)
     silent_after = Timing.from_env().reap_threshold_s
+    clock = queue.clock()  # heartbeats are stamped by the server's clock on PostgreSQL
     while True:
         state, heartbeat = queue.read(lambda conn: attempt_liveness(conn, ref))
         pump(ref, offsets, as_json)
         if state != AttemptState.RUNNING:
             return end_follow(as_json, "attempt_ended", state)
-        if heartbeat is not None and time.time() - heartbeat > silent_after:
+        if heartbeat is not None and clock() - heartbeat > silent_after:
             return end_follow(as_json, "owner_silent", state)
         time.sleep(FOLLOW_POLL_S)
 
@@ -209,7 +210,7 @@ def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json:
     queue = open_existing(db, job_id)
     job, found, after_jobs = queue.read(lambda conn: feedback_facts(conn, job_id))
     ref = outputs.confine(found, queue.output_root)
-    data = verdict(job, ref, time.time())
+    data = verdict(job, ref, queue.now())
     data["after_jobs"] = after_jobs
     if data["failure_reason"] == FailureReason.DEPENDENCY_FAILED:
         data["remediation"] = dependency_remediation(job_id, after_jobs)

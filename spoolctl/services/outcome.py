@@ -78,7 +78,9 @@ _OWNED = (
 )
 """The job is running, owned by this worker, and its attempt is still the one
 running: checked first, so the attempt update that follows cannot miss."""
-_OWNED_JOB = Prepared(select(jobs).where(*_OWNED))
+_OWNED_JOB = Prepared(select(jobs).where(*_OWNED).with_for_update())
+"""FOR UPDATE (PostgreSQL; SQLite's write lock already covers it): the row stays
+as read until the failure is recorded, whoever else wants to change it."""
 _MARK_DONE = Prepared(
     update(jobs)
     .where(*_OWNED)

@@ -304,9 +304,10 @@ def reap(
 ) -> JobState | None:
     """Requeue (or dead-letter) a job whose owner is confirmed dead.
 
-    Re-checks, inside the caller's BEGIN IMMEDIATE, that the job is still
-    running, still owned by the same worker and still stale; otherwise nothing
-    changes and None is returned.
+    Re-checks, inside the caller's write transaction (and, on PostgreSQL, with
+    the job's row locked until it commits), that the job is still running,
+    still owned by the same worker and still stale; otherwise nothing changes
+    and None is returned.
     """
     job = _still_stale(conn, cand, now - threshold_s)
     if job is None:
@@ -346,12 +347,14 @@ def _still_stale(conn: Connection, cand: Candidate, before: float) -> Any:
     """The candidate's job row, if it is still running, still owned by the same
     worker and still silent since before `before` (read under the write lock)."""
     return conn.execute(
-        select(jobs).where(
+        select(jobs)
+        .where(
             jobs.c.id == cand.job_id,
             jobs.c.state == JobState.RUNNING.value,
             _silent_before(before),
             _same_owner(cand.worker_id),
         )
+        .with_for_update()
     ).first()
 
 
