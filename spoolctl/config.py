@@ -227,6 +227,14 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "type": "path",
         "default": "$XDG_STATE_HOME/spoolctl/pg-<hash of the URL>",
     },
+    "SPOOLCTL_PG_OUTPUT_CAP": {
+        "description": "PostgreSQL: bytes of each attempt's stdout and of its stderr stored "
+        "in the database (past it: truncated)",
+        "type": "integer",
+        "default": 8 * 1024 * 1024,
+        "min": 1,
+        "max": 1 << 30,
+    },
     "SPOOLCTL_PG_NOTIFY": {
         "description": "PostgreSQL: 0 turns LISTEN/NOTIFY off (PgBouncer transaction pooling)",
         "type": "flag",

@@ -10,6 +10,10 @@ The loop never stalls: a write that cannot get the lock within a short slice,
 or that finds the disk full, is retried with bounded backoff while timeouts,
 signals and group kills go on. A worker whose heartbeats have not landed for
 half the hang threshold kills its jobs and claims nothing (`lease.py`).
+
+On a PostgreSQL queue the worker also copies its running jobs' output into
+the database every OUTPUT_COPY_EVERY_S, and what is left of it in the
+transaction that records the outcome (`services/output_store.py`).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from spoolctl.db.engine import db_path_of, is_postgres_engine, read_tx, write_qu
 from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault
 from spoolctl.reaping import Reaping
 from spoolctl.services import claim as claiming
-from spoolctl.services import execute, heartbeat, lanes, lease
+from spoolctl.services import execute, heartbeat, lanes, lease, output_store
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import FailureReason, JobState
 from spoolctl.wakeup import ChangeWatch, Signals, change_watch, counting_signals, wait_readable
@@ -46,6 +50,8 @@ RETRY_MAX_S = 2.0
 """Backoff between writes that found the lock busy or the disk full."""
 HARD_STOP_RECORD_S = 5.0
 """After a second signal, how long the worker tries to record its killed jobs."""
+OUTPUT_COPY_EVERY_S = 0.25
+"""PostgreSQL queues: how often running jobs' new output is stored in the database."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +126,12 @@ class Worker:
         self._fenced = False
         self._last_reap_pass = 0.0
         self._watch: ChangeWatch | None = None
+        self.output_copier = (
+            output_store.OutputCopier(output_store.cap_bytes())
+            if is_postgres_engine(engine)
+            else None
+        )  # SQLite queues read the local files: nothing is copied
+        self._next_output_copy = 0.0
         hang = timing.hang_threshold_s
         self._beat_every = (
             min(timing.heartbeat_interval_s, hang / 4)
@@ -208,6 +220,7 @@ class Worker:
                     for claim in self._settle_and_claim(now, finished, wanted):
                         self._start(claim, now)
                 self._record_spawns_due(now)
+                self._copy_output_if_due(now)
                 self._reap_if_due(now)
             if self._finished(now):
                 return
@@ -263,15 +276,21 @@ class Worker:
         and are recorded on a later pass."""
         try:
             with write_tx(self.engine, LOCK_SLICE_S) as conn:
+                self._copy_last_output(conn, ended)
                 states = [self._settle(conn, e, o, now) for e, o in ended]
                 stale = self.reaping.stale(conn, now, self.running) if wanted else []
                 claims = [] if stale else self._claim_in(conn, now, wanted)
         except (Locked, DiskFull):
+            if self.output_copier is not None:
+                self.output_copier.failed()
             self._write_failed(now)
             return []
         self._write_ok()
+        if self.output_copier is not None:
+            self.output_copier.landed()
         for (execution, outcome), state in zip(ended, states, strict=True):
             del self.running[execution.claim.job_id]
+            self._forget_output(execution)
             self._report(execution, outcome, state)
         if wanted:
             self._last_reap_pass = now
@@ -279,6 +298,16 @@ class Worker:
             self.reaping.reap(stale, now)
             claims = self._claim_only(now, wanted)
         return claims
+
+    def _copy_last_output(
+        self, conn: Connection, ended: list[tuple[execute.Execution, Outcome]]
+    ) -> None:
+        """PostgreSQL queues: an ended attempt's remaining output is stored in
+        the transaction that records its outcome, so whoever sees it ended
+        finds all of its output in the database."""
+        if self.output_copier is not None and ended:
+            ids = [execution.claim.attempt_id for execution, _ in ended]
+            self.output_copier.copy(conn, ids, final=True)
 
     def _settle(
         self, conn: Connection, execution: execute.Execution, outcome: Outcome, now: float
@@ -333,6 +362,9 @@ class Worker:
         execution = execute.Execution(claim, slot)
         execution.start(self.worker_id, now)
         self.running[claim.job_id] = execution
+        if self.output_copier is not None:
+            paths = {"stdout": claim.stdout_path, "stderr": claim.stderr_path}
+            self.output_copier.track(claim.attempt_id, paths)
 
     def _record_spawns_due(self, now: float) -> None:
         """Store the pid and start time of jobs that outlived the short delay.
@@ -358,6 +390,27 @@ class Worker:
                 execution.spawn_recorded = True
         else:
             self._write_failed(now)
+
+    def _copy_output_if_due(self, now: float) -> None:
+        """PostgreSQL queues: store what running jobs appended to their output
+        files since the last pass (a stat per file when nothing was). A pass
+        that cannot write is retried at the next one, from where the database
+        stands (see `output_store`)."""
+        copier = self.output_copier
+        if copier is None or now < self._next_output_copy:
+            return
+        self._next_output_copy = now + OUTPUT_COPY_EVERY_S
+        behind = copier.behind()
+        if not behind:
+            return
+        if write_quietly(self.engine, lambda conn: copier.copy(conn, behind), LOCK_SLICE_S):
+            copier.landed()
+        else:
+            copier.failed()
+
+    def _forget_output(self, execution: execute.Execution) -> None:
+        if self.output_copier is not None:
+            self.output_copier.forget(execution.claim.attempt_id)
 
     def _reap_if_due(self, now: float) -> None:
         """Claims run a reap pass first; a worker whose slots are all busy (so
@@ -443,6 +496,7 @@ class Worker:
         self.reaping.bury_dead_workers(now)
         for job_id in lost:
             execution = self.running.pop(job_id)
+            self._forget_output(execution)
             execution.kill_now()
             execution.wait_blocking()
             self.report.results.append(
@@ -495,6 +549,8 @@ class Worker:
         claiming = idle_capacity and not (self.options.mode == "once" and self.report.claimed)
         if claiming:
             wake = min(wake, now + WATCH_TICK_S, self._next_claim_at)
+        if self.running and self.output_copier is not None:
+            wake = min(wake, self._next_output_copy)
         deadline = max(wake, self._blocked_until)
         fds = [self.signals.wake_fd]
         watch_fd = None if self._watch is None else self._watch.fileno()

@@ -1,0 +1,287 @@
+"""Attempts' output stored in the database (PostgreSQL queues), and read back.
+
+The worker's local files stay the first copy. On a PostgreSQL queue the
+worker also copies what each running attempt appended to its files into
+`output_chunks`, a few times a second and once more in the transaction that
+records the attempt's outcome, so `output`, `output --follow` and `feedback`
+work from any machine, and a reader that sees an attempt ended sees all of
+its stored output.
+
+- A chunk holds at most CHUNK_BYTES; `offset` is its byte position in its
+  stream, and the chunks of a stream are contiguous from offset 0.
+- At most the cap (`SPOOLCTL_PG_OUTPUT_CAP` bytes per attempt and stream, 8 MiB
+  by default) is stored. Once a stream goes past it nothing more is stored
+  and the last chunk kept carries `truncated = 1` (an empty chunk when the
+  cap fell on a chunk's end): the full output is then only in the worker's
+  local file.
+- The copier's positions advance only after the transaction that stored the
+  chunks committed. After a failed one it reads where the database stands
+  before copying again, so a failed pass loses nothing and stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select
+
+from spoolctl.config import ENV_VARS
+from spoolctl.db.tables import attempts, output_chunks
+from spoolctl.errors import InvalidInput
+
+CHUNK_BYTES = 65_536
+"""The most bytes one `output_chunks` row holds."""
+CAP_ENV = "SPOOLCTL_PG_OUTPUT_CAP"
+DEFAULT_CAP_BYTES: int = ENV_VARS[CAP_ENV]["default"]
+"""8 MiB per attempt and stream."""
+MAX_CAP_BYTES: int = ENV_VARS[CAP_ENV]["max"]
+"""1 GiB: offsets are 32-bit integers."""
+PASS_BUDGET_BYTES = 1 << 20
+"""The most bytes of one stream a periodic pass copies (the final pass copies
+everything up to the cap), so one pass stays a short transaction."""
+STREAMS = ("stdout", "stderr")
+
+
+def cap_bytes() -> int:
+    """`SPOOLCTL_PG_OUTPUT_CAP`: a whole number of bytes from 1 to MAX_CAP_BYTES."""
+    raw = os.environ.get(CAP_ENV, "")
+    if raw == "":
+        return DEFAULT_CAP_BYTES
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= MAX_CAP_BYTES):
+        raise InvalidInput(
+            f"{CAP_ENV} must be a whole number of bytes from 1 to {MAX_CAP_BYTES}, got {raw!r}",
+            name=CAP_ENV,
+        )
+    return int(raw)
+
+
+# -- writing (the worker) ------------------------------------------------------
+
+
+@dataclass
+class _Stream:
+    path: str
+    stored: int = 0
+    """Bytes of the stream stored so far (the next chunk's offset)."""
+    capped: bool = False
+    """The cap was reached and flagged: nothing more is stored."""
+
+
+@dataclass
+class _Attempt:
+    streams: dict[str, _Stream]
+    unsure: bool = False
+    """A pass failed: where the database stands is read before the next one."""
+
+
+@dataclass
+class OutputCopier:
+    """Copies running attempts' new output from their local files into
+    `output_chunks`, inside transactions the worker opens."""
+
+    cap: int
+    _attempts: dict[int, _Attempt] = field(default_factory=dict)
+    _staged: dict[int, dict[str, _Stream]] = field(default_factory=dict)
+
+    def track(self, attempt_id: int, paths: Mapping[str, str]) -> None:
+        streams = {name: _Stream(paths[name]) for name in STREAMS}
+        self._attempts[attempt_id] = _Attempt(streams)
+
+    def forget(self, attempt_id: int) -> None:
+        self._attempts.pop(attempt_id, None)
+
+    def behind(self) -> list[int]:
+        """Attempts whose files hold bytes not stored yet (a stat per stream)."""
+        return [aid for aid, attempt in self._attempts.items() if _has_news(attempt)]
+
+    def copy(self, conn: Connection, attempt_ids: Iterable[int], *, final: bool = False) -> None:
+        """Store the new bytes of these attempts (final: all of them up to the
+        cap, else at most PASS_BUDGET_BYTES per stream). The copier advances
+        only when the caller reports the commit with `landed()`."""
+        wanted = [aid for aid in attempt_ids if aid in self._attempts]
+        if not wanted:
+            return
+        existing = _lock_existing(conn, wanted)
+        rows: list[dict[str, Any]] = []
+        for aid in wanted:
+            if aid not in existing:  # pruned underneath: its chunks could not be stored
+                self.forget(aid)
+                continue
+            attempt = self._attempts[aid]
+            staged = {}
+            for name, stream in attempt.streams.items():
+                start = _stored_stream(conn, aid, name, stream) if attempt.unsure else stream
+                if start.capped:
+                    staged[name] = start
+                    continue
+                new_rows, staged[name] = _chunk_rows(aid, name, start, self.cap, final)
+                rows += new_rows
+            self._staged[aid] = staged
+        if rows:
+            conn.execute(insert(output_chunks), rows)
+
+    def landed(self) -> None:
+        """The transaction of the last `copy` committed."""
+        for aid, streams in self._staged.items():
+            attempt = self._attempts.get(aid)
+            if attempt is not None:
+                attempt.streams, attempt.unsure = streams, False
+        self._staged.clear()
+
+    def failed(self) -> None:
+        """The transaction of the last `copy` did not commit (or may not have)."""
+        for aid in self._staged:
+            if aid in self._attempts:
+                self._attempts[aid].unsure = True
+        self._staged.clear()
+
+
+def _has_news(attempt: _Attempt) -> bool:
+    if attempt.unsure:
+        return True
+    for stream in attempt.streams.values():
+        if not stream.capped and _size(stream.path) > stream.stored:
+            return True
+    return False
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _lock_existing(conn: Connection, attempt_ids: list[int]) -> set[int]:
+    """The attempts that still exist, share-locked so that no prune deletes
+    one before its chunks commit (a chunk of a deleted attempt is refused)."""
+    query = (
+        select(attempts.c.id)
+        .where(attempts.c.id.in_(attempt_ids))
+        .with_for_update(read=True, key_share=True)
+    )
+    return {int(row.id) for row in conn.execute(query)}
+
+
+def _stored_stream(conn: Connection, attempt_id: int, name: str, stream: _Stream) -> _Stream:
+    stored, truncated = stored_extent(conn, attempt_id, name)
+    return _Stream(stream.path, stored, truncated)
+
+
+def _chunk_rows(
+    attempt_id: int, name: str, stream: _Stream, cap: int, final: bool
+) -> tuple[list[dict[str, Any]], _Stream]:
+    """The rows holding the stream's bytes from `stream.stored` on, and where
+    the stream stands once they are stored."""
+    room = max(0, cap - stream.stored)
+    span = _read_from(stream.path, stream.stored, room if final else min(room, PASS_BUDGET_BYTES))
+    if span is None:
+        return [], stream
+    data, size = span
+    start = stream.stored
+    rows = [
+        {"attempt_id": attempt_id, "stream": name, "offset": start + i,
+         "data": data[i : i + CHUNK_BYTES], "truncated": 0}
+        for i in range(0, len(data), CHUNK_BYTES)
+    ]  # fmt: skip
+    end = start + len(data)
+    capped = end >= cap and size > end
+    if capped and rows:
+        rows[-1]["truncated"] = 1
+    elif capped:
+        rows.append({"attempt_id": attempt_id, "stream": name, "offset": end, "data": b"",
+                     "truncated": 1})  # fmt: skip
+    return rows, _Stream(stream.path, end, capped)
+
+
+def _read_from(path: str, offset: int, budget: int) -> tuple[bytes, int] | None:
+    """Up to `budget` bytes of the worker's own file from `offset`, and its size."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        parts = []
+        position, remaining = offset, min(budget, max(0, size - offset))
+        while remaining > 0:
+            part = os.pread(fd, remaining, position)
+            if not part:
+                break
+            parts.append(part)
+            position += len(part)
+            remaining -= len(part)
+        return b"".join(parts), size
+    finally:
+        os.close(fd)
+
+
+# -- reading (any machine) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredSpan:
+    """Stored bytes of one stream of one attempt."""
+
+    data: bytes
+    start: int
+    """Where `data` begins in the stream."""
+    stored: int
+    """Bytes of the stream stored in all."""
+    truncated: bool
+    """The cap cut the stored copy: the stream went on past `stored`."""
+
+
+def stored_extent(conn: Connection, attempt_id: int, stream: str) -> tuple[int, bool]:
+    """(bytes stored, truncated flag) of one stream: its last chunk says both."""
+    last = conn.execute(
+        select(output_chunks.c.offset, func.length(output_chunks.c.data), output_chunks.c.truncated)
+        .where(output_chunks.c.attempt_id == attempt_id, output_chunks.c.stream == stream)
+        .order_by(output_chunks.c.offset.desc())
+        .limit(1)
+    ).first()
+    if last is None:
+        return 0, False
+    return int(last[0]) + int(last[1]), bool(last[2])
+
+
+def read_stored(
+    conn: Connection, attempt_id: int, stream: str, start: int, budget: int
+) -> StoredSpan:
+    """Up to `budget` stored bytes from `start` (negative: that many bytes
+    before the end of what is stored)."""
+    stored, truncated = stored_extent(conn, attempt_id, stream)
+    begin = max(0, stored + start) if start < 0 else min(start, stored)
+    end = min(stored, begin + budget)
+    rows = conn.execute(
+        select(output_chunks.c.offset, output_chunks.c.data)
+        .where(
+            output_chunks.c.attempt_id == attempt_id,
+            output_chunks.c.stream == stream,
+            output_chunks.c.offset > begin - CHUNK_BYTES,  # no chunk is longer
+            output_chunks.c.offset < end,
+        )
+        .order_by(output_chunks.c.offset)
+    )
+    buffer = bytearray()
+    for offset, data in rows:
+        low, high = max(begin, offset), min(end, offset + len(data))
+        if high > low:
+            buffer += data[low - offset : high - offset]
+    return StoredSpan(bytes(buffer), begin, stored, truncated)
+
+
+def iter_stored(
+    conn: Connection, attempt_id: int, stream: str, batch: int = PASS_BUDGET_BYTES
+) -> Iterator[bytes]:
+    """All stored bytes of a stream, in pieces of at most `batch` bytes."""
+    offset = 0
+    while True:
+        span = read_stored(conn, attempt_id, stream, offset, batch)
+        if not span.data:
+            return
+        yield span.data
+        offset += len(span.data)
