@@ -32,6 +32,7 @@ VERBS: dict[str, str] = {
     "pause": "spoolctl.cli.lanes:pause",
     "resume": "spoolctl.cli.lanes:resume",
     "migrate": "spoolctl.cli.migrate:migrate",
+    "copy-to": "spoolctl.cli.copy:copy_to",
     "doctor": "spoolctl.cli.admin:doctor",
     "config-show": "spoolctl.cli.admin:config_show",
     "config-validate": "spoolctl.cli.admin:config_validate",

@@ -166,6 +166,20 @@ MIGRATE = {"anyOf": [
     obj({"sql": STR, "target": STR, "downgrade": BOOL}),
 ]}  # fmt: skip
 
+COPY_TO = obj({
+    "source": STR, "target": STR, "dry_run": BOOL, "revision": STR, "tables": str_map(INT),
+    "rows_total": INT, "next_ids": str_map(INT),
+    "output": obj({
+        "bytes_stored": INT, "chunks": INT, "cap_bytes": INT, "streams_stored": INT,
+        "streams_truncated": INT, "streams_refused": INT, "streams_missing": INT,
+        "attempts_missing_output": INT,
+        "missing": arr(obj({"job_id": INT, "attempt_no": INT, "stream": one_of("stdout", "stderr"),
+                            "path": STR})),
+    }),
+})  # fmt: skip
+"""copy-to: rows copied per table, the id each sequence gives next, and the
+attempts' output stored from the source spool's files."""
+
 DATA_SCHEMAS: dict[str, Schema] = {
     "add": {"anyOf": [ADD_ONE, ADD_BATCH]},
     "work": WORK,
@@ -200,6 +214,7 @@ DATA_SCHEMAS: dict[str, Schema] = {
     "pause": LANE_CHANGE,
     "resume": LANE_CHANGE,
     "migrate": MIGRATE,
+    "copy-to": COPY_TO,
     "doctor": obj({"ready": BOOL, "summary": SUMMARY, "config": opt({"type": "object"}),
                    "checks": arr(CHECK), "versions": {"type": "object"}}),
     "config-show": obj({"config_path": STR, "config_exists": BOOL, "config_valid": BOOL,
