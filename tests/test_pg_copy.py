@@ -268,6 +268,19 @@ def test_output_beyond_the_cap_keeps_its_head_and_is_marked_truncated(
     assert (refused.exit_code, refused.envelope["errors"][0]["code"]) == (1, "INVALID_INPUT")
 
 
+def test_output_paths_outside_the_spool_are_never_read(
+    source: Source, pg_url: str, tmp_path: Path
+) -> None:
+    """A spool folder moved elsewhere: its rows name files of the old folder,
+    outside the one holding the queue, and those are not followed."""
+    moved = Path(shutil.copytree(source.db.parent, tmp_path / "moved"))
+    data = ok(copy_to(pg_url, "--db", str(moved / "queue.db")))
+    n_attempts = len(rows(source.db, "SELECT id FROM attempts"))
+    assert data["output"]["streams_refused"] == 2 * n_attempts
+    assert data["output"]["chunks"] == data["output"]["streams_stored"] == 0
+    assert chunks_of(pg_url) == {}
+
+
 def pg_everything(url: str) -> dict[str, list[tuple[Any, ...]]]:
     tables = pg_query(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
     return {name: pg_query(url, f'SELECT * FROM "{name}" ORDER BY 1') for (name,) in tables}

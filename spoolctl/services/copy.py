@@ -168,12 +168,14 @@ def store_output(src: Connection, dst: Connection, output_root: Path, tally: Out
     batch = OutputBatch(dst, output_store.OutputCopier(tally.cap_bytes))
     while page := rows.fetchmany(tables_copy.BATCH_ROWS):
         for row in page:
-            paths = {
-                name: "" if (row["id"], name) in stored else readable(row, name, output_root, tally)
+            found = {
+                name: ("", 0)
+                if (row["id"], name) in stored
+                else readable(row, name, output_root, tally)
                 for name in output_store.STREAMS
             }
-            sizes = [min(os.stat(p).st_size, tally.cap_bytes) for p in paths.values() if p]
-            batch.add(int(row["id"]), paths, sum(sizes))
+            size = sum(min(size, tally.cap_bytes) for _, size in found.values())
+            batch.add(int(row["id"]), {name: path for name, (path, _) in found.items()}, size)
     batch.flush()
 
 
@@ -203,18 +205,21 @@ class OutputBatch:
         self.attempt_ids, self.size = [], 0
 
 
-def readable(attempt: RowMapping, stream: str, output_root: Path, tally: OutputTally) -> str:
-    """The stream's file when it is a regular file inside the source spool's
-    output folder, else "" (counted as refused or missing)."""
+def readable(
+    attempt: RowMapping, stream: str, output_root: Path, tally: OutputTally
+) -> tuple[str, int]:
+    """The stream's file and its size when it is a regular file inside the
+    source spool's output folder, else ("", 0) (counted as refused or missing)."""
     path = str(attempt[f"{stream}_path"] or "")
     if path and not inside(path, output_root):
         tally.streams_refused += 1
-        return ""
+        return "", 0
     fd = open_regular(path)
     if fd is not None:
+        size = os.fstat(fd).st_size
         os.close(fd)
         tally.streams_stored += 1
-        return path
+        return path, size
     tally.streams_missing += 1
     tally.attempts_missing.add(int(attempt["id"]))
     if len(tally.missing) < MISSING_SHOWN:
@@ -222,4 +227,4 @@ def readable(attempt: RowMapping, stream: str, output_root: Path, tally: OutputT
             {"job_id": attempt["job_id"], "attempt_no": attempt["attempt_no"], "stream": stream,
              "path": path}
         )  # fmt: skip
-    return ""
+    return "", 0
