@@ -1,5 +1,10 @@
 """Shared test helpers: run the CLI in-process or as a real process, read the
-database directly, and poll for conditions with a deadline (never a bare sleep)."""
+database directly, and poll for conditions with a deadline (never a bare sleep).
+
+A queue (`Db`) is what `--db` takes: an SQLite file as a `Path` (or a `str`
+path), or a PostgreSQL URL (`postgresql+psycopg://...`, a `str`). Every helper
+takes either; `rows` and `execute` read and write the queue directly, with
+sqlite3 on a file and psycopg on a URL, both with `?` placeholders."""
 
 from __future__ import annotations
 
@@ -12,11 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from spoolctl.cli import run as cli_run
 from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
+
+Db: TypeAlias = Path | str
+"""A queue: an SQLite file's path, or a PostgreSQL URL (what `--db` takes)."""
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_KNOBS = {
@@ -41,7 +49,7 @@ class Result:
 
 
 def cli(
-    *args: str, db: Path | None = None, env: dict[str, str] | None = None, json: bool = False
+    *args: str, db: Db | None = None, env: dict[str, str] | None = None, json: bool = False
 ) -> Result:
     """Run spoolctl in a real subprocess (python -m spoolctl) and capture it.
 
@@ -60,7 +68,7 @@ def cli(
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
-def cli_json(*args: str, db: Path | None = None, env: dict[str, str] | None = None) -> Result:
+def cli_json(*args: str, db: Db | None = None, env: dict[str, str] | None = None) -> Result:
     return cli(*args, db=db, env=env, json=True)
 
 
@@ -86,7 +94,7 @@ STARTED_WORKERS: list[subprocess.Popen[str]] = []
 
 
 def start_worker(
-    db: Path, *args: str, env: dict[str, str] | None = None, log: Path | None = None
+    db: Db, *args: str, env: dict[str, str] | None = None, log: Path | None = None
 ) -> subprocess.Popen[str]:
     """A real `spoolctl work` process (loop mode unless args say otherwise)."""
     out = open(log, "w") if log is not None else subprocess.DEVNULL  # noqa: SIM115
@@ -100,6 +108,15 @@ def start_worker(
     )
     STARTED_WORKERS.append(proc)
     return proc
+
+
+def stop_started_workers() -> None:
+    """Kill every worker start_worker() launched that is still running."""
+    while STARTED_WORKERS:
+        proc = STARTED_WORKERS.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def wait_for(
@@ -116,8 +133,67 @@ def wait_for(
         time.sleep(interval)
 
 
-def rows(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-    """Read the queue directly (a plain reader: never takes the write lock)."""
+def is_postgres(db: Db) -> bool:
+    """db is a PostgreSQL URL (anything shaped `scheme://`), not a file."""
+    return isinstance(db, str) and "://" in db
+
+
+def spool_dir(db: Db) -> Path:
+    """Where the queue's workers keep their output folder: beside an SQLite
+    file; for PostgreSQL the local spool the CLI derives from the URL (under
+    XDG_STATE_HOME, which the db fixture points into tmp_path)."""
+    if not is_postgres(db):
+        return Path(db).parent
+    from spoolctl.db.queue import local_spool
+
+    return local_spool(str(db))
+
+
+class Row(tuple[Any, ...]):
+    """A PostgreSQL result row read like sqlite3.Row: by index or column name."""
+
+    _names: tuple[str, ...] = ()
+
+    @classmethod
+    def build(cls, names: tuple[str, ...], values: tuple[Any, ...]) -> Row:
+        row = cls(values)
+        row._names = names
+        return row
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return super().__getitem__(self._names.index(key))
+        return super().__getitem__(key)
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+
+def _pg_sql(sql: str) -> str:
+    """sqlite3's `?` placeholders as psycopg's `%s`."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def _pg_connect(url: str) -> Any:
+    import psycopg
+
+    from tests.pg_server import libpq_url
+
+    return psycopg.connect(
+        libpq_url(url), autocommit=True, connect_timeout=10, application_name="spoolctl-test"
+    )
+
+
+def rows(db: Db, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    """Read the queue directly (a plain reader: never takes the write lock).
+    Rows are sqlite3.Row on SQLite, Row on PostgreSQL: both by index or name."""
+    if is_postgres(db):
+        with _pg_connect(str(db)) as conn:
+            cur = conn.execute(_pg_sql(sql), params)
+            if cur.description is None:
+                return []
+            names = tuple(c.name for c in cur.description)
+            return [Row.build(names, tuple(r)) for r in cur.fetchall()]
     conn = sqlite3.connect(db, timeout=10)
     conn.row_factory = sqlite3.Row
     try:
@@ -126,20 +202,41 @@ def rows(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         conn.close()
 
 
-def job(db: Path, job_id: int) -> sqlite3.Row:
+def execute(db: Db, sql: str, params: tuple[Any, ...] = ()) -> int:
+    """Write to the queue behind spoolctl's back (as a crash or an operator
+    would), committed at once; returns the changed row count."""
+    if is_postgres(db):
+        with _pg_connect(str(db)) as conn:
+            return int(conn.execute(_pg_sql(sql), params).rowcount)
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        with conn:
+            return conn.execute(sql, params).rowcount
+    finally:
+        conn.close()
+
+
+def has_queue(db: Db) -> bool:
+    """A queue exists there: the SQLite file, or the jobs table in the database."""
+    if is_postgres(db):
+        return rows(db, "SELECT to_regclass('jobs') IS NOT NULL")[0][0] is True
+    return Path(db).exists()
+
+
+def job(db: Db, job_id: int) -> Any:
     return rows(db, "SELECT * FROM jobs WHERE id = ?", (job_id,))[0]
 
 
-def attempts_of(db: Path, job_id: int) -> list[sqlite3.Row]:
+def attempts_of(db: Db, job_id: int) -> list[Any]:
     return rows(db, "SELECT * FROM attempts WHERE job_id = ? ORDER BY attempt_no", (job_id,))
 
 
-def events_of(db: Path, job_id: int) -> list[str]:
+def events_of(db: Db, job_id: int) -> list[str]:
     found = rows(db, "SELECT event FROM job_events WHERE job_id = ? ORDER BY id", (job_id,))
     return [r["event"] for r in found]
 
 
-def add(db: Path, *argv: str, opts: tuple[str, ...] = ()) -> int:
+def add(db: Db, *argv: str, opts: tuple[str, ...] = ()) -> int:
     """Submit through the real CLI and return the new job id."""
     result = cli("add", *opts, "--", *argv, db=db, json=True)
     assert result.exit_code == 0, result.stderr + result.stdout
@@ -160,7 +257,7 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def add_job(db: Path, *argv: str, **spec: Any) -> int:
+def add_job(db: Db, *argv: str, **spec: Any) -> int:
     """Submit in-process through the submit service: fast, no subprocess (the
     CLI's own checks of `add` are in tests/test_add.py)."""
     queue = open_write(str(db))

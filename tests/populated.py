@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from spoolctl.cli import run
-from tests.helpers import Result
+from tests.helpers import Db, Result, spool_dir
 
 
 def takes_db(verb: str) -> bool:
@@ -42,11 +42,16 @@ def run_json(*args: str) -> Result:
 
 @dataclass(frozen=True)
 class Populated:
-    db: Path
+    db: Db
     done: int
     dead: int
     scheduled: int
     canceled: int
+
+    @property
+    def spool(self) -> Path:
+        """The spool folder: its output/ holds the attempts' output files."""
+        return spool_dir(self.db)
 
     def args(self, *args: str) -> list[str]:
         """The verb, `--db` when it takes one, then the rest."""
@@ -59,7 +64,7 @@ class Populated:
         return json.loads(run_json("list", "--db", str(self.db), "--limit", "0").stdout)["data"]
 
 
-def populate(db: Path) -> Populated:
+def populate(db: Db) -> Populated:
     """done (tags, env, output), dead (stderr), scheduled (other queue), canceled."""
     ids = []
     for opts in (
