@@ -146,6 +146,11 @@ def prune(
         f"{verb_word} {report.deleted_jobs} jobs, {report.deleted_attempts} attempts, "
         f"{report.deleted_events} events, {report.freed_bytes} bytes of output"
     )
+    if existing is not None and existing.is_postgres:
+        text += (
+            f"; {report.deleted_output_chunks} chunks ({report.deleted_output_bytes} bytes)"
+            " of output stored in the database"
+        )
     return emit(Reply(data, text=text), as_json)
 
 

@@ -1,9 +1,15 @@
-"""`output` and `feedback`: what a job printed, and one verdict on how it went."""
+"""`output` and `feedback`: what a job printed, and one verdict on how it went.
+
+On a PostgreSQL queue both read the output stored in the database (see
+`services/output_store.py`), so they work from any machine; streams then
+carry `source`, `stored_bytes` and `stored_truncated` besides the usual keys.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,6 +21,7 @@ from spoolctl.config import Timing
 from spoolctl.db.queue import QueueFile
 from spoolctl.errors import NotFound
 from spoolctl.services import output as outputs
+from spoolctl.services import output_store
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
 from spoolctl.services.output import AttemptOutput
 from spoolctl.services.query import decode_job, get_job_row
@@ -23,6 +30,8 @@ from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, FailureReason, Jo
 STREAM_CHOICE = click.Choice(["stdout", "stderr", "both"])
 FOLLOW_POLL_S = 0.1
 FOLLOW_CHUNK = 65_536
+ChunkReader = Callable[[str, int], bytes]
+"""The next bytes of a stream from an offset (empty: none yet)."""
 
 
 def selected(stream: str) -> tuple[str, ...]:
@@ -72,11 +81,11 @@ def output(
     if ref.attempt_no is not None and follow:
         return follow_output(queue, ref, names, as_json)
     if ref.attempt_no is not None and raw:
-        return write_raw(ref, names)
-    return emit(output_reply(ref, names), as_json)
+        return write_raw(queue, ref, names)
+    return emit(output_reply(queue, ref, names), as_json)
 
 
-def output_reply(ref: AttemptOutput, names: tuple[str, ...]) -> Reply:
+def output_reply(queue: QueueFile, ref: AttemptOutput, names: tuple[str, ...]) -> Reply:
     data: dict[str, Any] = {
         "job_id": ref.job_id,
         "attempt_no": ref.attempt_no,
@@ -89,14 +98,24 @@ def output_reply(ref: AttemptOutput, names: tuple[str, ...]) -> Reply:
         )
         reply.warn("NO_ATTEMPTS_YET", f"job {ref.job_id} has no attempt yet")
         return reply
-    data["streams"] = {name: outputs.preview(ref.paths[name]) for name in names}
+    if queue.is_postgres:
+        data["streams"] = queue.read(
+            lambda conn: {name: outputs.stored_preview(conn, ref, name) for name in names}
+        )
+    else:
+        data["streams"] = {name: outputs.preview(ref.paths[name]) for name in names}
     reply = Reply(data, text=lambda: output_text(data))
-    refuse_outside(reply, ref, data["streams"])
+    refuse_outside(queue, reply, ref, data["streams"])
     return reply
 
 
-def refuse_outside(reply: Reply, ref: AttemptOutput, streams: dict[str, Any]) -> None:
-    """Name each stream left unread because its row points outside the spool."""
+def refuse_outside(
+    queue: QueueFile, reply: Reply, ref: AttemptOutput, streams: dict[str, Any]
+) -> None:
+    """Name each stream left unread because its row points outside the spool
+    (on PostgreSQL the database's copy is read, wherever the file is)."""
+    if queue.is_postgres:
+        return
     for name, path in ref.refused.items():
         if name in streams:
             streams[name]["path"] = path
@@ -120,18 +139,40 @@ def output_text(data: dict[str, Any]) -> str:
         parts.append(info["preview"].rstrip("\n") if not info["missing"] else "(no file)")
         if info["preview_truncated"]:
             parts.append(f"... truncated; `--raw` prints all {info['size_bytes']} bytes")
+        if info.get("stored_truncated") and info["source"] == "database":
+            parts.append(cut_note(name, info["stored_bytes"], info["path"]))
     return "\n".join(parts)
 
 
-def write_raw(ref: AttemptOutput, names: tuple[str, ...]) -> int:
+def cut_note(name: str, stored: int, path: str) -> str:
+    return (
+        f"... {name} was cut at {stored} bytes in the database ({output_store.CAP_ENV});"
+        f" the rest is only in the worker's file {path}"
+    )
+
+
+def write_raw(queue: QueueFile, ref: AttemptOutput, names: tuple[str, ...]) -> int:
     """Bytes as captured; with both streams, stderr's bytes go to our stderr."""
     for name in names:
+        sink = sys.stderr.buffer if name == "stderr" and len(names) == 2 else sys.stdout.buffer
+        if queue.is_postgres:
+            write_raw_stored(queue, ref, name, sink)
+            continue
         if name in ref.refused:
             click.echo(f"spoolctl: warning: {refusal(ref, name, ref.refused[name])}", err=True)
-        sink = sys.stderr.buffer if name == "stderr" and len(names) == 2 else sys.stdout.buffer
         outputs.copy_all(ref.paths[name], sink)
         sink.flush()
     return 0
+
+
+def write_raw_stored(queue: QueueFile, ref: AttemptOutput, name: str, sink: Any) -> None:
+    """A stream's bytes from the database (PostgreSQL queues); says so on
+    stderr when the stored copy was cut at the cap."""
+    facts = queue.read(lambda conn: outputs.copy_stored(conn, ref, name, sink))
+    sink.flush()
+    if facts["stored_truncated"] and facts["source"] == "database":
+        note = cut_note(name, facts["stored_bytes"], ref.recorded_path(name))
+        click.echo(f"spoolctl: warning: {note.removeprefix('... ')}", err=True)
 
 
 def follow_output(
@@ -146,14 +187,40 @@ def follow_output(
     offsets = dict.fromkeys(names, 0)
     silent_after = Timing.from_env().reap_threshold_s
     clock = queue.clock()  # heartbeats are stamped by the server's clock on PostgreSQL
+    cut: set[str] = set()
+    read = stored_reader(queue, ref, cut) if queue.is_postgres else file_reader(ref)
     while True:
         state, heartbeat = queue.read(lambda conn: attempt_liveness(conn, ref))
-        pump(ref, offsets, as_json)
+        pump(read, offsets, as_json)
         if state != AttemptState.RUNNING:
-            return end_follow(as_json, "attempt_ended", state)
+            return end_follow(as_json, "attempt_ended", state, cut)
         if heartbeat is not None and clock() - heartbeat > silent_after:
-            return end_follow(as_json, "owner_silent", state)
+            return end_follow(as_json, "owner_silent", state, cut)
         time.sleep(FOLLOW_POLL_S)
+
+
+def file_reader(ref: AttemptOutput) -> ChunkReader:
+    def read(name: str, offset: int) -> bytes:
+        span = outputs.read_span(ref.paths[name], offset, FOLLOW_CHUNK)
+        return b"" if span is None else span[0]
+
+    return read
+
+
+def stored_reader(queue: QueueFile, ref: AttemptOutput, cut: set[str]) -> ChunkReader:
+    """Reads the database's copy (PostgreSQL queues): an attempt's output is
+    stored by the time it is seen ended, so the last poll gets all of it.
+    Streams whose stored copy was cut at the cap are added to `cut`."""
+
+    def read(name: str, offset: int) -> bytes:
+        span = queue.read(
+            lambda conn: output_store.read_stored(conn, ref.attempt_id, name, offset, FOLLOW_CHUNK)
+        )
+        if span.truncated:
+            cut.add(name)
+        return span.data
+
+    return read
 
 
 def attempt_liveness(conn: Any, ref: AttemptOutput) -> tuple[str | None, float | None]:
@@ -162,13 +229,9 @@ def attempt_liveness(conn: Any, ref: AttemptOutput) -> tuple[str | None, float |
     return latest.state, None if job is None else job.heartbeat_at
 
 
-def pump(ref: AttemptOutput, offsets: dict[str, int], as_json: bool) -> None:
+def pump(read: ChunkReader, offsets: dict[str, int], as_json: bool) -> None:
     for name in offsets:
-        while True:
-            span = outputs.read_span(ref.paths[name], offsets[name], FOLLOW_CHUNK)
-            if span is None or not span[0]:
-                break
-            chunk = span[0]
+        while chunk := read(name, offsets[name]):
             if as_json:
                 text = chunk.decode("utf-8", errors="replace")
                 write_json({"stream": name, "offset": offsets[name], "text": text})
@@ -183,11 +246,22 @@ def pump(ref: AttemptOutput, offsets: dict[str, int], as_json: bool) -> None:
             offsets[name] += len(chunk)
 
 
-def end_follow(as_json: bool, reason: str, state: str | None) -> int:
+def end_follow(as_json: bool, reason: str, state: str | None, cut: set[str]) -> int:
+    """The end frame; on PostgreSQL it names the streams whose stored copy
+    was cut at the cap (`stored_truncated`)."""
     if as_json:
-        write_json({"control": {"type": "end", "reason": reason, "attempt_state": state}})
+        control: dict[str, Any] = {"type": "end", "reason": reason, "attempt_state": state}
+        if cut:
+            control["stored_truncated"] = sorted(cut)
+        write_json({"control": control})
     else:
         click.echo(f"spoolctl: output ended: {reason} (attempt {state})", err=True)
+        for name in sorted(cut):
+            click.echo(
+                f"spoolctl: warning: {name} was cut at the cap in the database"
+                f" ({output_store.CAP_ENV}); the rest is only in the worker's file",
+                err=True,
+            )
     return 0
 
 
@@ -215,17 +289,25 @@ def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json:
     if data["failure_reason"] == FailureReason.DEPENDENCY_FAILED:
         data["remediation"] = dependency_remediation(job_id, after_jobs)
     # JSON always carries both streams (as 0.4.11 did); --stream picks what text shows
-    data["streams"] = {
-        name: NOT_RUN_TAIL.copy() if ref.attempt_no is None
-        else outputs.tail(ref.paths[name], tail_bytes)
-        for name in ("stdout", "stderr")
-    }  # fmt: skip
+    data["streams"] = tails(queue, ref, tail_bytes)
     shown = selected(stream)
     reply = Reply(data, text=lambda: feedback_text(data, shown))
-    refuse_outside(reply, ref, data["streams"])
+    refuse_outside(queue, reply, ref, data["streams"])
     if ref.attempt_no is None:
         reply.warn("NO_ATTEMPTS_YET", f"job {job_id} has no attempt yet")
     return emit(reply, as_json)
+
+
+def tails(queue: QueueFile, ref: AttemptOutput, budget: int) -> dict[str, dict[str, Any]]:
+    if ref.attempt_no is None:
+        return {name: NOT_RUN_TAIL.copy() for name in outputs.STREAMS}
+    if queue.is_postgres:
+        return queue.read(
+            lambda conn: {
+                name: outputs.stored_tail(conn, ref, name, budget) for name in outputs.STREAMS
+            }
+        )
+    return {name: outputs.tail(ref.paths[name], budget) for name in outputs.STREAMS}
 
 
 def feedback_facts(

@@ -5,6 +5,12 @@ whose real location (symlinks resolved) lies inside the spool's output folder
 is read at all (a row edited to name another file must not disclose it), only
 regular files are read (a FIFO or device named by a row would block or worse),
 opened non-blocking, and never more than the caller's byte budget at once.
+
+On a PostgreSQL queue the database holds each attempt's output (see
+`output_store`), so it can be read from any machine: the `stored_*` functions
+read it there. This machine's file of the stream is read instead only when
+the stored copy was cut at the cap and the file, inside this machine's spool,
+is longer and holds the same bytes where the stored copy ends.
 """
 
 from __future__ import annotations
@@ -20,10 +26,14 @@ from sqlalchemy import Connection, func, select
 
 from spoolctl.db.tables import attempts
 from spoolctl.errors import NotFound
+from spoolctl.services import output_store
+from spoolctl.services.output_store import StoredSpan
 from spoolctl.services.query import get_job_row
 
 STREAMS = ("stdout", "stderr")
 PREVIEW_BYTES = 65_536
+MATCH_PROBE_BYTES = 4096
+"""Bytes compared where the stored copy ends before a local file is read instead."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,14 @@ class AttemptOutput:
     row: dict[str, Any]
     refused: dict[str, str] = field(default_factory=dict)
     """Streams whose row path lies outside the output folder: never read."""
+
+    @property
+    def attempt_id(self) -> int:
+        return int(self.row["id"])
+
+    def recorded_path(self, name: str) -> str:
+        """The stream's path as its row records it (the worker's machine's)."""
+        return self.refused.get(name) or self.paths[name]
 
 
 def inside(path: str, output_root: Path) -> bool:
@@ -154,3 +172,78 @@ def copy_all(path: str, sink: Any, chunk: int = PREVIEW_BYTES) -> int:
             return offset
         sink.write(span[0])
         offset += len(span[0])
+
+
+# -- PostgreSQL: the copy stored in the database -------------------------------
+
+
+def stored_facts(span: StoredSpan, from_file: bool) -> dict[str, Any]:
+    """Keys a stream gets on a PostgreSQL queue, besides the usual ones."""
+    return {
+        "source": "file" if from_file else "database",
+        "stored_bytes": span.stored,
+        "stored_truncated": span.truncated,
+    }
+
+
+def fuller_local_copy(conn: Connection, ref: AttemptOutput, name: str, span: StoredSpan) -> bool:
+    """Whether this machine's file of a stream whose stored copy was cut at
+    the cap holds more, and the same bytes where the stored copy ends (so a
+    stale file of another queue is never shown)."""
+    path = ref.paths[name]  # blank when outside this machine's spool
+    if not (span.truncated and path):
+        return False
+    probe = output_store.read_stored(
+        conn, ref.attempt_id, name, -MATCH_PROBE_BYTES, MATCH_PROBE_BYTES
+    )
+    local = read_span(path, probe.start, len(probe.data))
+    return local is not None and local[1] > span.stored and local[0] == probe.data
+
+
+def stored_preview(
+    conn: Connection, ref: AttemptOutput, name: str, budget: int = PREVIEW_BYTES
+) -> dict[str, Any]:
+    """`preview` of a stream on a PostgreSQL queue."""
+    span = output_store.read_stored(conn, ref.attempt_id, name, 0, budget)
+    from_file = fuller_local_copy(conn, ref, name, span)
+    data, size = (span.data, span.stored)
+    if from_file:
+        data, size = read_span(ref.paths[name], 0, budget) or (b"", 0)
+    return {
+        "path": ref.recorded_path(name),
+        "size_bytes": size,
+        "preview": data.decode("utf-8", errors="replace"),
+        "preview_truncated": size > len(data),
+        "missing": False,
+        **stored_facts(span, from_file),
+    }
+
+
+def stored_tail(conn: Connection, ref: AttemptOutput, name: str, budget: int) -> dict[str, Any]:
+    """`tail` of a stream on a PostgreSQL queue."""
+    span = output_store.read_stored(conn, ref.attempt_id, name, -budget, budget)
+    from_file = fuller_local_copy(conn, ref, name, span)
+    data, size = (span.data, span.stored)
+    if from_file:
+        data, size = read_span(ref.paths[name], -budget, budget) or (b"", 0)
+    return {
+        "path": ref.recorded_path(name),
+        "size_bytes": size,
+        "tail": data.decode("utf-8", errors="replace"),
+        "truncated": size > len(data),
+        "missing": False,
+        **stored_facts(span, from_file),
+    }
+
+
+def copy_stored(conn: Connection, ref: AttemptOutput, name: str, sink: Any) -> dict[str, Any]:
+    """Write a whole stream's bytes to a binary sink (PostgreSQL queues);
+    returns `stored_facts` of the stream."""
+    span = output_store.read_stored(conn, ref.attempt_id, name, 0, 0)
+    from_file = fuller_local_copy(conn, ref, name, span)
+    if from_file:
+        copy_all(ref.paths[name], sink)
+    else:
+        for data in output_store.iter_stored(conn, ref.attempt_id, name):
+            sink.write(data)
+    return stored_facts(span, from_file)

@@ -15,6 +15,11 @@ disk for prune. Job ids are never reused (AUTOINCREMENT), so a folder derived
 from a deleted id can belong to no other job. A crash between the commit and
 the deletes leaves `output/<id>` folders without a job row: disk space, not
 data; they may be deleted by hand.
+
+On a PostgreSQL queue the attempts' output stored in the database
+(`output_chunks`) is deleted with the attempts, in the same transaction
+(counted in `deleted_output_chunks` and `deleted_output_bytes`); the local
+files prune finds are those of this machine's spool.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, Select, delete, func, select
 
-from spoolctl.db.tables import attempts, job_events, jobs
+from spoolctl.db.dialects import is_postgres
+from spoolctl.db.tables import attempts, job_events, jobs, output_chunks
 from spoolctl.states import JobState
 
 PRUNABLE = (JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELED)
@@ -44,6 +50,9 @@ class PruneReport:
     deleted_events: int = 0
     freed_bytes: int = 0
     skipped_paths: list[str] = field(default_factory=list)
+    deleted_output_chunks: int = 0
+    deleted_output_bytes: int = 0
+    """Output stored in the database (PostgreSQL queues; 0 on SQLite)."""
 
 
 def candidates(
@@ -163,6 +172,10 @@ def prune_batch(
     report.matched += len(ids)
     batch = PrunedBatch(ids, stored_paths(conn, ids))
     report.deleted_events += _deleted(conn, delete(job_events).where(job_events.c.job_id.in_(ids)))
+    if is_postgres(conn):
+        count_chunks(conn, ids, report)
+        chunks = output_chunks.c.attempt_id.in_(_attempt_ids(ids))
+        conn.execute(delete(output_chunks).where(chunks))
     report.deleted_attempts += _deleted(conn, delete(attempts).where(attempts.c.job_id.in_(ids)))
     report.deleted_jobs += _deleted(conn, delete(jobs).where(jobs.c.id.in_(ids)))
     return batch
@@ -185,6 +198,23 @@ def survey(
         n_attempts, n_events = count_children(conn, chunk)
         report.deleted_attempts += n_attempts
         report.deleted_events += n_events
+        if is_postgres(conn):
+            count_chunks(conn, chunk, report)
+
+
+def _attempt_ids(job_ids: list[int]) -> Select[tuple[int]]:
+    return select(attempts.c.id).where(attempts.c.job_id.in_(job_ids))
+
+
+def count_chunks(conn: Connection, job_ids: list[int], report: PruneReport) -> None:
+    """Add the jobs' output stored in the database to the report."""
+    found = conn.execute(
+        select(func.count(), func.coalesce(func.sum(func.length(output_chunks.c.data)), 0)).where(
+            output_chunks.c.attempt_id.in_(_attempt_ids(job_ids))
+        )
+    ).one()
+    report.deleted_output_chunks += int(found[0])
+    report.deleted_output_bytes += int(found[1])
 
 
 def _deleted(conn: Connection, statement: Any) -> int:
