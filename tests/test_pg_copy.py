@@ -361,16 +361,35 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield tmp_path
 
 
-def test_sources_that_are_not_ready_are_refused(scratch: Path, pg_url: str) -> None:
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_sources_that_are_not_ready_are_refused_untouched(scratch: Path, pg_url: str) -> None:
     older = scratch / "older" / "queue.db"
     ok(run_json("migrate", "--db", str(older), "--to", "0003_lanes_and_dependencies"))
     (scratch / "legacy").mkdir()
     legacy = copy_fixture("v1-populated.db", scratch / "legacy")
-    for db in (older, legacy):
+    newer = scratch / "newer" / "queue.db"
+    add(newer, "--", "true")
+    foreign = scratch / "foreign" / "queue.db"
+    foreign.parent.mkdir()
+    for db, sql in ((newer, "UPDATE alembic_version SET version_num = '9999_newer'"),
+                    (foreign, "CREATE TABLE notes (body TEXT)")):  # fmt: skip
+        conn = sqlite3.connect(db)
+        with conn:
+            conn.execute(sql)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+    for db, code in ((older, "SCHEMA_OUTDATED"), (legacy, "SCHEMA_OUTDATED"),
+                     (newer, "SCHEMA_TOO_NEW"), (foreign, "INTERNAL")):  # fmt: skip
+        before = folder_bytes(db.parent)
         refused = copy_to(pg_url, "--db", str(db))
         error = refused.envelope["errors"][0]
-        assert (refused.exit_code, error["code"]) == (3, "SCHEMA_OUTDATED"), db
-        assert "spoolctl migrate --db" in error["message"]
+        assert (refused.exit_code, error["code"]) == (3, code), (db, error)
+        assert folder_bytes(db.parent) == before, db
+        if code == "SCHEMA_OUTDATED":
+            assert "spoolctl migrate --db" in error["message"]
     missing = copy_to(pg_url, "--db", str(scratch / "nothing" / "queue.db"))
     assert (missing.exit_code, missing.envelope["errors"][0]["code"]) == (1, "INVALID_INPUT")
     assert not (scratch / "nothing").exists()
