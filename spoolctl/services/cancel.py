@@ -22,10 +22,14 @@ class Canceled:
     was_running: bool
 
 
-def cancel(conn: Connection, job_id: int, *, running_ok: bool, now: float) -> Canceled:
+def cancel(
+    conn: Connection, job_id: int, *, running_ok: bool, now: float, actor: str | None = None
+) -> Canceled:
     """Cancel a queued or waiting job; a running one only with running_ok (the
     owning worker sees its heartbeat match nothing and kills the process
-    group). Jobs waiting for it are canceled with `dependency_failed`."""
+    group). Jobs waiting for it are canceled with `dependency_failed`.
+    `actor` (who asked, when not the CLI: the web dashboard) is written into
+    the `canceled` event's detail as `by`."""
     job = get_job_row(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}", job_id=job_id)
@@ -57,6 +61,9 @@ def cancel(conn: Connection, job_id: int, *, running_ok: bool, now: float) -> Ca
             last_failure_reason=FailureReason.CANCELED.value if was_running else None,
         )
     )
-    record_event(conn, job_id, EventKind.CANCELED, now, detail={"was_running": was_running})
+    detail: dict[str, object] = {"was_running": was_running}
+    if actor is not None:
+        detail["by"] = actor
+    record_event(conn, job_id, EventKind.CANCELED, now, detail=detail)
     cancel_dependents(conn, job_id, JobState.CANCELED.value, now)
     return Canceled(job_id=job_id, state=JobState.CANCELED.value, was_running=was_running)

@@ -98,7 +98,13 @@ class Retried:
 
 
 def requeue(
-    conn: Connection, job_id: int, *, force: bool, now: float, with_dependents: bool = False
+    conn: Connection,
+    job_id: int,
+    *,
+    force: bool,
+    now: float,
+    with_dependents: bool = False,
+    actor: str | None = None,
 ) -> Retried:
     """Manual retry: dead, failed or canceled jobs go back to queued with a fresh
     budget (attempts and crashes from zero; history kept). A running job needs
@@ -106,7 +112,8 @@ def requeue(
     next heartbeat. A job submitted after others goes back to waiting while
     one of them is not done (CONFLICT while one is dead or canceled). With
     `with_dependents`, the jobs canceled because this one failed are restored
-    too."""
+    too. `actor` (who asked, when not the CLI: the web dashboard) is written
+    into the `retried` event's detail as `by`."""
     job = get_job_row(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}", job_id=job_id)
@@ -138,7 +145,10 @@ def requeue(
             finished_at=None,
         )
     )
-    record_event(conn, job_id, EventKind.RETRIED, now, detail={"from": state, "force": force})
+    detail: dict[str, Any] = {"from": state, "force": force}
+    if actor is not None:
+        detail["by"] = actor
+    record_event(conn, job_id, EventKind.RETRIED, now, detail=detail)
     restored = restore_dependents(conn, job_id, now) if with_dependents else []
     return Retried(str(state), target.value, restored)
 

@@ -42,3 +42,20 @@ def read_events(
         for row in conn.execute(query).mappings()
     ]
     return Page(events, events[-1]["id"] if events else since_id)
+
+
+def recent_events(
+    conn: Connection, *, limit: int, before_id: int | None = None, job_id: int | None = None
+) -> list[dict[str, Any]]:
+    """The newest `limit` events (older than before_id when given), newest
+    first: a page of the ledger read backwards, by the primary key or by the
+    (job_id, id) index."""
+    query = select(job_events).order_by(job_events.c.id.desc()).limit(limit)
+    if before_id is not None:
+        query = query.where(job_events.c.id < before_id)
+    if job_id is not None:
+        query = query.where(job_events.c.job_id == job_id)
+    return [
+        {**dict(row), "detail": codec.load_detail(row["detail"])}
+        for row in conn.execute(query).mappings()
+    ]

@@ -5,6 +5,7 @@ Every query here is served by an index; none takes the write lock.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,11 +226,15 @@ class JobFilter:
     tags: tuple[tuple[str, str | None], ...] = ()  # value None: the key is present
     priority_min: int | None = None
     limit: int = 0
+    before_id: int | None = None
+    """Only jobs older than this id: the next page after a cursor (the dashboard)."""
 
 
 def list_query(where: JobFilter) -> Select[Any]:
     """Newest first; tags are matched on the decoded JSON object."""
     query = select(jobs).order_by(jobs.c.id.desc())
+    if where.before_id is not None:
+        query = query.where(jobs.c.id < where.before_id)
     states = (where.state,) if isinstance(where.state, str) else where.state
     if states is not None and len(states) == 1:
         query = query.where(jobs.c.state == states[0])
@@ -256,8 +261,7 @@ def list_page(conn: Connection, where: JobFilter) -> tuple[list[dict[str, Any]],
     """One page of `list` and its pagination: `cursor` is the oldest id shown
     (0 when none), `first_id` the oldest id in the queue, `truncated` whether
     more jobs matched than `limit` let through (one extra row tells)."""
-    probe = JobFilter(where.state, where.queue, where.tags, where.priority_min,
-                      where.limit + 1 if where.limit else 0)  # fmt: skip
+    probe = dataclasses.replace(where, limit=where.limit + 1 if where.limit else 0)
     found = list_jobs(conn, probe)
     page = found[: where.limit] if where.limit else found
     first_id = conn.execute(select(func.min(jobs.c.id))).scalar()
