@@ -9,7 +9,10 @@ an attempt's stdout and stderr in bounded chunks, deleted with the attempt.
 On PostgreSQL only, a trigger sends NOTIFY spoolctl_work (payload: the lane)
 whenever a job becomes `queued`, so idle workers on any machine wake at the
 commit that makes work claimable, whichever verb or worker made it so.
-No existing table changes: the upgrade copies nothing.
+On PostgreSQL only, every integer column becomes BIGINT (with its id
+sequence): SQLite's INTEGER is 64-bit and the contract's limits (timeouts,
+budgets) need that range. On SQLite no existing table changes: the upgrade
+copies nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +42,29 @@ FOR EACH ROW WHEN (NEW.state = 'queued') EXECUTE FUNCTION spoolctl_notify_work()
 """
 
 
+WIDENED: dict[str, tuple[str, ...]] = {
+    "jobs": ("id", "priority", "attempts", "crashes", "max_retries", "max_crashes",
+             "timeout_seconds", "locked_pid", "last_exit_code"),
+    "attempts": ("id", "job_id", "attempt_no", "worker_pid", "exit_code", "job_pid",
+                 "job_pgid"),
+    "workers": ("pid", "slots", "concurrency", "jobs_run"),
+    "job_events": ("id", "job_id"),
+    "job_dependencies": ("job_id", "after_job_id"),
+}  # fmt: skip
+"""PostgreSQL integer columns made BIGINT by this revision (INTEGER before)."""
+SEQUENCES = ("jobs", "attempts", "job_events")
+DEFAULTS = {
+    "jobs": {"priority": "0", "attempts": "0", "crashes": "0", "max_retries": "3",
+             "timeout_seconds": "300"},
+    "workers": {"concurrency": "1", "jobs_run": "0"},
+}  # fmt: skip
+"""Server defaults, set again in the new type (as a fresh table states them)."""
+
+
+def _int() -> sa.types.TypeEngine[int]:
+    return sa.BigInteger() if _postgres() else sa.Integer()
+
+
 def _postgres() -> bool:
     return op.get_context().dialect.name == "postgresql"
 
@@ -46,12 +72,12 @@ def _postgres() -> bool:
 def upgrade() -> None:
     op.create_table(
         "output_chunks",
-        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
-        sa.Column("attempt_id", sa.Integer(), nullable=False),
+        sa.Column("id", _int(), autoincrement=True, nullable=False),
+        sa.Column("attempt_id", _int(), nullable=False),
         sa.Column("stream", sa.String(8), nullable=False),
-        sa.Column("offset", sa.Integer(), nullable=False),
+        sa.Column("offset", _int(), nullable=False),
         sa.Column("data", sa.LargeBinary(), nullable=False),
-        sa.Column("truncated", sa.Integer(), server_default="0", nullable=False),
+        sa.Column("truncated", _int(), server_default="0", nullable=False),
         sa.ForeignKeyConstraint(
             ["attempt_id"],
             ["attempts.id"],
@@ -64,6 +90,7 @@ def upgrade() -> None:
         ),
     )
     if _postgres():
+        _widen("BIGINT")
         op.execute(NOTIFY_FUNCTION)
         op.execute(NOTIFY_TRIGGER)
 
@@ -73,3 +100,18 @@ def downgrade() -> None:
         op.execute("DROP TRIGGER IF EXISTS jobs_notify_work ON jobs")
         op.execute("DROP FUNCTION IF EXISTS spoolctl_notify_work()")
     op.drop_table("output_chunks")
+    if _postgres():
+        _widen("INTEGER")
+
+
+def _widen(to: str) -> None:
+    """Every listed column (and the id sequences) to `to`. A downgrade to
+    INTEGER fails, changing nothing, if a value no longer fits."""
+    for table, columns in WIDENED.items():
+        changes = [f"ALTER COLUMN {c} TYPE {to}" for c in columns]
+        changes += [
+            f"ALTER COLUMN {c} SET DEFAULT '{v}'" for c, v in DEFAULTS.get(table, {}).items()
+        ]
+        op.execute(f"ALTER TABLE {table} {', '.join(changes)}")
+    for table in SEQUENCES:
+        op.execute(f"ALTER SEQUENCE {table}_id_seq AS {to}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from sqlalchemy import (
+    BigInteger,
     CheckConstraint,
     Column,
     Float,
@@ -38,6 +39,10 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
+Int = Integer().with_variant(BigInteger(), "postgresql")
+"""Every integer column: SQLite's INTEGER is 64-bit, PostgreSQL's is not, so
+there it is BIGINT (timeouts, budgets and ids take the same range on both)."""
+
 ACTIVE_KEY_WHERE = "idempotency_key IS NOT NULL AND state IN ('queued', 'running', 'waiting')"
 """An idempotency key is unique among unfinished jobs, waiting ones included."""
 
@@ -52,30 +57,30 @@ def _one_of(column: str, values: type[StrEnum], *, nullable: bool = False) -> Ch
 jobs = Table(
     "jobs",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("id", Int, primary_key=True, autoincrement=True),
     Column("argv", Text, nullable=False),
     Column("state", String(16), nullable=False),
     Column("queue", String(64), nullable=False, server_default="default"),
-    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("priority", Int, nullable=False, server_default="0"),
     Column("next_run_at", Float, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("started_at", Float),
     Column("finished_at", Float),
-    Column("attempts", Integer, nullable=False, server_default="0"),
-    Column("crashes", Integer, nullable=False, server_default="0"),
-    Column("max_retries", Integer, nullable=False, server_default="3"),
-    Column("max_crashes", Integer),
-    Column("timeout_seconds", Integer, nullable=False, server_default="300"),
+    Column("attempts", Int, nullable=False, server_default="0"),
+    Column("crashes", Int, nullable=False, server_default="0"),
+    Column("max_retries", Int, nullable=False, server_default="3"),
+    Column("max_crashes", Int),
+    Column("timeout_seconds", Int, nullable=False, server_default="300"),
     Column("idempotency_key", Text),
     Column("tags", Text, nullable=False, server_default="{}"),
     Column("note", Text),
     Column("cwd", Text),
     Column("env", Text, nullable=False, server_default="{}"),
     Column("locked_by", Text),
-    Column("locked_pid", Integer),
+    Column("locked_pid", Int),
     Column("locked_at", Float),
     Column("heartbeat_at", Float),
-    Column("last_exit_code", Integer),
+    Column("last_exit_code", Int),
     Column("last_error", Text),
     Column("last_failure_reason", String(32)),
     _one_of("state", JobState),
@@ -106,21 +111,21 @@ Index(
 attempts = Table(
     "attempts",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, ForeignKey("jobs.id"), nullable=False),
-    Column("attempt_no", Integer, nullable=False),
+    Column("id", Int, primary_key=True, autoincrement=True),
+    Column("job_id", Int, ForeignKey("jobs.id"), nullable=False),
+    Column("attempt_no", Int, nullable=False),
     Column("worker_id", Text, nullable=False),
-    Column("worker_pid", Integer, nullable=False),
+    Column("worker_pid", Int, nullable=False),
     Column("state", String(16), nullable=False),
     Column("started_at", Float, nullable=False),
     Column("finished_at", Float),
-    Column("exit_code", Integer),
+    Column("exit_code", Int),
     Column("error", Text),
     Column("failure_reason", String(32)),
     Column("stdout_path", Text, nullable=False),
     Column("stderr_path", Text, nullable=False),
-    Column("job_pid", Integer),
-    Column("job_pgid", Integer),
+    Column("job_pid", Int),
+    Column("job_pgid", Int),
     Column("job_started_at", Float),
     UniqueConstraint("job_id", "attempt_no"),
     _one_of("state", AttemptState),
@@ -133,25 +138,25 @@ workers = Table(
     metadata,
     Column("id", Text, primary_key=True),
     Column("hostname", Text, nullable=False),
-    Column("pid", Integer, nullable=False),
+    Column("pid", Int, nullable=False),
     Column("process_started_at", Float),
     Column("boot_id", Text),
     Column("queue", String(64), nullable=False),
-    Column("slots", Integer),
-    Column("concurrency", Integer, nullable=False, server_default="1"),
+    Column("slots", Int),
+    Column("concurrency", Int, nullable=False, server_default="1"),
     Column("started_at", Float, nullable=False),
     Column("heartbeat_at", Float, nullable=False),
     Column("stopped_at", Float),
     Column("state", String(16), nullable=False),
-    Column("jobs_run", Integer, nullable=False, server_default="0"),
+    Column("jobs_run", Int, nullable=False, server_default="0"),
 )
 Index("ix_workers_state_heartbeat", workers.c.state, workers.c.heartbeat_at)
 
 job_events = Table(
     "job_events",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", Integer, ForeignKey("jobs.id")),  # null: a lane event (paused, resumed)
+    Column("id", Int, primary_key=True, autoincrement=True),
+    Column("job_id", Int, ForeignKey("jobs.id")),  # null: a lane event (paused, resumed)
     Column("at", Float, nullable=False),
     Column("event", String(32), nullable=False),
     Column("worker_id", Text),
@@ -174,8 +179,8 @@ key lookup inside the claim transaction). Resuming deletes the row."""
 job_dependencies = Table(
     "job_dependencies",
     metadata,
-    Column("job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
-    Column("after_job_id", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("job_id", Int, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("after_job_id", Int, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
 )
 """job_id waits until after_job_id is done. Rows go with either job when it
 is pruned (a pruned parent had finished, so nothing waits on it any more)."""
@@ -184,12 +189,12 @@ Index("ix_job_dependencies_after_job_id", job_dependencies.c.after_job_id)
 output_chunks = Table(
     "output_chunks",
     metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("attempt_id", Integer, ForeignKey("attempts.id", ondelete="CASCADE"), nullable=False),
+    Column("id", Int, primary_key=True, autoincrement=True),
+    Column("attempt_id", Int, ForeignKey("attempts.id", ondelete="CASCADE"), nullable=False),
     Column("stream", String(8), nullable=False),
-    Column("offset", Integer, nullable=False),
+    Column("offset", Int, nullable=False),
     Column("data", LargeBinary, nullable=False),
-    Column("truncated", Integer, nullable=False, server_default="0"),
+    Column("truncated", Int, nullable=False, server_default="0"),
     UniqueConstraint("attempt_id", "stream", "offset"),
 )
 """An attempt's output stored in the database as it is produced, in bounded
