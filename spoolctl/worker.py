@@ -394,8 +394,8 @@ class Worker:
     def _copy_output_if_due(self, now: float) -> None:
         """PostgreSQL queues: store what running jobs appended to their output
         files since the last pass (a stat per file when nothing was). A pass
-        that cannot write is retried at the next one, from where the database
-        stands (see `output_store`)."""
+        that cannot write is retried after the write backoff, from where the
+        database stands (see `output_store`)."""
         copier = self.output_copier
         if copier is None or now < self._next_output_copy:
             return
@@ -407,6 +407,7 @@ class Worker:
             copier.landed()
         else:
             copier.failed()
+            self._write_failed(now)
 
     def _forget_output(self, execution: execute.Execution) -> None:
         if self.output_copier is not None:

@@ -328,3 +328,48 @@ def test_a_sqlite_queue_stores_no_chunks(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM output_chunks").fetchone() == (0,)
     assert (tmp_path / "spool" / "output" / str(job) / "1" / "stdout").read_bytes() == b"hi\n"
+
+
+def test_output_stored_across_failed_passes_is_whole(pg_queue: str, tmp_path: Path) -> None:
+    """The worker's passes fail while the job prints (its attempt row locked
+    by another session; then its database sessions killed): they are redone
+    from where the database stands, so the stored copy ends up byte for byte
+    the job's output, each byte once."""
+    spool = tmp_path / "worker-host"
+    code = (
+        "import sys, time\n"
+        "for i in range(80):\n"
+        "    sys.stdout.write(f'line {i}\\n'); sys.stdout.flush(); time.sleep(0.03)"
+    )
+    job = add(pg_queue, spool, *python_job(code))
+    local = spool / "output" / str(job) / "1" / "stdout"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "spoolctl", "work", "--db", pg_queue, "--once", "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=child_env({"SPOOLCTL_SPOOL_DIR": str(spool)}),
+        cwd=REPO,
+    )
+    STARTED_WORKERS.append(worker)
+
+    def stored_lines() -> int:
+        return stored_bytes(chunks(pg_queue, job, "stdout")).count(b"\n")
+
+    wait_for(lambda: stored_lines() >= 5, what="5 lines stored")
+    with psycopg.connect(libpq_url(pg_queue)) as blocker:
+        blocker.execute("SELECT id FROM attempts WHERE job_id = %s FOR UPDATE", (job,))
+        held = stored_lines()
+        wait_for(lambda: local.read_bytes().count(b"\n") >= held + 15, what="15 more lines")
+        assert stored_lines() == held  # every pass meanwhile failed on the lock
+    wait_for(lambda: stored_lines() >= held + 15, what="the held-back lines stored")
+    sql(
+        pg_queue,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND application_name LIKE 'spoolctl%%'",
+    )
+    assert worker.wait(timeout=60) == 0
+    expected = "".join(f"line {i}\n" for i in range(80)).encode()
+    assert local.read_bytes() == expected
+    assert stored_bytes(chunks(pg_queue, job, "stdout")) == expected
+    assert sql(pg_queue, "SELECT state FROM jobs WHERE id = %s", (job,)) == [("done",)]
