@@ -225,6 +225,7 @@ ENV_VARS: dict[str, dict[str, Any]] = {
     "SPOOLCTL_SPOOL_DIR": {
         "description": "PostgreSQL queues: where this machine's workers keep output files",
         "type": "path",
+        "every_queue_verb": True,
         "default": "$XDG_STATE_HOME/spoolctl/pg-<hash of the URL>",
     },
     "SPOOLCTL_PG_OUTPUT_CAP": {
@@ -243,6 +244,7 @@ ENV_VARS: dict[str, dict[str, Any]] = {
     "SPOOLCTL_TEST_CLOCK_SKEW": {
         "description": "test knob: seconds added to this machine's clock",
         "type": "seconds",
+        "every_queue_verb": True,
         "default": 0,
         "test_knob": True,
     },

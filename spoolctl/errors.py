@@ -25,6 +25,16 @@ EXIT_CODES: dict[int, str] = {
     EXIT_CONFLICT: "conflict: state changed underneath",
     EXIT_JOB_UNSUCCESSFUL: "an awaited job ended without success (wait)",
 }
+EXIT_WORDS: dict[int, str] = {
+    EXIT_OK: "ok",
+    EXIT_USER: "input",
+    EXIT_SAFETY: "safety",
+    EXIT_TOOL: "tool",
+    EXIT_TRANSIENT: "retry",
+    EXIT_CONFLICT: "conflict",
+    EXIT_JOB_UNSUCCESSFUL: "job failed",
+}
+"""One word per exit code, for the token-budgeted `brief`."""
 
 
 class SpoolError(Exception):

@@ -125,7 +125,7 @@ def valid_envelope(result: Any, verb: str) -> dict[str, Any]:
     return envelope
 
 
-def script(q: Populated, tmp: Path) -> list[tuple[str, list[str], int]]:
+def script(q: Populated, tmp: Path, pg_url: str) -> list[tuple[str, list[str], int]]:
     """A run of every verb (several shapes each), in an order that keeps state sane."""
     batch = tmp / "jobs.ndjson"
     batch.write_text('{"argv": ["true"]}\n{"cmd": "echo hi", "queue": "other"}\n')
@@ -164,6 +164,8 @@ def script(q: Populated, tmp: Path) -> list[tuple[str, list[str], int]]:
         ("cancel", ["cancel", str(q.scheduled)], 0),
         ("prune", ["prune", "--older-than", "0", "--dry-run"], 0),
         ("prune", ["prune", "--older-than", "0", "--state", "canceled", "--yes"], 0),
+        ("copy-to", ["copy-to", pg_url, "--dry-run"], 0),
+        ("copy-to", ["copy-to", pg_url], 0),
         ("migrate", ["migrate", "--status"], 0),
         ("migrate", ["migrate", "--history"], 0),
         ("doctor", ["doctor"], 0),
@@ -177,12 +179,12 @@ def script(q: Populated, tmp: Path) -> list[tuple[str, list[str], int]]:
 
 
 def test_every_verb_output_matches_its_published_schema(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
     q = populate(tmp_path / "spool" / "queue.db")
     covered = set()
-    for verb, args, expected in script(q, tmp_path):
+    for verb, args, expected in script(q, tmp_path, pg_url):
         result = run_quiet(*q.args(args[0], "--json", *args[1:]))
         assert result.exit_code == expected, (args, result.stdout, result.stderr)
         envelope = valid_envelope(result, verb)

@@ -46,7 +46,7 @@ from spoolctl.config import (
     MIN_REAP_THRESHOLD_S,
     PRECEDENCE,
 )
-from spoolctl.errors import ERROR_CLASSES, EXIT_CODES, WARNING_CODES
+from spoolctl.errors import ERROR_CLASSES, EXIT_CODES, EXIT_WORDS, WARNING_CODES
 from spoolctl.services import backoff
 from spoolctl.services.submit import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_S
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
@@ -57,7 +57,7 @@ COMMON_FLAGS = ("as_json", "db")
 EXTRA_EXIT_CODES: dict[str, tuple[int, ...]] = {
     "add": (4, 5), "work": (4,), "wait": (4, 6), "retry": (2, 4, 5), "cancel": (2, 4, 5),
     "prune": (2, 4), "migrate": (2, 4), "events": (4,), "output": (4,), "feedback": (4,),
-    "status": (4,), "list": (4,), "show": (4,), "workers": (4,),
+    "status": (4,), "list": (4,), "show": (4,), "workers": (4,), "copy-to": (4, 5),
 }  # fmt: skip
 
 
@@ -345,8 +345,7 @@ def env_vars(verbs: dict[str, SpoolCommand]) -> dict[str, dict[str, Any]]:
             "maximum": var.get("max"),
             "unbounded": False,
             "shadowed_by": "--db" if name == "SPOOLCTL_DB" else None,
-            "consumed_by": queue_verbs if name in ("SPOOLCTL_DB", "SPOOLCTL_BUSY_TIMEOUT",
-                                                   "SPOOLCTL_AUTO_MIGRATE") else ["work"],
+            "consumed_by": consumers(name, var, queue_verbs),
             "malformed_expectations": {"bad_path" if name == "SPOOLCTL_DB" else "bad_type":
                                        EXPECT_INPUT},
         }  # fmt: skip
@@ -355,6 +354,14 @@ def env_vars(verbs: dict[str, SpoolCommand]) -> dict[str, dict[str, Any]]:
                 "finite float > 0" if "min_exclusive" in var else ("finite float >= 0")
             )
     return published
+
+
+def consumers(name: str, var: dict[str, Any], queue_verbs: list[str]) -> list[str]:
+    """Which verbs read an environment variable: `work`, unless ENV_VARS says
+    every verb that opens a queue does."""
+    if name in ("SPOOLCTL_DB", "SPOOLCTL_BUSY_TIMEOUT", "SPOOLCTL_AUTO_MIGRATE"):
+        return queue_verbs
+    return queue_verbs if var.get("every_queue_verb") else ["work"]
 
 
 def limit_entry(word: str, low: float | None, high: float | None, **more: Any) -> dict[str, Any]:
@@ -521,10 +528,10 @@ def short(text: str) -> str:
 
 def brief_text() -> str:
     lines = [
-        "spoolctl: durable queue of shell commands in one SQLite file.",
+        "spoolctl: durable queue of shell commands (an SQLite file, or PostgreSQL).",
         "Pass --json: stdout is one envelope {ok,data,errors[{code,message}],warnings,meta}. "
-        "Exit: " + ", ".join(f"{k} {short(v)}" for k, v in EXIT_CODES.items()) + ".",
-        "--db PATH picks the queue. Verbs:",
+        "Exit: " + ", ".join(f"{k} {EXIT_WORDS[k]}" for k in EXIT_CODES) + ".",
+        "--db PATH|postgresql://URL picks the queue. Verbs:",
     ]
     for name, command in verb_commands().items():
         lines.append(f"- {usage(name, command)}: {short(command.help or '')}")
