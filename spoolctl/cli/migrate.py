@@ -52,7 +52,7 @@ NO_BACKUP_POSTGRES = "none (PostgreSQL: take one with pg_dump before migrating)"
 @click.option("--downgrade", type=click.Choice(KNOWN_REVISIONS), default=None,
               help="Downgrade to this revision (needs --yes).")  # fmt: skip
 @click.option("--yes", is_flag=True, help="Confirm a downgrade.")
-@click.option("--no-backup", is_flag=True, help="Skip the VACUUM INTO backup beside the file.")
+@click.option("--no-backup", is_flag=True, help="Skip the VACUUM INTO backup beside the file (SQLite).")
 @db_option
 @json_option
 def migrate(
@@ -68,8 +68,10 @@ def migrate(
 ) -> int:
     """Upgrade the queue database to this spoolctl's schema (the head).
 
-    Before changing an existing file it writes a consistent backup beside it
-    (`<db>.bak-<old revision>-<UTC time>`). A database of the original
+    Before changing an existing SQLite file it writes a consistent backup
+    beside it (`<db>.bak-<old revision>-<UTC time>`); on PostgreSQL the change
+    is one transaction under an advisory lock, with no backup (pg_dump
+    first). A database of the original
     spoolctl (schema_version 1-6) is adopted in place; a row no spoolctl
     state can hold (an unknown state, a negative count) becomes a dead job
     whose last_error says why (counted in quarantined_rows). Workers of another
