@@ -50,6 +50,7 @@ SLOTS_LOCK_BASE = 0x5C0_0000
 """Added to a hash of the queue name: serializes `--slots` counting per lane."""
 NOTIFY_CHANNEL = "spoolctl_work"
 CLOCK_RESAMPLE_S = 5.0
+CLOCK_ONLY_OPTION = "spoolctl_clock_only"
 POLL_S = 0.5
 """Without notifications an idle worker looks for work this often."""
 CONNECT_TIMEOUT_S = 10
@@ -83,6 +84,8 @@ def make_engine(
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         options = conn.get_execution_options()
+        if options.get(CLOCK_ONLY_OPTION, False):
+            return  # a clock reading touches no table: any schema (or none) will do
         if write and not options.get(read_only_option, False):
             wait_s = min(busy_timeout_s, options.get(lock_wait_option, busy_timeout_s))
             conn.exec_driver_sql(
@@ -161,6 +164,7 @@ class ServerClock:
     def _sample(self) -> None:
         try:
             with self._engine.connect() as conn:
+                conn.execution_options(**{CLOCK_ONLY_OPTION: True})
                 before = self._local()
                 server = server_now(conn)
                 after = self._local()
