@@ -513,8 +513,10 @@ def usage(name: str, command: SpoolCommand) -> str:
             parts.append(f"{(param.name or '').upper()}{'...' if param.nargs == -1 else ''}")
     flags = [flag_of(command, p.name or "") for p in command.params
              if isinstance(p, click.Option) and p.name not in COMMON_FLAGS]  # fmt: skip
-    if flags:
-        parts.append("[" + " ".join(flags) + "]")
+    if len(flags) == 1:
+        parts.append(f"[{flags[0]}]")
+    elif flags:  # brace form: one "--" for all, to stay within the brief's budget
+        parts.append("[--{" + ",".join(f.removeprefix("--") for f in flags) + "}]")
     return " ".join(parts)
 
 
@@ -529,14 +531,14 @@ def short(text: str) -> str:
 def brief_text() -> str:
     lines = [
         "spoolctl: durable queue of shell commands (an SQLite file, or PostgreSQL).",
-        "Pass --json: stdout is one envelope {ok,data,errors[{code,message}],warnings,meta}. "
+        "--json: stdout is one envelope {ok,data,errors[{code,message}],warnings,meta}. "
         "Exit: " + ", ".join(f"{k} {EXIT_WORDS[k]}" for k in EXIT_CODES) + ".",
         "--db PATH|postgresql://URL picks the queue. Verbs:",
     ]
     for name, command in verb_commands().items():
         lines.append(f"- {usage(name, command)}: {short(command.help or '')}")
-    lines.append("Loop: add -> work --drain (or a worker) -> wait IDS -> feedback ID.")
-    lines.append("Details: robot-docs guide; capabilities --json; schema --json.")
+    lines.append("Loop: add -> work --drain -> wait IDS -> feedback ID.")
+    lines.append("More: robot-docs guide, capabilities, schema.")
     return "\n".join(lines)
 
 

@@ -60,7 +60,7 @@ def empty_status() -> dict[str, Any]:
 @db_option
 @json_option
 def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bool) -> int:
-    """Counts per state, scheduled jobs, queues, recent dead jobs, live workers."""
+    """Counts per state and queue, recent dead jobs, live workers."""
     if watch:
         return watch_status(db, limit, interval)
     now = time.time()

@@ -105,9 +105,12 @@ DEAD_JOB = obj({
     "stderr_path": opt(STR),
 })  # fmt: skip
 
+STORED = {"source": {"enum": ["database", "file"]}, "stored_bytes": INT, "stored_truncated": BOOL}
+"""PostgreSQL queues: where the bytes shown came from, and the stored copy's size."""
 PREVIEW = obj({"path": STR, "size_bytes": INT, "preview": STR, "preview_truncated": BOOL},
-              {"missing": BOOL})  # fmt: skip
-TAIL = obj({"path": opt(STR), "size_bytes": INT, "tail": STR, "truncated": BOOL, "missing": BOOL})
+              {"missing": BOOL, **STORED})  # fmt: skip
+TAIL = obj({"path": opt(STR), "size_bytes": INT, "tail": STR, "truncated": BOOL, "missing": BOOL},
+           STORED)  # fmt: skip
 
 
 def streams_of(item: Schema) -> Schema:
@@ -180,6 +183,10 @@ COPY_TO = obj({
 """copy-to: rows copied per table, the id each sequence gives next, and the
 attempts' output stored from the source spool's files."""
 
+WEB_FACTS = {"url": STR, "host": STR, "port": INT, "queue": STR, "allow_actions": BOOL,
+             "token_required": BOOL}  # fmt: skip
+"""web: where the dashboard listened; `stopped_by` names the signal that ended it."""
+
 DATA_SCHEMAS: dict[str, Schema] = {
     "add": {"anyOf": [ADD_ONE, ADD_BATCH]},
     "work": WORK,
@@ -207,12 +214,14 @@ DATA_SCHEMAS: dict[str, Schema] = {
     "cancel": obj({"job_id": INT, "state": JOB_STATE, "was_running": BOOL}),
     "prune": obj({"matched": INT, "deleted_jobs": INT, "deleted_attempts": INT,
                   "deleted_events": INT, "freed_bytes": INT, "dry_run": BOOL},
-                 {"skipped_paths": STR_LIST}),
+                 {"skipped_paths": STR_LIST, "deleted_output_chunks": INT,
+                  "deleted_output_bytes": INT}),
     "events": obj({"count": INT, "events": arr(EVENT)}),
     "workers": obj({"count": INT, "workers": arr(WORKER), "orphans_unconfirmed": arr(ORPHAN)},
                    {"paused_lanes": arr(PAUSED_LANE)}),
     "pause": LANE_CHANGE,
     "resume": LANE_CHANGE,
+    "web": obj({**WEB_FACTS, "stopped_by": opt(STR)}),
     "migrate": MIGRATE,
     "copy-to": COPY_TO,
     "doctor": obj({"ready": BOOL, "summary": SUMMARY, "config": opt({"type": "object"}),
@@ -259,4 +268,5 @@ STREAMS: dict[str, Schema] = {
     "events_follow_data": EVENT,  # the data frames alone (0.4.11's name for them)
     "output_follow": {"anyOf": [obj({"stream": one_of("stdout", "stderr"), "offset": INT,
                                      "text": STR}), CONTROL]},
+    "web_listening": obj({"listening": obj({**WEB_FACTS, "login_url": opt(STR)})}),
 }  # fmt: skip
