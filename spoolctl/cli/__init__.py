@@ -31,6 +31,7 @@ VERBS: dict[str, str] = {
     "prune": "spoolctl.cli.steer:prune",
     "pause": "spoolctl.cli.lanes:pause",
     "resume": "spoolctl.cli.lanes:resume",
+    "web": "spoolctl.cli.web:web",
     "migrate": "spoolctl.cli.migrate:migrate",
     "copy-to": "spoolctl.cli.copy:copy_to",
     "doctor": "spoolctl.cli.admin:doctor",

@@ -1,0 +1,98 @@
+"""Templates and the filters they use. Jinja2 escapes every value (autoescape
+is on for every template); the only markup built here is this module's own,
+around escaped values, so nothing a job controls reaches a page unescaped."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup, escape
+
+from spoolctl import __version__
+from spoolctl.states import EventKind, JobState
+
+STATE_CLASSES = {state.value: f"state-{state.value}" for state in JobState}
+ATTEMPT_CLASSES = {
+    "running": "state-running", "succeeded": "state-done", "failed": "state-dead",
+    "timed_out": "state-dead", "abandoned": "state-canceled", "canceled": "state-canceled",
+}  # fmt: skip
+
+
+EVENT_CLASSES = {kind.value: f"event-{kind.value}" for kind in EventKind}
+
+
+def event_class(event: Any) -> str:
+    """A CSS class for an event kind; one the code does not know gets `event-other`."""
+    return EVENT_CLASSES.get(event, "event-other") if isinstance(event, str) else "event-other"
+
+
+def timestamp(value: Any) -> Markup:
+    """A <time> the page's script shows in local time with its age; UTC
+    without the script."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return Markup('<span class="muted">—</span>')
+    try:
+        moment = datetime.fromtimestamp(value, UTC)
+    except (OverflowError, OSError, ValueError):
+        return Markup('<span class="muted">?</span>')
+    iso = moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+    shown = moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return Markup('<time class="ts" datetime="{}" data-ts="{}">{}</time>').format(
+        iso, repr(float(value)), shown
+    )
+
+
+def seconds(value: Any) -> str:
+    """A duration in seconds, for people: 0.4 s, 12 s, 3 min, 2 h."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "?"
+    if value < 10:
+        return f"{value:.1f} s"
+    if value < 120:
+        return f"{value:.0f} s"
+    if value < 7200:
+        return f"{value / 60:.0f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def command(argv: Any) -> str:
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return "(damaged)"
+    return shlex.join(argv)
+
+
+def compact_json(value: Any) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def state_badge(state: Any, classes: dict[str, str] = STATE_CLASSES) -> Markup:
+    """A state as a coloured badge; a value the code does not know is shown
+    as text with a neutral colour."""
+    css = classes.get(state, "state-unknown") if isinstance(state, str) else "state-unknown"
+    return Markup('<span class="badge {}">{}</span>').format(css, escape(str(state)))
+
+
+def attempt_badge(state: Any) -> Markup:
+    return state_badge(state, ATTEMPT_CLASSES)
+
+
+def make_environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("spoolctl.web", "templates"),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        ts=timestamp, secs=seconds, command=command, json=compact_json, badge=state_badge,
+        attempt_badge=attempt_badge, event_class=event_class,
+    )  # fmt: skip
+    env.globals.update(version=__version__, states=list(STATE_CLASSES))
+    return env

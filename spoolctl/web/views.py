@@ -1,0 +1,302 @@
+"""What each page shows, read through the services layer: the web layer runs
+no SQL of its own. Each function runs inside one read snapshot
+(`QueueAccess.read`) and returns plain data for a template."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from spoolctl import validate
+from spoolctl.errors import InvalidInput
+from spoolctl.services import dependencies, lanes, ledger, output_store, query
+from spoolctl.services import output as outputs
+from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+OVERVIEW_DEAD = 10
+RUNNING_SHOWN = 500
+"""Running jobs whose commands the overview names beside their workers."""
+PAGE_SIZE = 50
+PAGE_MAX = 200
+EVENTS_PAGE = 100
+EVENTS_LIVE_MAX = 500
+OUTPUT_TAIL = 65_536
+"""Bytes of each stream a job page shows at first (the end of the stream)."""
+OUTPUT_CHUNK = 65_536
+"""The most bytes of a stream one poll of a live page returns."""
+STATES = tuple(s.value for s in JobState)
+
+
+def empty_counts() -> dict[str, int]:
+    return {state: 0 for state in STATES}
+
+
+# -- overview -------------------------------------------------------------------
+
+
+def overview(conn: Connection, now: float) -> dict[str, Any]:
+    """`status` plus paused lanes and the commands of running jobs."""
+    data = query.status_summary(conn, now, dead_limit=OVERVIEW_DEAD)
+    paused = lanes.paused_lanes(conn)
+    queues: dict[str, dict[str, Any]] = data["queues"]
+    for lane in paused:
+        queues.setdefault(lane["queue"], {"counts": empty_counts(), "scheduled": 0})
+    by_name = {lane["queue"]: lane for lane in paused}
+    for name, entry in queues.items():
+        entry["paused"] = by_name.get(name)
+    running = query.list_jobs(
+        conn, query.JobFilter(state=JobState.RUNNING.value, limit=RUNNING_SHOWN)
+    )
+    data["running"] = {job["id"]: job for job in running}
+    data["lanes"] = sorted(queues.items())
+    data["paused_lanes"] = paused
+    data["now"] = now
+    return data
+
+
+def empty_overview(now: float) -> dict[str, Any]:
+    return {
+        "counts": empty_counts(), "scheduled": 0, "queues": {}, "lanes": [], "recent_dead": [],
+        "workers": [], "orphans_unconfirmed": [], "paused_lanes": [], "running": {}, "now": now,
+    }  # fmt: skip
+
+
+# -- job list ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The filters of `list`, from a page's query string, and the page's cursor."""
+
+    states: tuple[str, ...] = ()
+    queue: str | None = None
+    tags: tuple[tuple[str, str | None], ...] = ()
+    priority_min: int | None = None
+    before: int | None = None
+    limit: int = PAGE_SIZE
+
+    def job_filter(self) -> query.JobFilter:
+        return query.JobFilter(
+            self.states or None, self.queue, self.tags, self.priority_min, self.limit, self.before
+        )
+
+    def params(self, **changes: Any) -> list[tuple[str, str]]:
+        """The query string's pairs, with some changed (None drops one)."""
+        values: dict[str, Any] = {
+            "state": ",".join(self.states) or None,
+            "queue": self.queue,
+            "priority_min": self.priority_min,
+            "before": self.before,
+            "limit": None if self.limit == PAGE_SIZE else self.limit,
+        }
+        values.update(changes)
+        pairs = [(k, str(v)) for k, v in values.items() if v is not None and k != "tag"]
+        pairs += [("tag", key if value is None else f"{key}={value}") for key, value in self.tags]
+        return pairs
+
+    def link(self, **changes: Any) -> str:
+        pairs = self.params(**changes)
+        return "/jobs" + ("?" + urlencode(pairs) if pairs else "")
+
+    @property
+    def tag_text(self) -> str:
+        return " ".join(k if v is None else f"{k}={v}" for k, v in self.tags)
+
+
+def _one(params: Mapping[str, Sequence[str]], name: str) -> str | None:
+    """A single-valued parameter; blank counts as absent."""
+    values = [v for v in params.get(name, ()) if v.strip()]
+    if len(values) > 1:
+        raise InvalidInput(f"give {name} once", name=name)
+    return values[0].strip() if values else None
+
+
+def parse_states(raw: str | None) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    states = tuple(dict.fromkeys(s.strip() for s in raw.split(",") if s.strip()))
+    unknown = [s for s in states if s not in STATES]
+    if unknown:
+        raise InvalidInput(f"unknown state {unknown[0]!r}; states: {', '.join(STATES)}")
+    return states
+
+
+def parse_tags(values: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
+    tags: list[tuple[str, str | None]] = []
+    for value in (v for raw in values for v in raw.split()):
+        if "=" in value:
+            tags.append(validate.key_value(value, "tag"))
+        else:
+            tags.append((value, None))
+    if len(tags) > validate.TAG_MAX_COUNT:
+        raise InvalidInput(f"at most {validate.TAG_MAX_COUNT} tag filters")
+    return tuple(tags)
+
+
+def priority_in_range(raw: str) -> int:
+    return validate.int_in_range(raw, "priority_min", validate.INT32_MIN, validate.INT32_MAX)
+
+
+def parse_filters(params: Mapping[str, Sequence[str]]) -> Filters:
+    """The job list's filters from a query string; INVALID_INPUT names a bad one."""
+    queue = _one(params, "queue")
+    priority = _one(params, "priority_min")
+    before = _one(params, "before")
+    limit = _one(params, "limit")
+    return Filters(
+        states=parse_states(_one(params, "state")),
+        queue=None if queue is None else validate.queue_name(queue),
+        tags=parse_tags(params.get("tag", ())),
+        priority_min=None if priority is None else priority_in_range(priority),
+        before=None if before is None else validate.int_in_range(before, "before", 1),
+        limit=PAGE_SIZE if limit is None else validate.int_in_range(limit, "limit", 1, PAGE_MAX),
+    )
+
+
+def job_list(conn: Connection, filters: Filters) -> dict[str, Any]:
+    """One page of jobs, newest first, each with the jobs it waits for."""
+    jobs, pagination = query.list_page(conn, filters.job_filter())
+    waits = dependencies.waits_for(conn, [job["id"] for job in jobs])
+    for job in jobs:
+        job["after_jobs"] = waits.get(job["id"], [])
+    return {"jobs": jobs, "pagination": pagination}
+
+
+# -- one job ----------------------------------------------------------------------
+
+
+def job_page(
+    conn: Connection, job_id: int, attempt_no: int | None, output_root: Path, stored: bool
+) -> dict[str, Any] | None:
+    """`show`'s data, the jobs it waits for and that wait for it, and the end
+    of the chosen attempt's output (None: no such job)."""
+    detail = query.job_detail(conn, job_id)
+    if detail is None:
+        return None
+    detail["after_jobs"] = dependencies.waits_for(conn, [job_id]).get(job_id, [])
+    detail["dependents"] = dependencies.dependents_of(conn, job_id)
+    detail["terminal"] = detail["job"]["state"] in TERMINAL_JOB_STATES
+    ref = outputs.confine(outputs.find_attempt(conn, job_id, attempt_no), output_root)
+    detail["output"] = {
+        "attempt_no": ref.attempt_no,
+        "attempt_state": ref.state,
+        "pinned": attempt_no is not None,
+        "streams": {}
+        if ref.attempt_no is None
+        else {name: stream_tail(conn, ref, name, stored) for name in outputs.STREAMS},
+    }
+    return detail
+
+
+def stream_tail(
+    conn: Connection, ref: outputs.AttemptOutput, name: str, stored: bool
+) -> dict[str, Any]:
+    """The last OUTPUT_TAIL bytes of a stream, as text, and where they end."""
+    if stored:
+        span = output_store.read_stored(conn, ref.attempt_id, name, -OUTPUT_TAIL, OUTPUT_TAIL)
+        data, start, missing = span.data, span.start, False
+    else:
+        found = outputs.read_span(ref.paths[name], -OUTPUT_TAIL, OUTPUT_TAIL)
+        data, size = found if found is not None else (b"", 0)
+        start, missing = size - len(data), found is None
+    head = skip_partial_head(data) if start else 0
+    text, used = decode_complete(data[head:], final=ref.state != AttemptState.RUNNING)
+    return {
+        "text": text,
+        "start": start + head,
+        "offset": start + head + used,
+        "missing": missing,
+        "refused": name in ref.refused,
+    }
+
+
+def output_chunk(
+    conn: Connection,
+    job_id: int,
+    attempt_no: int | None,
+    name: str,
+    offset: int,
+    output_root: Path,
+    stored: bool,
+) -> dict[str, Any]:
+    """New bytes of a stream from `offset`, for a page following it live.
+
+    The attempt's state is read before its bytes: once it is seen ended, the
+    bytes read after hold everything it wrote (on PostgreSQL, the outcome's
+    transaction stored the rest)."""
+    ref = outputs.confine(outputs.find_attempt(conn, job_id, attempt_no), output_root)
+    job = query.get_job_row(conn, job_id)
+    job_state = None if job is None else str(job.state)
+    reply: dict[str, Any] = {
+        "attempt_no": ref.attempt_no,
+        "attempt_state": ref.state,
+        "running": ref.state == AttemptState.RUNNING,
+        "job_terminal": job_state in TERMINAL_JOB_STATES,
+        "text": "",
+        "offset": offset,
+        "more": False,
+    }
+    if ref.attempt_no is None:
+        return reply
+    if stored:
+        data = output_store.read_stored(conn, ref.attempt_id, name, offset, OUTPUT_CHUNK).data
+    else:
+        found = outputs.read_span(ref.paths[name], offset, OUTPUT_CHUNK)
+        data = b"" if found is None else found[0]
+    text, used = decode_complete(data, final=not reply["running"] and len(data) < OUTPUT_CHUNK)
+    reply.update(text=text, offset=offset + used, more=len(data) == OUTPUT_CHUNK)
+    return reply
+
+
+def skip_partial_head(data: bytes) -> int:
+    """Bytes to drop at the start of a span cut inside a UTF-8 character."""
+    skip = 0
+    while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+        skip += 1
+    return skip
+
+
+def decode_complete(data: bytes, *, final: bool) -> tuple[str, int]:
+    """Text of `data` and the bytes it used: a UTF-8 character cut at the end
+    is held back for the next read unless the stream is final."""
+    used = len(data)
+    if not final:
+        for back in range(1, min(4, len(data)) + 1):
+            byte = data[-back]
+            if byte & 0xC0 == 0x80:
+                continue
+            if byte >= 0xC0 and back < _utf8_length(byte):
+                used = len(data) - back
+            break
+    return data[:used].decode("utf-8", errors="replace"), used
+
+
+def _utf8_length(lead: int) -> int:
+    return 4 if lead >= 0xF0 else 3 if lead >= 0xE0 else 2
+
+
+# -- the event ledger ---------------------------------------------------------------
+
+
+def events_page(conn: Connection, before: int | None, job_id: int | None) -> dict[str, Any]:
+    """The newest events (older than `before`), newest first, and the cursors
+    for the next older page and for following new ones."""
+    found = ledger.recent_events(conn, limit=EVENTS_PAGE + 1, before_id=before, job_id=job_id)
+    events = found[:EVENTS_PAGE]
+    return {
+        "events": events,
+        "older": events[-1]["id"] if len(found) > EVENTS_PAGE else None,
+        "cursor": events[0]["id"] if events else 0,
+    }
+
+
+def events_after(conn: Connection, cursor: int, job_id: int | None) -> dict[str, Any]:
+    """Events after the cursor (the `events --follow` read), newest first."""
+    page = ledger.read_events(conn, since_id=cursor, job_id=job_id, limit=EVENTS_LIVE_MAX)
+    return {"events": list(reversed(page.events)), "cursor": page.cursor}
