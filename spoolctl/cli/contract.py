@@ -58,6 +58,7 @@ EXTRA_EXIT_CODES: dict[str, tuple[int, ...]] = {
     "add": (4, 5), "work": (4,), "wait": (4, 6), "retry": (2, 4, 5), "cancel": (2, 4, 5),
     "prune": (2, 4), "migrate": (2, 4), "events": (4,), "output": (4,), "feedback": (4,),
     "status": (4,), "list": (4,), "show": (4,), "workers": (4,), "copy-to": (4, 5),
+    "web": (2, 4),
 }  # fmt: skip
 
 
