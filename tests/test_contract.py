@@ -190,7 +190,8 @@ def test_every_verb_output_matches_its_published_schema(
         envelope = valid_envelope(result, verb)
         assert envelope["ok"], (args, envelope["errors"])
         covered.add(verb)
-    assert covered == set(verb_commands()) - ({"migrate"} - set(available_verbs()))
+    # web serves until a signal: tests/test_web.py checks its frame and envelope against these
+    assert covered == set(verb_commands()) - ({"migrate"} - set(available_verbs())) - {"web"}
 
 
 def test_follow_frames_match_the_published_stream_schemas(tmp_path: Path) -> None:
