@@ -15,7 +15,7 @@ import pytest
 from spoolctl import validate
 from spoolctl.cli import available_verbs
 from spoolctl.cli.contract import capabilities_data, contract_problems, schema_data, verb_commands
-from spoolctl.cli.docgen import verbs_markdown
+from spoolctl.cli.docgen import verbs_markdown, with_env_table
 from spoolctl.config import ENV_VARS
 from spoolctl.errors import ERROR_CODES, EXIT_CODES, WARNING_CODES
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
@@ -27,6 +27,12 @@ from tests.schema_check import errors as schema_errors
 def test_docs_verbs_md_is_generated_from_the_click_tree() -> None:
     on_disk = (REPO / "docs" / "verbs.md").read_text(encoding="utf-8")
     assert on_disk == verbs_markdown(), "docs/verbs.md is stale: run python scripts/gen_docs.py"
+
+
+def test_the_environment_table_is_generated_from_env_vars() -> None:
+    page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert page == with_env_table(page), "stale table: run python scripts/gen_docs.py"
+    assert all(f"`{name}`" in page for name in ENV_VARS)
 
 
 def test_every_verb_loads_and_has_a_data_schema() -> None:
