@@ -232,6 +232,7 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "description": "PostgreSQL: bytes of each attempt's stdout and of its stderr stored "
         "in the database (past it: truncated)",
         "type": "integer",
+        "read_by": ["work", "copy-to"],
         "default": 8 * 1024 * 1024,
         "min": 1,
         "max": 1 << 30,

@@ -359,10 +359,12 @@ def env_vars(verbs: dict[str, SpoolCommand]) -> dict[str, dict[str, Any]]:
 
 def consumers(name: str, var: dict[str, Any], queue_verbs: list[str]) -> list[str]:
     """Which verbs read an environment variable: `work`, unless ENV_VARS says
-    every verb that opens a queue does."""
+    every verb that opens a queue does, or names the verbs (`read_by`)."""
     if name in ("SPOOLCTL_DB", "SPOOLCTL_BUSY_TIMEOUT", "SPOOLCTL_AUTO_MIGRATE"):
         return queue_verbs
-    return queue_verbs if var.get("every_queue_verb") else ["work"]
+    if var.get("every_queue_verb"):
+        return queue_verbs
+    return list(var.get("read_by", ["work"]))
 
 
 def limit_entry(word: str, low: float | None, high: float | None, **more: Any) -> dict[str, Any]:
