@@ -157,7 +157,7 @@ def test_responses_carry_the_security_headers(client: TestClient) -> None:
         csp = headers["content-security-policy"]
         assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp, path
         assert headers["x-content-type-options"] == "nosniff"
-        assert headers["referrer-policy"] == "no-referrer"
+        assert headers["referrer-policy"] == "same-origin"
         assert headers["x-frame-options"] == "DENY"
     cookie = client.get("/").headers["set-cookie"]
     assert f"spoolctl_csrf_{PORT}=" in cookie

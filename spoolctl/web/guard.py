@@ -9,7 +9,7 @@
 - A state-changing request is a POST whose Origin (or Sec-Fetch-Site, or
   Referer) is this server, carrying the process's CSRF secret both in a
   hidden form field and in a SameSite=Strict cookie.
-- Every response forbids framing, sniffing, referrers and caching, and its
+- Every response forbids framing, sniffing, cross-site referrers and caching; its
   Content-Security-Policy allows this server's own scripts and styles only.
 """
 
@@ -29,7 +29,7 @@ SECURITY_HEADERS: dict[str, str] = {
     ),
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
