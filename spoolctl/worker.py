@@ -32,9 +32,10 @@ from spoolctl import procs
 from spoolctl.config import Timing
 from spoolctl.db.engine import db_path_of, is_postgres_engine, read_tx, write_quietly, write_tx
 from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault
+from spoolctl.guard import LeaseGuard
 from spoolctl.reaping import Reaping
 from spoolctl.services import claim as claiming
-from spoolctl.services import execute, heartbeat, lanes, lease, output_store
+from spoolctl.services import execute, heartbeat, lanes, lease, output_store, reaper
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import FailureReason, JobState
 from spoolctl.wakeup import ChangeWatch, Signals, change_watch, counting_signals, wait_readable
@@ -126,6 +127,7 @@ class Worker:
         self._fenced = False
         self._last_reap_pass = 0.0
         self._watch: ChangeWatch | None = None
+        self._guard: LeaseGuard | None = None
         self.output_copier = (
             output_store.OutputCopier(output_store.cap_bytes())
             if is_postgres_engine(engine)
@@ -146,6 +148,9 @@ class Worker:
         self._register()
         watch = change_watch(self.engine)
         self._watch = watch
+        hang = self.timing.hang_threshold_s
+        if is_postgres_engine(self.engine) and hang > 0:
+            self._guard = LeaseGuard(hang / 2)
         try:
             with counting_signals() as self.signals:
                 try:
@@ -154,8 +159,15 @@ class Worker:
                     self._shutdown()
         finally:
             watch.close()
+            if self._guard is not None:
+                self._guard.close()
         self.report.stopped_by_signal = self.signals.count > 0
         return self.report
+
+    def _guard_groups(self) -> None:
+        """Tell the lease guard which process groups run now (PostgreSQL)."""
+        if self._guard is not None:
+            self._guard.track({e.proc.pid for e in self.running.values() if e.proc is not None})
 
     def _register(self) -> None:
         now = self.clock()
@@ -219,6 +231,7 @@ class Worker:
                 if finished or wanted:
                     for claim in self._settle_and_claim(now, finished, wanted):
                         self._start(claim, now)
+                    self._guard_groups()
                 self._record_spawns_due(now)
                 self._copy_output_if_due(now)
                 self._reap_if_due(now)
@@ -488,12 +501,15 @@ class Worker:
         try:
             with write_tx(self.engine, LOCK_SLICE_S) as conn:
                 lost = heartbeat.beat(conn, self.worker_id, pairs, now, len(self.report.results))
+                reaper.release_forgotten(conn, self.worker_id, set(self.running), now)
         except (Locked, DiskFull):
             self._write_failed(now)
             return
         self._write_ok()
         self._last_beat = now
         self._fenced = False
+        if self._guard is not None:
+            self._guard.renewed()
         self.reaping.bury_dead_workers(now)
         for job_id in lost:
             execution = self.running.pop(job_id)
@@ -565,4 +581,5 @@ class Worker:
                 deadline = min(deadline, now + NO_PIDFD_TICK_S)
         if self.running and self.timing.hang_threshold_s > 0 and not self._fenced:
             deadline = min(deadline, self._last_beat + self.timing.hang_threshold_s / 2)
+        self._guard_groups()
         wait_readable(fds, deadline - now, self.signals.wake_fd)

@@ -489,13 +489,6 @@ def test_three_machines_drain_while_one_is_killed_and_one_frozen(
     three_machines_one_killed_one_frozen(fleet, runs, isolated=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a worker SIGKILLed or frozen on another machine cannot fence its jobs: their "
-    "process groups (own sessions) run on, and after the lease another machine starts "
-    "the job again (only a shared /proc lets the reaper's token scan hide this)",
-)
 def test_three_isolated_machines_drain_while_one_is_killed_and_one_frozen(
     fleet: PgFleet, runs: Path
 ) -> None:
@@ -651,12 +644,6 @@ def proxies() -> Iterator[list[CuttingProxy]]:
         proxy.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a claim whose COMMIT landed but whose answer was lost leaves the job running, "
-    "owned by a live worker that does not know it: never run, never reaped",
-)
 def test_a_claim_whose_commit_answer_is_lost_still_runs(
     fleet: PgFleet, runs: Path, proxies: list[CuttingProxy]
 ) -> None:
@@ -703,12 +690,6 @@ def freeze_holding_the_ledger(url: str, member: Member) -> int:
     raise AssertionError("never caught the worker inside a transaction")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a worker frozen inside a transaction keeps the ledger's advisory lock: every "
-    "other worker's claims and outcomes wait for it (no idle_in_transaction_session_timeout)",
-)
 def test_a_worker_frozen_inside_a_transaction_does_not_stall_the_fleet(
     fleet: PgFleet, runs: Path
 ) -> None:
@@ -730,13 +711,6 @@ def test_a_worker_frozen_inside_a_transaction_does_not_stall_the_fleet(
         p.signal(signal.SIGCONT)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a worker whose network to the server goes silent blocks in a database round "
-    "trip that has no client-side timeout (worker._beat_if_due -> write_tx -> psycopg wait), "
-    "so it never fences its jobs; after the lease another machine runs them again",
-)
 def test_a_worker_cut_off_from_the_server_fences_its_jobs_before_they_run_again(
     fleet: PgFleet, runs: Path, proxies: list[CuttingProxy]
 ) -> None:

@@ -430,3 +430,46 @@ def _latest_flag(conn: Connection, job_id: int) -> dict[str, Any] | None:
 
 def _same_owner(worker_id: str | None):  # type: ignore[no-untyped-def]
     return jobs.c.locked_by.is_(None) if worker_id is None else jobs.c.locked_by == worker_id
+
+
+def release_forgotten(conn: Connection, worker_id: str, running: set[int], now: float) -> list[int]:
+    """Requeue (or dead-letter) jobs the database says this worker runs but it
+    does not: a claim whose commit landed while its answer was lost (a
+    connection cut at COMMIT). Nothing else would: the worker's own heartbeat
+    keeps its row fresh, so no reaper judges it dead. Checked inside the
+    heartbeat's transaction, where the worker's view of what it runs is exact
+    (claims are started in the loop pass that made them)."""
+    forgotten = conn.execute(
+        select(jobs)
+        .where(jobs.c.state == JobState.RUNNING.value, jobs.c.locked_by == worker_id)
+        .with_for_update()
+    ).all()
+    released = []
+    for job in forgotten:
+        if job.id in running:
+            continue
+        error = f"worker {worker_id} lost its claim of this job before starting it"
+        conn.execute(
+            update(attempts)
+            .where(attempts.c.job_id == job.id, attempts.c.state == AttemptState.RUNNING.value)
+            .values(
+                state=AttemptState.ABANDONED.value,
+                failure_reason=FailureReason.WORKER_CRASH.value,
+                finished_at=now,
+                error=error,
+            )
+        )
+        record_event(
+            conn, job.id, EventKind.REAPED, now, worker_id=worker_id,
+            detail={"dead_worker": worker_id, "forgotten_claim": True},
+        )  # fmt: skip
+        requeue_or_dead(
+            conn,
+            job,
+            crashed=True,
+            now=now,
+            worker_id=worker_id,
+            failure={"last_error": error, "last_failure_reason": FailureReason.WORKER_CRASH.value},
+        )
+        released.append(job.id)
+    return released

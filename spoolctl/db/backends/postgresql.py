@@ -54,6 +54,42 @@ CLOCK_ONLY_OPTION = "spoolctl_clock_only"
 POLL_S = 0.5
 """Without notifications an idle worker looks for work this often."""
 CONNECT_TIMEOUT_S = 10
+IDLE_IN_TRANSACTION_MAX_S = 10.0
+NETWORK_TIMEOUT_MAX_S = 10.0
+
+
+def idle_limit_ms() -> int:
+    """How long the server lets a session sit idle inside a transaction: a
+    quarter of the lease (at least 1 s, at most 10 s), so a frozen worker's
+    locks are released well before its jobs could be requeued."""
+    from spoolctl.config import Timing
+
+    hang = Timing.from_env().hang_threshold_s
+    if hang <= 0:
+        return int(IDLE_IN_TRANSACTION_MAX_S * 1000)
+    return int(min(IDLE_IN_TRANSACTION_MAX_S, max(1.0, hang / 4)) * 1000)
+
+
+def network_bounds() -> dict[str, Any]:
+    """libpq settings that bound how long a call can hang on a dead network:
+    unacknowledged data fails after `tcp_user_timeout`, an idle connection is
+    probed by keepalives. Scaled to the lease (SPOOLCTL_HANG_THRESHOLD): a
+    worker must notice a lost server well within half of it, when it fences
+    itself, since others requeue its jobs after the whole of it."""
+    from spoolctl.config import Timing
+
+    hang = Timing.from_env().hang_threshold_s
+    bound = NETWORK_TIMEOUT_MAX_S if hang <= 0 else min(NETWORK_TIMEOUT_MAX_S, max(0.5, hang / 8))
+    return {
+        "connect_timeout": max(2, min(CONNECT_TIMEOUT_S, int(bound))),
+        "tcp_user_timeout": int(bound * 1000),
+        "keepalives": 1,
+        "keepalives_idle": max(1, int(bound / 2)),
+        "keepalives_interval": 1,
+        "keepalives_count": 2,
+    }
+
+
 RELISTEN_S = 5.0
 """A lost LISTEN connection is opened again this often (polling meanwhile)."""
 
@@ -76,10 +112,19 @@ def make_engine(
         driver_url(url),
         pool_size=2,
         max_overflow=4,
-        connect_args={"connect_timeout": CONNECT_TIMEOUT_S, "application_name": "spoolctl"},
+        connect_args={**network_bounds(), "application_name": "spoolctl"},
         hide_parameters=True,
     )
     engine.update_execution_options(spoolctl_display=masked(url))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # A session left idle inside a transaction (its worker frozen or cut
+        # off) would hold row and ledger locks for the whole fleet: the
+        # server ends it. Ours last milliseconds; migrate and copy-to run
+        # statements back to back.
+        dbapi_conn.execute(f"SET idle_in_transaction_session_timeout = {idle_limit_ms()}")
+        dbapi_conn.commit()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -206,8 +251,8 @@ class NotifyWatch:
             self._conn = psycopg.connect(
                 driver_url(self._url).replace("postgresql+psycopg://", "postgresql://", 1),
                 autocommit=True,
-                connect_timeout=CONNECT_TIMEOUT_S,
                 application_name="spoolctl-listen",
+                **network_bounds(),
             )
             self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         except Exception:
