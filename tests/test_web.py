@@ -26,7 +26,8 @@ from spoolctl.cli.queues import open_read, open_write, target_of
 from spoolctl.cli.schemas import DATA_SCHEMAS, ENVELOPE, STREAMS
 from spoolctl.db.queue import display
 from spoolctl.web.access import QueueAccess
-from spoolctl.web.app import Settings, create_app
+from spoolctl.web.app import create_app
+from spoolctl.web.common import Settings
 from spoolctl.web.guard import Guard
 from spoolctl.web.views import decode_complete, skip_partial_head
 from tests.helpers import REPO, Db, add_job, child_env, job, rows

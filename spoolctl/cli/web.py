@@ -60,7 +60,8 @@ def web(
     try:
         from spoolctl.web import server
         from spoolctl.web.access import QueueAccess
-        from spoolctl.web.app import Settings, create_app
+        from spoolctl.web.app import create_app
+        from spoolctl.web.common import Settings
         from spoolctl.web.guard import Guard
     except ModuleNotFoundError as exc:
         raise Internal(

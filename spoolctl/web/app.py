@@ -1,33 +1,21 @@
-"""The dashboard's routes: pages, the fragments and JSON their script polls to
-stay live, and the actions (retry, cancel, pause, resume) when allowed."""
+"""The dashboard's pages, the fragments and JSON their script polls to stay
+live, and the app that routes them (actions in `actions`, the request checks
+in `middleware`)."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import (
-    HTMLResponse,
-    JSONResponse,
-    PlainTextResponse,
-    RedirectResponse,
-    Response,
-)
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spoolctl import validate
 from spoolctl.errors import (
     Conflict,
     InvalidInput,
@@ -37,18 +25,15 @@ from spoolctl.errors import (
     SafetyBlock,
     SpoolError,
 )
-from spoolctl.services import lanes
-from spoolctl.services.cancel import cancel
-from spoolctl.services.deadletter import requeue
 from spoolctl.web import views
 from spoolctl.web.access import QueueAccess
-from spoolctl.web.guard import SECURITY_HEADERS, Guard
+from spoolctl.web.actions import Actions
+from spoolctl.web.common import Refused, Settings, job_id_of, whole_number
+from spoolctl.web.guard import Guard
+from spoolctl.web.middleware import GuardMiddleware, LastResort
 from spoolctl.web.render import make_environment
 
-log = logging.getLogger("spoolctl.web")
 STATIC = Path(__file__).parent / "static"
-FORM_MAX_BYTES = 16_384
-REASON_MAX = 1000
 NOTICES = {
     "retry": "Retried: the job is back in the queue with a fresh budget.",
     "cancel": "Canceled.",
@@ -63,52 +48,8 @@ STATUS_OF: dict[type[SpoolError], int] = {
 }  # fmt: skip
 
 
-class Refused(Exception):
-    """A request the dashboard will not serve, with its HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Settings:
-    allow_actions: bool
-    actor: str
-    """Who the ledger says acted: `web: user@host (pid N)`; the client's address is added."""
-
-
 def partial(request: Request) -> bool:
     return request.query_params.get("partial") == "1"
-
-
-def whole_number(raw: str | None, what: str, low: int = 1) -> int | None:
-    if raw is None or raw == "":
-        return None
-    return validate.int_in_range(raw, what, low, validate.INT64_MAX)
-
-
-def job_id_of(request: Request) -> int:
-    found = whole_number(request.path_params["job_id"], "job id")
-    assert found is not None  # the route matched a non-empty segment
-    return found
-
-
-def safe_next(raw: str | None, default: str) -> str:
-    """A page of this server to go back to (never another site)."""
-    if (
-        raw is None
-        or not raw.startswith("/")
-        or raw.startswith("//")
-        or any(c in raw for c in "\\\r\n\t")
-    ):
-        return default
-    return raw
-
-
-def with_notice(path: str, notice: str) -> str:
-    return f"{path}{'&' if '?' in path else '?'}done={notice}"
 
 
 class Dashboard:
@@ -237,76 +178,6 @@ class Dashboard:
         )  # fmt: skip
         return response
 
-    # -- actions -------------------------------------------------------------------
-
-    async def checked_form(self, request: Request) -> dict[str, str]:
-        """The POSTed form, once actions are on and its CSRF secret matches."""
-        if not self.settings.allow_actions:
-            raise Refused(403, "actions are off: start spoolctl web with --allow-actions")
-        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind != "application/x-www-form-urlencoded":
-            raise Refused(415, "send the form as application/x-www-form-urlencoded")
-        body = bytearray()
-        async for piece in request.stream():
-            body += piece
-            if len(body) > FORM_MAX_BYTES:
-                raise Refused(413, "form too large")
-        try:
-            fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True,
-                              max_num_fields=16)  # fmt: skip
-        except ValueError:
-            raise Refused(400, "too many form fields") from None
-        form = {key: values[-1] for key, values in fields.items()}
-        if not self.guard.csrf_ok(form.get("csrf"), request.cookies.get(self.guard.csrf_cookie)):
-            raise Refused(403, "the form's CSRF token does not match: reload the page, try again")
-        return form
-
-    def actor(self, request: Request) -> str:
-        client = request.client.host if request.client is not None else "unknown"
-        return f"{self.settings.actor}, client {client}"
-
-    async def change(self, fn: Callable[[Any, float], Any]) -> None:
-        await run_in_threadpool(self.access.write, fn)
-
-    async def retry(self, request: Request) -> Response:
-        job_id = job_id_of(request)
-        form = await self.checked_form(request)
-        actor = self.actor(request)
-        await self.change(
-            lambda conn, now: requeue(conn, job_id, force=False, now=now, actor=actor)
-        )
-        return RedirectResponse(with_notice(safe_next(form.get("next"), f"/jobs/{job_id}"),
-                                            "retry"), 303)  # fmt: skip
-
-    async def cancel(self, request: Request) -> Response:
-        job_id = job_id_of(request)
-        form = await self.checked_form(request)
-        running_ok, actor = form.get("running") == "yes", self.actor(request)
-        await self.change(
-            lambda conn, now: cancel(conn, job_id, running_ok=running_ok, now=now, actor=actor)
-        )
-        return RedirectResponse(with_notice(safe_next(form.get("next"), f"/jobs/{job_id}"),
-                                            "cancel"), 303)  # fmt: skip
-
-    async def pause(self, request: Request) -> Response:
-        queue = validate.queue_name(request.path_params["queue"])
-        form = await self.checked_form(request)
-        reason = form.get("reason", "").strip() or None
-        if reason is not None:
-            reason = validate.bounded_text(reason, "reason", REASON_MAX)
-        actor = self.actor(request)
-        await self.change(
-            lambda conn, now: lanes.pause_lanes(conn, [queue], by=actor, reason=reason, now=now)
-        )
-        return RedirectResponse(with_notice(safe_next(form.get("next"), "/"), "pause"), 303)
-
-    async def resume(self, request: Request) -> Response:
-        queue = validate.queue_name(request.path_params["queue"])
-        form = await self.checked_form(request)
-        actor = self.actor(request)
-        await self.change(lambda conn, now: lanes.resume_lanes(conn, [queue], by=actor, now=now))
-        return RedirectResponse(with_notice(safe_next(form.get("next"), "/"), "resume"), 303)
-
     # -- errors ----------------------------------------------------------------------
 
     async def on_spool_error(self, request: Request, exc: Exception) -> Response:
@@ -323,86 +194,18 @@ class Dashboard:
         return self.error_page(request, exc.status_code, str(exc.detail))
 
 
-class GuardMiddleware:
-    """Checks every request before a route sees it (see `guard`), and adds the
-    security headers to every response, refusals included."""
-
-    def __init__(self, app: ASGIApp, guard: Guard) -> None:
-        self.app = app
-        self.guard = guard
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def secured(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers[name] = value
-            await send(message)
-
-        refusal = self.refusal(Request(scope))
-        await (refusal or self.app)(scope, receive, secured)
-
-    def refusal(self, request: Request) -> Response | None:
-        headers = request.headers
-        if not self.guard.host_ok(headers.get("host")):
-            return PlainTextResponse(
-                "unexpected Host header: open the dashboard at the URL spoolctl web printed\n", 421
-            )
-        if request.method not in ("GET", "HEAD", "POST"):
-            return PlainTextResponse("method not allowed\n", 405)
-        if request.url.path != "/login" and not self.guard.authorized(
-            headers.get("authorization"), request.cookies
-        ):
-            return PlainTextResponse(
-                "this dashboard needs its access token: open the one-time login link "
-                "spoolctl web printed, or send 'Authorization: Bearer TOKEN'\n",
-                401,
-                headers={"www-authenticate": "Bearer"},
-            )
-        if request.method == "POST" and not self.guard.same_origin(headers, request.url.scheme):
-            return PlainTextResponse("cross-site request refused\n", 403)
-        return None
-
-
-class LastResort:
-    """An unexpected error answers 500 with one log line, never a traceback."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        started = False
-
-        async def tracking(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, tracking)
-        except Exception as exc:
-            log.error("spoolctl web: unexpected %s: %s", type(exc).__name__, exc)
-            if started or scope["type"] != "http":
-                return
-            response = PlainTextResponse(f"internal error: {type(exc).__name__}\n", 500)
-            await response(scope, receive, send)
-
-
 def create_app(access: QueueAccess, guard: Guard, settings: Settings) -> Starlette:
     board = Dashboard(access, guard, settings)
+    actions = Actions(access, guard, settings)
     routes = [
         Route("/", board.overview),
         Route("/jobs", board.jobs),
         Route("/jobs/{job_id}", board.job),
         Route("/jobs/{job_id}/output", board.output),
-        Route("/jobs/{job_id}/retry", board.retry, methods=["POST"]),
-        Route("/jobs/{job_id}/cancel", board.cancel, methods=["POST"]),
-        Route("/lanes/{queue}/pause", board.pause, methods=["POST"]),
-        Route("/lanes/{queue}/resume", board.resume, methods=["POST"]),
+        Route("/jobs/{job_id}/retry", actions.retry, methods=["POST"]),
+        Route("/jobs/{job_id}/cancel", actions.cancel, methods=["POST"]),
+        Route("/lanes/{queue}/pause", actions.pause, methods=["POST"]),
+        Route("/lanes/{queue}/resume", actions.resume, methods=["POST"]),
         Route("/events", board.events),
         Route("/events/live", board.events_live),
         Route("/login", board.login),
