@@ -92,6 +92,7 @@
     for (const name of names) {
       pres[name] = section.querySelector(`pre[data-stream="${name}"]`);
       offsets[name] = parseInt(pres[name].dataset.offset, 10) || 0;
+      pres[name].scrollTop = pres[name].scrollHeight; // the end of the output first
     }
     const label = section.querySelector("#attempt-label");
     const state = section.querySelector("#follow-state");
