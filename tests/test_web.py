@@ -10,6 +10,7 @@ import ast
 import json
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import urllib.error
@@ -423,6 +424,15 @@ def test_beyond_loopback_without_a_token_is_refused_before_listening(tmp_path: P
     assert text.returncode == 2 and text.stdout == ""
     assert text.stderr.startswith("spoolctl: SAFETY_BLOCK: refusing to serve")
     assert not Path(db).exists(), "a refusal opens no queue"
+
+
+def test_a_file_that_is_not_a_current_queue_is_refused_before_listening(tmp_path: Path) -> None:
+    foreign = tmp_path / "other.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    refused = spoolctl("web", "--db", str(foreign), "--json")
+    assert refused.returncode == 3 and refused.stdout.count("\n") == 1, refused.stdout
+    assert json.loads(refused.stdout)["ok"] is False
 
 
 class _Stay(urllib.request.HTTPRedirectHandler):

@@ -22,6 +22,8 @@ ATTEMPT_CLASSES = {
 }  # fmt: skip
 
 
+SHOWN_STATES = [state.value for state in JobState if state is not JobState.FAILED]
+"""The states the overview counts (`failed` is never written)."""
 EVENT_CLASSES = {kind.value: f"event-{kind.value}" for kind in EventKind}
 
 
@@ -94,5 +96,5 @@ def make_environment() -> Environment:
         ts=timestamp, secs=seconds, command=command, json=compact_json, badge=state_badge,
         attempt_badge=attempt_badge, event_class=event_class,
     )  # fmt: skip
-    env.globals.update(version=__version__, states=list(STATE_CLASSES))
+    env.globals.update(version=__version__, states=list(STATE_CLASSES), shown_states=SHOWN_STATES)
     return env
