@@ -342,7 +342,10 @@ def test_cross_site_posts_are_refused_and_change_nothing(tmp_path: Path) -> None
         assert no_cookie.status_code == 403, "the SameSite cookie must come along"
         assert job(db, dead)["state"] == "dead"
         client.cookies.set(f"spoolctl_csrf_{PORT}", stolen or "")
-        same_site = {"origin": f"http://127.0.0.1:{PORT}", "sec-fetch-site": "same-origin"}
+        proxied = client.post(path, data={"csrf": csrf},
+                              headers={"origin": f"https://evil.example:{PORT}"})  # fmt: skip
+        assert proxied.status_code == 403
+        same_site = {"origin": f"https://127.0.0.1:{PORT}", "sec-fetch-site": "same-origin"}
         assert client.post(path, data={"csrf": csrf}, headers=same_site).status_code == 303
     assert job(db, dead)["state"] == "queued"
 

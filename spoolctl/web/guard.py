@@ -97,20 +97,20 @@ class Guard:
             self.once = None
             return True
 
-    def same_origin(self, headers: Mapping[str, str], scheme: str) -> bool:
-        """A browser says where a request comes from: it must be this server."""
-        host = headers.get("host", "")
-        own = f"{scheme}://{host}".lower()
+    def same_origin(self, headers: Mapping[str, str]) -> bool:
+        """A browser says where a request comes from: it must be this server,
+        the host and port the request was sent to (whatever the scheme: a
+        proxy in front may add TLS)."""
+        host = headers.get("host", "").lower()
         origin = headers.get("origin")
         if origin is not None:
-            return origin.lower() == own
+            return origin != "null" and urlsplit(origin).netloc.lower() == host
         site = headers.get("sec-fetch-site")
         if site is not None:
             return site in ("same-origin", "none")
         referer = headers.get("referer")
         if referer is not None:
-            parts = urlsplit(referer)
-            return f"{parts.scheme}://{parts.netloc}".lower() == own
+            return urlsplit(referer).netloc.lower() == host
         return True  # not a browser: the CSRF secret below still has to match
 
     def csrf_ok(self, submitted: str | None, cookie: str | None) -> bool:

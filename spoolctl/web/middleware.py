@@ -55,7 +55,7 @@ class GuardMiddleware:
                 401,
                 headers={"www-authenticate": "Bearer"},
             )
-        if request.method == "POST" and not self.guard.same_origin(headers, request.url.scheme):
+        if request.method == "POST" and not self.guard.same_origin(headers):
             return PlainTextResponse("cross-site request refused\n", 403)
         return None
 
