@@ -219,11 +219,11 @@ def test_a_foreign_host_header_is_refused_without_a_token(
     client: TestClient, shown: tuple[Path, dict[str, int]]
 ) -> None:
     """A site that rebinds its own name to 127.0.0.1 still names itself in Host."""
-    for host in ("evil.example", f"evil.example:{PORT}", "127.0.0.1:1"):
+    for host in ("evil.example", f"evil.example:{PORT}", "127.0.0.1.evil.example", "[::2]:80"):
         response = client.get("/", headers={"host": host})
         assert response.status_code == 421, host
         assert "slow" not in response.text
-    for host in (f"localhost:{PORT}", f"[::1]:{PORT}", f"127.0.0.1:{PORT}"):
+    for host in (f"localhost:{PORT}", f"[::1]:{PORT}", f"127.0.0.1:{PORT}", "localhost:9000"):
         assert client.get("/", headers={"host": host}).status_code == 200, host
 
 

@@ -1,8 +1,9 @@
 """Who may use the dashboard, and which requests it believes.
 
 - Without a token the server listens on loopback only (the CLI refuses any
-  other address), and every request must name it in its Host header: a page
-  on another site that rebinds its own name to 127.0.0.1 gets nothing.
+  other address), and every request must name a loopback host in its Host
+  header (any port: a tunnel may forward another): a page on another site
+  that rebinds its own name to 127.0.0.1 gets nothing.
 - With a token every request carries it, as `Authorization: Bearer TOKEN`
   or as the session cookie a one-time login link sets (the link's code works
   once; the token itself never appears in a URL).
@@ -37,6 +38,13 @@ SECURITY_HEADERS: dict[str, str] = {
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
+def _hostname(host: str) -> str:
+    """A Host header without its port (`[::1]:80` -> `[::1]`)."""
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.partition(":")[0]
+
+
 def _same(given: str | None, expected: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
@@ -48,7 +56,8 @@ class Guard:
     port: int
     token: str | None = None
     allowed_hosts: frozenset[str] | None = None
-    """Host header values accepted; None accepts any (a token guards the server)."""
+    """Host names (the Host header without its port, which a tunnel may change)
+    accepted; None accepts any (a token guards the server)."""
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     session: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     once: str | None = field(default_factory=lambda: secrets.token_urlsafe(24))
@@ -57,8 +66,7 @@ class Guard:
     @classmethod
     def loopback(cls, port: int, extra_names: tuple[str, ...] = ()) -> Guard:
         """A server without a token: only loopback Host headers are accepted."""
-        names = {*LOOPBACK_NAMES, *extra_names}
-        return cls(port, None, frozenset(f"{name}:{port}" for name in names))
+        return cls(port, None, frozenset(name.lower() for name in (*LOOPBACK_NAMES, *extra_names)))
 
     @property
     def csrf_cookie(self) -> str:
@@ -79,7 +87,7 @@ class Guard:
     def host_ok(self, host: str | None) -> bool:
         if self.allowed_hosts is None:
             return True
-        return host is not None and host.lower() in self.allowed_hosts
+        return host is not None and _hostname(host.lower()) in self.allowed_hosts
 
     def authorized(self, authorization: str | None, cookies: Mapping[str, str]) -> bool:
         if self.token is None:
