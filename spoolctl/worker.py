@@ -501,7 +501,9 @@ class Worker:
         try:
             with write_tx(self.engine, LOCK_SLICE_S) as conn:
                 lost = heartbeat.beat(conn, self.worker_id, pairs, now, len(self.report.results))
-                reaper.release_forgotten(conn, self.worker_id, set(self.running), now)
+                reaper.release_forgotten(
+                    conn, self.worker_id, self.identity.pid, set(self.running), now
+                )
         except (Locked, DiskFull):
             self._write_failed(now)
             return

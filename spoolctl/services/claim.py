@@ -10,6 +10,7 @@ never both take one job.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,7 +171,7 @@ def claim_next(
         if row is None:
             return None
         previous = _latest_attempt(conn, row.id)
-        if _still_running(previous):
+        if _still_running(previous, now):
             skip.append(row.id)
             continue
         try:
@@ -220,7 +221,7 @@ def _latest_attempt(conn: Connection, job_id: int) -> Any:
     return _LATEST_ATTEMPT.first(conn, {"job_id": job_id})
 
 
-def _still_running(previous: Any) -> bool:
+def _still_running(previous: Any, now: float) -> bool:
     """Whether a canceled or abandoned previous attempt's process still lives.
 
     Those processes are killed asynchronously (a force-retried job's owner kills
@@ -237,7 +238,8 @@ def _still_running(previous: Any) -> bool:
     if previous.worker_id is None or previous.started_at is None:
         return False
     token = attempt_token(previous.worker_id, previous.id, previous.started_at)
-    return bool(procs.find_token(token, previous.started_at).found)
+    local_start = previous.started_at - (now - time.time())  # database clock -> this machine's
+    return bool(procs.find_token(token, local_start).found)
 
 
 def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None:

@@ -20,6 +20,7 @@ IMMEDIATE, so a worker that heartbeated meanwhile is untouched.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -29,6 +30,7 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     bindparam,
+    exists,
     func,
     select,
     update,
@@ -99,10 +101,11 @@ busy slots, however large the table grows."""
 def reap_candidates(conn: Connection, now: float, threshold_s: float) -> list[Candidate]:
     """Running jobs whose heartbeat is older than the reap threshold."""
     rows = _STALE.all(conn, {"b_before": now - threshold_s})
-    return [_candidate(conn, row) for row in rows]
+    skew = now - time.time()  # 0 on SQLite; the server's lead on PostgreSQL
+    return [_candidate(conn, row, skew) for row in rows]
 
 
-def _candidate(conn: Connection, row: Any) -> Candidate:
+def _candidate(conn: Connection, row: Any, skew: float = 0.0) -> Candidate:
     attempt = conn.execute(
         select(
             attempts.c.id,
@@ -143,10 +146,17 @@ def _candidate(conn: Connection, row: Any) -> Candidate:
         worker_boot_id=None if worker is None else worker.boot_id,
         worker_hostname=None if worker is None else worker.hostname,
         worker_heartbeat_at=None if worker is None else worker.heartbeat_at,
-        locked_at=row.locked_at,
-        attempt_started_at=None if attempt is None else attempt.started_at,
+        locked_at=_local(row.locked_at, skew),
+        attempt_started_at=None if attempt is None else _local(attempt.started_at, skew),
         token=_token_of(attempt),
     )
+
+
+def _local(stamp: float | None, skew: float) -> float | None:
+    """A database time on this machine's clock. Stamps are written by the
+    database's clock (the server's, on PostgreSQL); they are compared here with
+    local process start and boot times, which only this machine's clock gives."""
+    return None if stamp is None else stamp - skew
 
 
 def _token_of(attempt: Any) -> str | None:
@@ -432,16 +442,30 @@ def _same_owner(worker_id: str | None):  # type: ignore[no-untyped-def]
     return jobs.c.locked_by.is_(None) if worker_id is None else jobs.c.locked_by == worker_id
 
 
-def release_forgotten(conn: Connection, worker_id: str, running: set[int], now: float) -> list[int]:
+def release_forgotten(
+    conn: Connection, worker_id: str, worker_pid: int, running: set[int], now: float
+) -> list[int]:
     """Requeue (or dead-letter) jobs the database says this worker runs but it
     does not: a claim whose commit landed while its answer was lost (a
     connection cut at COMMIT). Nothing else would: the worker's own heartbeat
     keeps its row fresh, so no reaper judges it dead. Checked inside the
     heartbeat's transaction, where the worker's view of what it runs is exact
-    (claims are started in the loop pass that made them)."""
+    (claims are started in the loop pass that made them). Only this process's
+    own claims whose job was never spawned: a job claimed by an earlier process
+    under the same worker id may still run, and is the reaper's to judge."""
+    never_spawned = ~exists().where(
+        attempts.c.job_id == jobs.c.id,
+        attempts.c.state == AttemptState.RUNNING.value,
+        attempts.c.job_pid.is_not(None),
+    )
     forgotten = conn.execute(
         select(jobs)
-        .where(jobs.c.state == JobState.RUNNING.value, jobs.c.locked_by == worker_id)
+        .where(
+            jobs.c.state == JobState.RUNNING.value,
+            jobs.c.locked_by == worker_id,
+            jobs.c.locked_pid == worker_pid,
+            never_spawned,
+        )
         .with_for_update()
     ).all()
     released = []
