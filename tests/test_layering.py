@@ -132,6 +132,11 @@ def test_wheel_ships_the_revision_scripts(tmp_path: Path) -> None:
     shipped = {Path(n).name for n in names if n.startswith("spoolctl/_migrations/versions/")}
     in_repo = {p.name for p in (REPO / "migrations" / "versions").glob("*.py")}
     assert in_repo <= shipped
+    modules = {p.relative_to(REPO).as_posix() for p in (REPO / "spoolctl").rglob("*.py")}
+    assert modules - set(names) == set(), "a package of spoolctl/ is missing from the wheel"
+    web_files = {p.relative_to(REPO).as_posix() for p in (REPO / "spoolctl" / "web").rglob("*")
+                 if p.is_file() and p.suffix in (".html", ".js", ".css")}  # fmt: skip
+    assert web_files and web_files <= set(names)
 
 
 def test_installed_wheel_migrates_from_any_directory(tmp_path: Path) -> None:
