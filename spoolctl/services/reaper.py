@@ -323,32 +323,42 @@ def reap(
     if job is None:
         return None
     error = f"worker {cand.worker_id or '(unrecorded)'} died ({_silence(job, now)})"
-    if cand.attempt_id is not None:
-        conn.execute(
-            update(attempts)
-            .where(attempts.c.id == cand.attempt_id, attempts.c.state == AttemptState.RUNNING.value)
-            .values(
-                state=AttemptState.ABANDONED.value,
-                failure_reason=FailureReason.WORKER_CRASH.value,
-                finished_at=now,
-                error=error,
-            )
-        )
     _mark_worker_dead(conn, cand, now)
-    record_event(
-        conn,
-        cand.job_id,
-        EventKind.REAPED,
-        now,
-        worker_id=reaper_id,
-        detail={"dead_worker": cand.worker_id, "attempt_id": cand.attempt_id},
+    detail = {"dead_worker": cand.worker_id, "attempt_id": cand.attempt_id}
+    return _abandon(conn, job, cand.attempt_id, error, now, reaper_id, detail)
+
+
+def _abandon(
+    conn: Connection,
+    job: Any,
+    attempt_id: int | None,
+    error: str,
+    now: float,
+    by: str | None,
+    detail: dict[str, Any],
+) -> JobState:
+    """The job's running attempt ends abandoned by a worker crash (counted
+    against max_crashes), the `reaped` event is written, and the job is
+    requeued with backoff or dead-lettered. `attempt_id` None: whichever
+    attempt of the job still runs."""
+    mine = attempts.c.id == attempt_id if attempt_id is not None else attempts.c.job_id == job.id
+    conn.execute(
+        update(attempts)
+        .where(mine, attempts.c.state == AttemptState.RUNNING.value)
+        .values(
+            state=AttemptState.ABANDONED.value,
+            failure_reason=FailureReason.WORKER_CRASH.value,
+            finished_at=now,
+            error=error,
+        )
     )
+    record_event(conn, job.id, EventKind.REAPED, now, worker_id=by, detail=detail)
     return requeue_or_dead(
         conn,
         job,
         crashed=True,
         now=now,
-        worker_id=reaper_id,
+        worker_id=by,
         failure={"last_error": error, "last_failure_reason": FailureReason.WORKER_CRASH.value},
     )
 
@@ -473,27 +483,7 @@ def release_forgotten(
         if job.id in running:
             continue
         error = f"worker {worker_id} lost its claim of this job before starting it"
-        conn.execute(
-            update(attempts)
-            .where(attempts.c.job_id == job.id, attempts.c.state == AttemptState.RUNNING.value)
-            .values(
-                state=AttemptState.ABANDONED.value,
-                failure_reason=FailureReason.WORKER_CRASH.value,
-                finished_at=now,
-                error=error,
-            )
-        )
-        record_event(
-            conn, job.id, EventKind.REAPED, now, worker_id=worker_id,
-            detail={"dead_worker": worker_id, "forgotten_claim": True},
-        )  # fmt: skip
-        requeue_or_dead(
-            conn,
-            job,
-            crashed=True,
-            now=now,
-            worker_id=worker_id,
-            failure={"last_error": error, "last_failure_reason": FailureReason.WORKER_CRASH.value},
-        )
+        detail = {"dead_worker": worker_id, "forgotten_claim": True}
+        _abandon(conn, job, None, error, now, worker_id, detail)
         released.append(job.id)
     return released
