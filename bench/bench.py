@@ -1,11 +1,12 @@
 """spoolctl benchmark: ours (the work tree's .venv) against the original
 stdlib spoolctl 0.4.11 (bench/.venv-ref), measured in the same run.
 
-    bench/run [--quick] [--only cli,batch,drain,pickup,table]
+    bench/run [--quick] [--only cli,batch,drain,pickup,table,pg]
 
 Ours and the reference run interleaved (A B B A) in every scenario they share;
 drain and pickup run on the disk the repository is on and on a tmpfs, beside
-the machine's own spawn ceiling. Prints a table and writes
+the machine's own spawn ceiling. `pg` runs ours on PostgreSQL beside ours on
+SQLite (bench/pg.py), interleaved the same way. Prints a table and writes
 bench/results/<timestamp>/results.json (and table.txt, and
 bench/results/latest.json) with medians, spreads, per-pair ratios, raw samples,
 the file systems and the machine. See bench/README.md for what each
@@ -27,6 +28,7 @@ from typing import Any
 import ceiling
 import cli_costs
 import filesystems
+import pg
 import psutil
 import report
 import workers
@@ -34,7 +36,7 @@ from filesystems import Target
 from fixtures import BENCH, machine
 from plan import DEFAULT, QUICK, Plan
 
-SCENARIOS = ("cli", "batch", "drain", "pickup", "table")
+SCENARIOS = ("cli", "batch", "drain", "pickup", "table", "pg")
 ALIASES = {"add": "cli", "spawn": "drain"}
 """Names of earlier versions: `add` is now part of `cli`, the spawn ceiling of `drain`."""
 
@@ -52,6 +54,8 @@ def steps(plan: Plan, found: list[Target], results: dict[str, Any]) -> list[Step
     out += [("drain", f"drain:{t.label}", _bind(workers.drain, plan, t, layout)) for t in found]
     out += [("pickup", f"pickup:{t.label}", _bind(workers.pickup_and_idle, plan, t)) for t in found]
     out.append(("table", "table_growth", lambda: cli_costs.table_growth(plan, disk)))
+    out.append(("pg", "pg:drain", lambda: pg.drain(plan, disk)))
+    out.append(("pg", "pg:pickup", lambda: pg.pickup(plan, disk)))
     return out
 
 
@@ -75,7 +79,10 @@ def run_scenarios(plan: Plan, only: set[str], found: list[Target]) -> dict[str, 
             }
         wall = time.perf_counter() - start
         results[name]["scenario_wall_s"] = round(wall, 2)
-        results[name]["foreign_cpu_cores"] = _foreign_cores(cpu_before, _cpu_split(), wall)
+        server_cpu = results[name].get("server_cpu_s", 0.0)  # a PostgreSQL server we started
+        results[name]["foreign_cpu_cores"] = _foreign_cores(
+            cpu_before, _cpu_split(), wall, server_cpu
+        )
         print(
             f"[bench] {name} done in {results[name]['scenario_wall_s']} s",
             file=sys.stderr,
@@ -93,10 +100,14 @@ def _cpu_split() -> tuple[float, float]:
     return busy, own.user + own.system + own.children_user + own.children_system
 
 
-def _foreign_cores(before: tuple[float, float], after: tuple[float, float], wall: float) -> float:
+def _foreign_cores(
+    before: tuple[float, float], after: tuple[float, float], wall: float, server_cpu_s: float
+) -> float:
     """Average number of cores busy with something other than the benchmark:
-    other users of the machine, which make every number noisier."""
-    foreign = (after[0] - before[0]) - (after[1] - before[1])
+    other users of the machine, which make every number noisier. The
+    PostgreSQL server the benchmark started is not a child it waits for: its
+    CPU time is passed in and counted as the benchmark's own."""
+    foreign = (after[0] - before[0]) - (after[1] - before[1]) - server_cpu_s
     return round(max(0.0, foreign) / wall, 3)
 
 
@@ -122,7 +133,10 @@ def main(argv: list[str]) -> int:
     plan = QUICK if args.quick else DEFAULT
     started = datetime.now(UTC)
     with filesystems.targets() as (found, skipped):
-        results = run_scenarios(plan, only, found)
+        try:
+            results = run_scenarios(plan, only, found)
+        finally:
+            pg.stop_server()
     doc = {
         "started_at": started.isoformat(timespec="seconds"),
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -133,11 +147,18 @@ def main(argv: list[str]) -> int:
         "filesystems_skipped": skipped,
         "results": results,
     }
+    _write(doc, started, "", announce=False)  # the raw results survive a rendering error
     rows = report.rows(results)
     doc["table"] = rows
     foreign = {name: r.get("foreign_cpu_cores") for name, r in results.items()}
     rendered = report.render(rows, doc["machine"], foreign, doc["filesystems"], skipped)
-    table = rendered + "\n" + report.import_summary(results)
+    pg_rows = pg.rows(results)
+    doc["table_pg"] = pg_rows
+    table = "\n".join(
+        part
+        for part in (rendered, pg.render(pg_rows, results), report.import_summary(results))
+        if part
+    )
     print(table)
     _write(doc, started, table)
     errors = [name for name, r in results.items() if "error" in r or r.get("errors")]
@@ -147,14 +168,15 @@ def main(argv: list[str]) -> int:
     return 1 if errors else 0
 
 
-def _write(doc: dict[str, Any], started: datetime, table: str) -> None:
+def _write(doc: dict[str, Any], started: datetime, table: str, announce: bool = True) -> None:
     out = BENCH / "results" / started.strftime("%Y%m%dT%H%M%SZ")
     out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(doc, indent=1, default=str)
     (out / "results.json").write_text(text)
     (out / "table.txt").write_text(table + "\n")
     (BENCH / "results" / "latest.json").write_text(text)
-    print(f"\nresults: {out.relative_to(BENCH.parent)}/ (and bench/results/latest.json)")
+    if announce:
+        print(f"\nresults: {out.relative_to(BENCH.parent)}/ (and bench/results/latest.json)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""How much to measure: the default run (about 11 min on 2 cores) and
---quick (about 3 min). Interleaved scenarios run in blocks of A B B A, so
-each block gives every arm two samples and two ours/ref pairs."""
+"""How much to measure: the default run (about 11 min on 2 cores, plus 6 for
+the PostgreSQL scenario) and --quick (about 3 min, plus 2). Interleaved
+scenarios run in blocks of A B B A, so each block gives every arm two samples
+and two ours/ref pairs."""
 
 from __future__ import annotations
 

@@ -308,7 +308,7 @@ def render(
     filesystems: list[dict[str, str]],
     skipped: dict[str, str],
 ) -> str:
-    widths = {k: max(len(COLUMNS[k]), *(len(r[k]) for r in table)) for k in COLUMNS}
+    widths = {k: max([len(COLUMNS[k]), *(len(r[k]) for r in table)]) for k in COLUMNS}
     line = "  ".join("{:" + str(widths[k]) + "}" for k in COLUMNS)
     text = [line.format(*COLUMNS.values()), line.format(*("-" * widths[k] for k in COLUMNS))]
     text += [line.format(*(r[k] for k in COLUMNS)).rstrip() for r in table]
