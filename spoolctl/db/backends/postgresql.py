@@ -131,25 +131,49 @@ def make_engine(
         options = conn.get_execution_options()
         if options.get(CLOCK_ONLY_OPTION, False):
             return  # a clock reading touches no table: any schema (or none) will do
+        # One round trip: the transaction's settings and the revision check.
         if write and not options.get(read_only_option, False):
             wait_s = min(busy_timeout_s, options.get(lock_wait_option, busy_timeout_s))
-            conn.exec_driver_sql(
-                "SELECT set_config('lock_timeout', %(ms)s, true)",
-                {"ms": f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"},
-            )
+            ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
+            setting = "SELECT set_config('lock_timeout', %(ms)s, true)"
+            params: dict[str, Any] | None = {"ms": ms}
         else:
-            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        if expected_revision is not None:
-            found = revision_of(conn)
-            if found != expected_revision:
-                raise on_mismatch(
-                    f"schema revision changed underneath: expected {expected_revision}, "
-                    f"found {found}",
-                    expected=expected_revision,
-                    found=found,
-                )
+            setting = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+            params = None
+        if expected_revision is None:
+            conn.exec_driver_sql(setting, params)
+            return
+        found = _revision_with(conn, setting, params)
+        if found != expected_revision:
+            raise on_mismatch(
+                f"schema revision changed underneath: expected {expected_revision}, found {found}",
+                expected=expected_revision,
+                found=found,
+            )
 
     return engine
+
+
+def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None) -> str | None:
+    """Run the transaction's setting statement and read the revision (one
+    round trip for a write transaction); None when there is no
+    alembic_version table (the failed transaction is rolled back when the
+    connection returns to the pool)."""
+    try:
+        if params is None:  # SET TRANSACTION must come first, on its own
+            conn.exec_driver_sql(setting)
+            found = conn.exec_driver_sql(_VERSION_SQL).scalar()
+        else:
+            row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1)", params).first()
+            found = None if row is None else row[1]
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
+            return None
+        raise
+    return None if found is None else str(found)
+
+
+_VERSION_SQL = "SELECT version_num FROM alembic_version"
 
 
 def revision_of(conn: Connection) -> str | None:
@@ -166,7 +190,15 @@ def display_of(engine: Engine) -> str:
 
 
 def lock_ledger(conn: Connection) -> None:
+    """Once per transaction (a transaction often writes several events)."""
+    transaction = conn.get_transaction()
+    if transaction is not None and conn.info.get(_LEDGER_HELD_BY) is transaction:
+        return
     conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": LEDGER_LOCK_KEY})
+    conn.info[_LEDGER_HELD_BY] = transaction
+
+
+_LEDGER_HELD_BY = "spoolctl_ledger_held_by"
 
 
 def lock_migrations(conn: Connection) -> None:
