@@ -9,7 +9,8 @@ Either is what `--db` takes; the helpers in tests/helpers.py accept both.
 - `@pytest.mark.both_backends` (on a test, a class, or a module's `pytestmark`)
   parametrizes the `backend` fixture, and with it `db` and every fixture built
   on them (a module-scoped queue uses `module_db`).
-- `@pytest.mark.pg_xfail(reason="...")` marks the PostgreSQL variant only as a
+- `@pytest.mark.pg_xfail(reason="...")` (on a test, or on one parameter with
+  `pytest.param(..., marks=...)`) marks the PostgreSQL variant only as a
   strict xfail: a known PostgreSQL gap stays visible, and the test turns red
   once the gap is fixed, until the mark is removed.
 - A test that cannot be backend-neutral (it opens the file with sqlite3, checks
@@ -37,8 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
     for line in (
         "both_backends: run the test on SQLite and on PostgreSQL ([sqlite] / [postgresql]):"
         " parametrizes the backend fixture, and with it db and module_db",
-        "pg_xfail(reason): the [postgresql] variant of a both_backends test is a strict"
-        " xfail (a known PostgreSQL gap)",
+        "pg_xfail(reason): the [postgresql] variant of a both_backends test (or of one"
+        " of its parameters) is a strict xfail (a known PostgreSQL gap)",
         "sqlite_only(reason): opt a test out of its module's both_backends mark",
     ):
         config.addinivalue_line("markers", line)
@@ -50,23 +51,24 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     if node.get_closest_marker("sqlite_only") is not None:
         return
-    reasons = []
-    for mark in node.iter_markers("pg_xfail"):
-        reason = mark.kwargs.get("reason") or (mark.args[0] if mark.args else "")
-        assert reason, f"{node.nodeid}: pg_xfail needs a reason (the diagnosis)"
-        reasons.append(reason)
-    pg_marks = []
-    if reasons:
-        reason = "PostgreSQL: " + "; ".join(reasons)
-        pg_marks.append(pytest.mark.xfail(strict=True, reason=reason))
-    metafunc.parametrize(
-        "backend",
-        [
-            pytest.param("sqlite", id="sqlite"),
-            pytest.param("postgresql", id="postgresql", marks=pg_marks),
-        ],
-        indirect=True,
-    )
+    metafunc.parametrize("backend", BACKENDS, ids=BACKENDS, indirect=True)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """pg_xfail (on a test, its module, or one of its parameters) makes the
+    [postgresql] variant a strict xfail; the [sqlite] one runs as usual."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or callspec.params.get("backend") != "postgresql":
+            continue
+        reasons = []
+        for mark in item.iter_markers("pg_xfail"):
+            reason = mark.kwargs.get("reason") or (mark.args[0] if mark.args else "")
+            assert reason, f"{item.nodeid}: pg_xfail needs a reason (the diagnosis)"
+            reasons.append(reason)
+        if reasons:
+            reason = "PostgreSQL: " + "; ".join(reasons)
+            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 @pytest.fixture(scope="module")

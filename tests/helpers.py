@@ -216,6 +216,47 @@ def execute(db: Db, sql: str, params: tuple[Any, ...] = ()) -> int:
         conn.close()
 
 
+QUEUE_TABLES = (
+    "jobs",
+    "attempts",
+    "job_events",
+    "workers",
+    "lanes",
+    "job_dependencies",
+    "output_chunks",
+)
+
+
+class WriteLock:
+    """Another connection holding the queue's write lock until release():
+    SQLite's (BEGIN IMMEDIATE); on PostgreSQL an EXCLUSIVE lock on every
+    queue table, which lets plain reads through and makes every writer wait,
+    as SQLite's does."""
+
+    def __init__(self, db: Db) -> None:
+        self._conn: Any
+        if is_postgres(db):
+            self._conn = _pg_connect(str(db))
+            self._conn.autocommit = False
+            self._conn.execute(f"LOCK TABLE {', '.join(QUEUE_TABLES)} IN EXCLUSIVE MODE")
+        else:
+            self._conn = sqlite3.connect(db, isolation_level=None)
+            self._conn.execute("BEGIN IMMEDIATE")
+        self._held = True
+
+    def release(self) -> None:
+        """Roll back and close; safe to call twice."""
+        if not self._held:
+            return
+        self._held = False
+        if isinstance(self._conn, sqlite3.Connection):
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+        else:
+            self._conn.rollback()
+        self._conn.close()
+
+
 def has_queue(db: Db) -> bool:
     """A queue exists there: the SQLite file, or the jobs table in the database."""
     if is_postgres(db):
