@@ -2,7 +2,7 @@
 idempotency key rules, cwd and file permissions, and all-or-nothing batches.
 
 Runs the CLI in-process (fast); every rejected input must leave the queue
-exactly as it was."""
+exactly as it was. Runs on SQLite and on PostgreSQL (but file permissions)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,21 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Result, inproc, rows
+from tests.helpers import Db, Result, has_queue, inproc, rows
 
+pytestmark = pytest.mark.both_backends
 Capsys = pytest.CaptureFixture[str]
 
 
-def add(db: Path, capsys: Capsys, *args: str) -> Result:
+def add(db: Db, capsys: Capsys, *args: str) -> Result:
     return inproc("add", "--db", str(db), "--json", *args, capsys=capsys)
 
 
-def job_count(db: Path) -> int:
-    return 0 if not db.exists() else int(rows(db, "SELECT count(*) FROM jobs")[0][0])
+def job_count(db: Db) -> int:
+    return 0 if not has_queue(db) else int(rows(db, "SELECT count(*) FROM jobs")[0][0])
 
 
-def stored(db: Path, job_id: int) -> Any:
+def stored(db: Db, job_id: int) -> Any:
     return rows(db, "SELECT * FROM jobs WHERE id = ?", (job_id,))[0]
 
 
@@ -83,7 +84,7 @@ REJECTED: list[tuple[str, list[str], str]] = [
 
 @pytest.mark.parametrize(("args", "code"), [c[1:] for c in REJECTED], ids=[c[0] for c in REJECTED])
 def test_invalid_input_is_rejected_and_changes_nothing(
-    db: Path, capsys: Capsys, args: list[str], code: str
+    db: Db, capsys: Capsys, args: list[str], code: str
 ) -> None:
     result = add(db, capsys, *args)
 
@@ -96,7 +97,7 @@ def test_invalid_input_is_rejected_and_changes_nothing(
     assert job_count(db) == 0
 
 
-def test_values_at_the_limits_are_accepted(db: Path, capsys: Capsys) -> None:
+def test_values_at_the_limits_are_accepted(db: Db, capsys: Capsys) -> None:
     tags = [a for i in range(16) for a in ("--tag", f"k{i}=" + "v" * 1024)]
     result = add(
         db, capsys,
@@ -120,7 +121,7 @@ def test_values_at_the_limits_are_accepted(db: Path, capsys: Capsys) -> None:
     assert low.exit_code == 0 and stored(db, low.data["job_id"])["priority"] == -(2**31)
 
 
-def test_shell_string_and_durations_are_stored_as_documented(db: Path, capsys: Capsys) -> None:
+def test_shell_string_and_durations_are_stored_as_documented(db: Db, capsys: Capsys) -> None:
     shell = add(db, capsys, "--timeout", "5m", "--after", "1.5h", "-c", "echo $HOME")
     assert shell.exit_code == 0
     row = stored(db, shell.data["job_id"])
@@ -133,7 +134,7 @@ def test_shell_string_and_durations_are_stored_as_documented(db: Path, capsys: C
     assert row["next_run_at"] == pytest.approx(row["created_at"]), "a past time means now"
 
 
-def test_same_key_and_command_deduplicates(db: Path, capsys: Capsys) -> None:
+def test_same_key_and_command_deduplicates(db: Db, capsys: Capsys) -> None:
     first = add(db, capsys, "--key", "nightly", "--", "make", "all")
     again = add(db, capsys, "--key", "nightly", "--", "make", "all")
 
@@ -144,7 +145,7 @@ def test_same_key_and_command_deduplicates(db: Path, capsys: Capsys) -> None:
     assert job_count(db) == 1
 
 
-def test_same_key_with_another_command_is_a_conflict(db: Path, capsys: Capsys) -> None:
+def test_same_key_with_another_command_is_a_conflict(db: Db, capsys: Capsys) -> None:
     add(db, capsys, "--key", "nightly", "--", "make", "all")
     clash = add(db, capsys, "--key", "nightly", "--", "make", "clean")
 
@@ -153,7 +154,7 @@ def test_same_key_with_another_command_is_a_conflict(db: Path, capsys: Capsys) -
     assert job_count(db) == 1
 
 
-def test_only_metadata_differing_deduplicates_with_a_warning(db: Path, capsys: Capsys) -> None:
+def test_only_metadata_differing_deduplicates_with_a_warning(db: Db, capsys: Capsys) -> None:
     first = add(db, capsys, "--key", "k", "--tag", "a=1", "--note", "one", "--", "true")
     again = add(db, capsys, "--key", "k", "--tag", "a=2", "--note", "two", "--", "true")
 
@@ -166,7 +167,7 @@ def test_only_metadata_differing_deduplicates_with_a_warning(db: Path, capsys: C
 
 
 def test_a_key_is_free_again_once_its_job_is_done(
-    db: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
+    db: Db, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = add(db, capsys, "--key", "once", "--", "true")
     monkeypatch.setenv("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", "0.2")
@@ -180,7 +181,7 @@ def test_a_key_is_free_again_once_its_job_is_done(
 
 
 def test_cwd_is_made_absolute_without_resolving_symlinks(
-    db: Path, capsys: Capsys, tmp_path: Path
+    db: Db, capsys: Capsys, tmp_path: Path
 ) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
@@ -191,6 +192,7 @@ def test_cwd_is_made_absolute_without_resolving_symlinks(
     assert stored(db, result.data["job_id"])["cwd"] == str(tmp_path / "link")
 
 
+@pytest.mark.sqlite_only("file modes of the queue file")
 def test_the_spool_folder_and_database_are_private(db: Path, capsys: Capsys) -> None:
     old = os.umask(0o022)
     try:
@@ -201,7 +203,7 @@ def test_the_spool_folder_and_database_are_private(db: Path, capsys: Capsys) -> 
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
 
 
-def test_a_batch_is_all_or_nothing(db: Path, capsys: Capsys, tmp_path: Path) -> None:
+def test_a_batch_is_all_or_nothing(db: Db, capsys: Capsys, tmp_path: Path) -> None:
     good = [{"argv": ["echo", "1"]}, {"cmd": "echo 2", "priority": 3, "queue": "gpu"}]
     bad = tmp_path / "bad.ndjson"
     bad.write_text("\n".join(json.dumps(o) for o in [*good, {"cmd": "x", "queue": "no way"}]))

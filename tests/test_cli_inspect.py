@@ -1,10 +1,10 @@
 """The read-only verbs: list, show, status, workers, wait, output, feedback,
-events. They never take the write lock and never create a queue."""
+events. They never take the write lock and never create a queue. On SQLite
+and on PostgreSQL."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import add
+from tests.helpers import Db, WriteLock, add, has_queue, is_postgres
 from tests.populated import Populated, populate, run_quiet
+
+pytestmark = pytest.mark.both_backends
 
 
 @pytest.fixture(scope="module")
-def q(tmp_path_factory: pytest.TempPathFactory) -> Populated:
-    return populate(tmp_path_factory.mktemp("inspect") / "spool" / "queue.db")
+def q(module_db: Db) -> Populated:
+    return populate(module_db)
 
 
 def data(q: Populated, *args: str) -> dict:
@@ -137,6 +139,8 @@ def test_feedback_verdicts(q: Populated) -> None:
     assert bad["streams"]["stderr"] == {
         "path": bad["streams"]["stderr"]["path"], "size_bytes": 5, "tail": "ps\n",
         "truncated": True, "missing": False,
+        **({"source": "database", "stored_bytes": 5, "stored_truncated": False}
+           if is_postgres(q.db) else {}),
     }  # fmt: skip
     assert (
         bad["remediation"] == f"spoolctl output {q.dead} --stream stderr; spoolctl retry {q.dead}"
@@ -165,8 +169,8 @@ def test_events_wait_times_out_with_meta(q: Populated) -> None:
     assert result.exit_code == 0 and wait["reason"] == "timeout" and wait["waited_ms"] >= 200
 
 
-def test_events_wait_returns_when_a_record_arrives(tmp_path: Path) -> None:
-    q = populate(tmp_path / "queue.db")
+def test_events_wait_returns_when_a_record_arrives(db: Db) -> None:
+    q = populate(db)
     cursor = q.json("events").envelope["meta"]["pagination"]["cursor"]
     adder = threading.Timer(0.3, lambda: add(q.db, "true"))  # a real process: own stdout
     adder.start()
@@ -201,13 +205,11 @@ def test_text_tables_are_aligned_and_plain_without_a_tty(q: Populated) -> None:
 @pytest.fixture
 def write_locked(q: Populated) -> Iterator[None]:
     """Another connection holds the write lock for the whole test."""
-    holder = sqlite3.connect(q.db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    holder = WriteLock(q.db)
     try:
         yield
     finally:
-        holder.execute("ROLLBACK")
-        holder.close()
+        holder.release()
 
 
 @pytest.mark.usefixtures("write_locked")
@@ -224,9 +226,9 @@ def test_read_only_verbs_answer_while_the_write_lock_is_held(
     assert q.json("cancel", str(q.scheduled)).envelope["errors"][0]["code"] == "LOCKED"
 
 
-def test_inspecting_verbs_never_create_a_queue(tmp_path: Path) -> None:
-    missing = tmp_path / "nowhere" / "queue.db"
-    empty = Populated(missing, 1, 2, 3, 4)
+def test_inspecting_verbs_never_create_a_queue(db: Db) -> None:
+    """No file on SQLite; an empty database stays empty on PostgreSQL."""
+    empty = Populated(db, 1, 2, 3, 4)
     assert data(empty, "status")["counts"]["queued"] == 0
     assert data(empty, "list")["jobs"] == []
     assert data(empty, "events", "--wait", "--wait-timeout", "0")["events"] == []
@@ -239,7 +241,9 @@ def test_inspecting_verbs_never_create_a_queue(tmp_path: Path) -> None:
     assert error(empty, "cancel", "1") == (1, "NOT_FOUND")
     assert data(empty, "prune", "--older-than", "0", "--yes")["matched"] == 0
     assert empty.json("doctor").exit_code == 0
-    assert not missing.parent.exists()
+    assert not has_queue(db)
+    if not is_postgres(db):
+        assert not Path(db).parent.exists()
 
 
 class FakeTty:

@@ -1,11 +1,12 @@
 """retry, cancel and prune: state changes by hand, their safety blocks, and
-prune's promise never to touch a file outside the spool's output folder."""
+prune's promise never to touch a file outside the spool's output folder. On
+SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
-import sqlite3
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -13,13 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import add, attempts_of, events_of, job, pid_alive, start_worker, wait_for
+from tests.helpers import (
+    Db,
+    add,
+    attempts_of,
+    events_of,
+    execute,
+    job,
+    pid_alive,
+    start_worker,
+    wait_for,
+)
 from tests.populated import Populated, populate, run_quiet
+
+pytestmark = pytest.mark.both_backends
 
 
 @pytest.fixture
-def q(tmp_path: Path) -> Populated:
-    return populate(tmp_path / "spool" / "queue.db")
+def q(db: Db) -> Populated:
+    return populate(db)
 
 
 def outcome(q: Populated, *args: str) -> tuple[int, str | None]:
@@ -134,28 +147,28 @@ def test_prune_deletes_files_then_rows_of_old_terminal_jobs(q: Populated) -> Non
         1,
         3,
     )
-    assert not (q.db.parent / "output" / str(q.done)).exists()
-    assert (q.db.parent / "output" / str(q.dead) / "1" / "stderr").exists()
+    assert not (q.spool / "output" / str(q.done)).exists()
+    assert (q.spool / "output" / str(q.dead) / "1" / "stderr").exists()
     remaining = {j["id"] for j in q.jobs()["jobs"]}
     assert remaining == {q.dead, q.scheduled, q.canceled}
     assert q.json("prune", "--older-than", "0", "-y").envelope["data"]["deleted_jobs"] == 0
     rest = q.json("prune", "--older-than", "0", "--state", "dead,canceled", "--yes")
     assert rest.envelope["data"]["deleted_jobs"] == 2 and rest.envelope["data"]["irreversible"]
     assert {j["id"] for j in q.jobs()["jobs"]} == {q.scheduled}
-    assert (q.db.parent / "output").is_dir()
+    assert (q.spool / "output").is_dir()
 
 
 def test_prune_never_deletes_a_file_outside_the_output_folder(q: Populated, tmp_path: Path) -> None:
     outside, linked = tmp_path / "precious.txt", tmp_path / "linked.txt"
     outside.write_text("keep me")
     linked.write_text("keep me too")
-    link = q.db.parent / "output" / str(q.dead) / "1" / "stderr"
+    link = q.spool / "output" / str(q.dead) / "1" / "stderr"
     link.unlink()
     link.symlink_to(linked)
-    escape = q.db.parent / "output" / ".." / ".." / "precious.txt"
-    with sqlite3.connect(q.db) as conn:
-        conn.execute("UPDATE attempts SET stdout_path = ? WHERE job_id = ?", (str(escape), q.dead))
-        conn.execute("UPDATE attempts SET stdout_path = ? WHERE job_id = ?", (str(outside), q.done))
+    escape = q.spool / "output" / os.path.relpath(outside, q.spool / "output")  # ../../precious.txt
+    update = "UPDATE attempts SET stdout_path = ? WHERE job_id = ?"
+    execute(q.db, update, (str(escape), q.dead))
+    execute(q.db, update, (str(outside), q.done))
     every = ("--state", "done,dead,canceled")
     report = q.json("prune", "--older-than", "0", "--yes", *every).envelope["data"]
     assert report["deleted_jobs"] == 3

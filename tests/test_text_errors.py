@@ -1,12 +1,11 @@
 """Text-mode errors say what went wrong and what to do next: the first line
 stays exactly `spoolctl: CODE: message` (the envelope's error), a second line
 `  hint: ...` names the next step unless the message already does, and --json
-output carries no hint."""
+output carries no hint. The tests with a queue run on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +18,9 @@ from spoolctl.errors import (
     SchemaOutdated,
     SchemaTooNew,
 )
-from tests.helpers import REPO
+from tests.helpers import REPO, Db
+
+pytestmark = pytest.mark.both_backends
 
 
 def text_and_json(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[list[str], dict]:
@@ -32,7 +33,7 @@ def text_and_json(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[
     return lines, error
 
 
-def queue_with_one_job(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def queue_with_one_job(db: Db, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["add", "--db", str(db), "--key", "k", "--", "true"]) == 0
     capsys.readouterr()
 
@@ -52,7 +53,7 @@ def queue_with_one_job(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ],
 )
 def test_an_error_line_is_followed_by_the_next_step(
-    db: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: str, advice: str
+    db: Db, capsys: pytest.CaptureFixture[str], args: list[str], code: str, advice: str
 ) -> None:
     queue_with_one_job(db, capsys)
     argv = [*args[:1], "--db", str(db), *args[1:]] if args[0] != "stauts" else args
@@ -72,7 +73,7 @@ def test_an_error_line_is_followed_by_the_next_step(
     ],
 )
 def test_no_hint_when_the_message_already_says_what_to_do(
-    db: Path, capsys: pytest.CaptureFixture[str], args: list[str]
+    db: Db, capsys: pytest.CaptureFixture[str], args: list[str]
 ) -> None:
     assert run([*args[:1], "--db", str(db), *args[1:]] if args else []) != 0
     err = capsys.readouterr().err
@@ -80,7 +81,7 @@ def test_no_hint_when_the_message_already_says_what_to_do(
     assert "hint:" not in err
 
 
-def test_json_mode_prints_no_hint(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_mode_prints_no_hint(db: Db, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["show", "--db", str(db), "--json", "99"]) == 1
     captured = capsys.readouterr()
     assert captured.err == ""
@@ -102,7 +103,7 @@ def test_every_error_code_is_decided() -> None:
 
 
 def test_the_quick_start_shows_the_real_error_text(
-    db: Path, capsys: pytest.CaptureFixture[str]
+    db: Db, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run(["show", "--db", str(db), "99"]) == 1
     shown = (REPO / "docs" / "quickstart.md").read_text(encoding="utf-8")
