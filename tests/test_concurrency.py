@@ -1,28 +1,27 @@
 """Several real worker processes on one queue file: every job runs exactly once
 (no crash happens here), the fleet-wide slot cap holds, claims follow priority
-order, and a worker never leaves its lane."""
+order, and a worker never leaves its lane. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import signal
-import sqlite3
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import add_job, attempts_of, cli, job, rows, start_worker, wait_for
+from tests.helpers import Db, add_job, attempts_of, cli, execute, job, rows, start_worker, wait_for
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
 
 
 JOBS = 200
 
 
-def start_fleet(db: Path, worker_args: list[list[str]]) -> list[subprocess.Popen[str]]:
+def start_fleet(db: Db, worker_args: list[list[str]]) -> list[subprocess.Popen[str]]:
     """Start loop-mode workers and wait until every one is registered and idle."""
     add_job(db, "true", queue="setup")  # creates the file, in a lane nobody serves
     fleet = [start_worker(db, *args) for args in worker_args]
@@ -41,7 +40,7 @@ def stop_fleet(fleet: list[subprocess.Popen[str]]) -> None:
         assert worker.returncode == 0
 
 
-def test_many_jobs_many_workers_each_job_runs_exactly_once(db: Path, tmp_path: Path) -> None:
+def test_many_jobs_many_workers_each_job_runs_exactly_once(db: Db, tmp_path: Path) -> None:
     log = tmp_path / "log"
     line = f'echo "$SPOOLCTL_JOB_ID $SPOOLCTL_ATTEMPT $SPOOLCTL_WORKER_ID $SPOOLCTL_SLOT" >> {log}'
     batch = tmp_path / "jobs.ndjson"
@@ -72,7 +71,7 @@ def test_many_jobs_many_workers_each_job_runs_exactly_once(db: Path, tmp_path: P
     assert len({a["worker_id"] for a in attempts}) >= 2, "the workers did not compete"
 
 
-def test_slots_cap_running_jobs_across_workers(db: Path, tmp_path: Path) -> None:
+def test_slots_cap_running_jobs_across_workers(db: Db, tmp_path: Path) -> None:
     log = tmp_path / "spans"
     span = f's=$(date +%s%N); sleep 0.15; echo "$s $(date +%s%N)" >> {log}'
     fleet = start_fleet(db, [["--queue", "serial", "--slots", "1", "--concurrency", "2"]] * 2)
@@ -88,16 +87,14 @@ def test_slots_cap_running_jobs_across_workers(db: Path, tmp_path: Path) -> None
         assert start >= end, "two jobs of a one-slot queue ran at the same time"
 
 
-def test_claims_follow_priority_then_due_time_then_id(db: Path) -> None:
+def test_claims_follow_priority_then_due_time_then_id(db: Db) -> None:
     low = add_job(db, "true", priority=-1)
     plain_a = add_job(db, "true")
     high_a = add_job(db, "true", priority=5)
     plain_b = add_job(db, "true")
     high_b = add_job(db, "true", priority=5)
-    conn = sqlite3.connect(db)
-    with conn:  # plain_b became due before plain_a: it goes first among equals
-        conn.execute("UPDATE jobs SET next_run_at = next_run_at - 100 WHERE id = ?", (plain_b,))
-    conn.close()
+    # plain_b became due before plain_a: it goes first among equals
+    execute(db, "UPDATE jobs SET next_run_at = next_run_at - 100 WHERE id = ?", (plain_b,))
 
     result = cli("work", "--drain", db=db, json=True)
 
@@ -106,7 +103,7 @@ def test_claims_follow_priority_then_due_time_then_id(db: Path) -> None:
     assert order == [high_a, high_b, plain_b, plain_a, low]
 
 
-def test_a_worker_never_leaves_its_lane(db: Path, tmp_path: Path) -> None:
+def test_a_worker_never_leaves_its_lane(db: Db, tmp_path: Path) -> None:
     lane = add_job(db, "sh", "-c", "echo $SPOOLCTL_QUEUE", queue="gpu")
     other = add_job(db, "true")
 

@@ -4,14 +4,14 @@ write lock held past the busy timeout.
 Every acknowledged add exists exactly once (and nothing unacknowledged does);
 a verb that cannot get the lock answers LOCKED (exit 4) having written
 nothing; a worker whose writes hit a busy lock keeps running and claims and
-records once the lock is free.
+records once the lock is free. On SQLite and on PostgreSQL (where the write
+lock is an EXCLUSIVE lock on every queue table: see tests.helpers.WriteLock).
 """
 
 from __future__ import annotations
 
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import attempts_of, child_env, job, rows, start_worker, wait_for
+from tests.helpers import Db, WriteLock, attempts_of, child_env, job, rows, start_worker, wait_for
 from tests.populated import Populated, populate, run_quiet
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
 SUBMITTERS, ADDS_EACH = 8, 25
 
 SUBMITTER = """
@@ -41,7 +41,7 @@ for n in range(count):
 
 
 @pytest.fixture
-def workers(db: Path, tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+def workers(db: Db, tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
     yield started
     for proc in started:
@@ -50,7 +50,7 @@ def workers(db: Path, tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
             proc.wait()
 
 
-def submit_concurrently(db: Path) -> list[tuple[str, int, object]]:
+def submit_concurrently(db: Db) -> list[tuple[str, int, object]]:
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", SUBMITTER, str(db), f"s{i}", str(ADDS_EACH)],
@@ -70,7 +70,7 @@ def submit_concurrently(db: Path) -> list[tuple[str, int, object]]:
 
 
 def test_every_acknowledged_add_exists_exactly_once_under_contention(
-    db: Path, tmp_path: Path, workers: list[subprocess.Popen[str]]
+    db: Db, tmp_path: Path, workers: list[subprocess.Popen[str]]
 ) -> None:
     assert run_quiet("add", "--db", str(db), "--json", "--", "true").exit_code == 0
     for i in range(2):
@@ -95,22 +95,19 @@ def test_every_acknowledged_add_exists_exactly_once_under_contention(
 
 
 @pytest.fixture
-def q(tmp_path: Path) -> Populated:
-    return populate(tmp_path / "spool" / "queue.db")
+def q(db: Db) -> Populated:
+    return populate(db)
 
 
 @pytest.fixture
-def held(q: Populated) -> Iterator[sqlite3.Connection]:
+def held(q: Populated) -> Iterator[WriteLock]:
     """Another connection holds the write lock until the test releases it."""
-    holder = sqlite3.connect(q.db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    holder = WriteLock(q.db)
     yield holder
-    if holder.in_transaction:
-        holder.execute("ROLLBACK")
-    holder.close()
+    holder.release()
 
 
-def counts(db: Path) -> tuple[int, ...]:
+def counts(db: Db) -> tuple[int, ...]:
     return tuple(
         rows(db, f"SELECT count(*) AS n FROM {table}")[0]["n"]
         for table in ("jobs", "attempts", "job_events", "workers")
@@ -153,15 +150,13 @@ def test_a_worker_that_hits_a_busy_lock_keeps_running_and_records_once_free(
     later = run_quiet(*q.args("add", "--json", "--after", "1s", "--", "echo", "later"))
     later_id = json.loads(later.stdout)["data"]["job_id"]
 
-    holder = sqlite3.connect(q.db, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    holder = WriteLock(q.db)
     beat = rows(q.db, "SELECT heartbeat_at FROM workers WHERE pid = ?", (worker.pid,))[0][0]
     time.sleep(2.5)  # the job ends and the delayed one falls due while the lock is held
     frozen = rows(q.db, "SELECT heartbeat_at FROM workers WHERE pid = ?", (worker.pid,))[0][0]
     alive_while_locked = worker.poll() is None
     unrecorded = job(q.db, running_id)["state"] == "running"
-    holder.execute("ROLLBACK")
-    holder.close()
+    holder.release()
 
     assert alive_while_locked and frozen == beat, "the worker's writes did not hit the lock"
     assert unrecorded and Path(attempts_of(q.db, running_id)[0]["stdout_path"]).exists()

@@ -1,7 +1,8 @@
 """Pausing a lane: workers (real processes) stop claiming from it within their
 pickup latency while a running job finishes; `add` still queues; a drain of a
 paused lane returns at once; pause and resume are idempotent, recorded with
-who, when and why, ledgered as events, and shown by status and workers."""
+who, when and why, ledgered as events, and shown by status and workers. On
+SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import (
+    Db,
     add,
     child_env,
     cli_json,
@@ -24,22 +26,23 @@ from tests.helpers import (
     wait_for,
 )
 
+pytestmark = pytest.mark.both_backends
 IDLE_PROOF_S = 1.0
 """How long a queued job must stay unclaimed to show a paused lane is not
 served: many times the idle worker's pickup latency (milliseconds)."""
 
 
-def run(capsys: pytest.CaptureFixture[str], db: Path, *args: str) -> Any:
+def run(capsys: pytest.CaptureFixture[str], db: Db, *args: str) -> Any:
     result = inproc(args[0], "--db", str(db), "--json", *args[1:], capsys=capsys)
     return result
 
 
-def state(db: Path, job_id: int) -> str:
+def state(db: Db, job_id: int) -> str:
     return str(job(db, job_id)["state"])
 
 
 def test_a_paused_lane_is_not_claimed_while_the_running_job_finishes(
-    db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    db: Db, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gate = tmp_path / "gate"
     first = add(db, "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done")
@@ -60,7 +63,7 @@ def test_a_paused_lane_is_not_claimed_while_the_running_job_finishes(
     assert worker.wait(30) == 0
 
 
-def test_other_lanes_keep_running(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_other_lanes_keep_running(db: Db, capsys: pytest.CaptureFixture[str]) -> None:
     run(capsys, db, "pause", "blocked")
     held = add(db, "true", opts=("--queue", "blocked"))
     free = add(db, "true", opts=("--queue", "free"))
@@ -70,7 +73,7 @@ def test_other_lanes_keep_running(db: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_a_drain_of_a_paused_lane_returns_at_once_saying_so(
-    db: Path, capsys: pytest.CaptureFixture[str]
+    db: Db, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job_id = add(db, "true")
     run(capsys, db, "pause", "default")
@@ -86,7 +89,7 @@ def test_a_drain_of_a_paused_lane_returns_at_once_saying_so(
 
 
 def test_pause_and_resume_are_idempotent_recorded_and_ledgered(
-    db: Path, capsys: pytest.CaptureFixture[str]
+    db: Db, capsys: pytest.CaptureFixture[str]
 ) -> None:
     add(db, "true")
     first = run(capsys, db, "pause", "default", "--reason", "disk full")
@@ -102,14 +105,16 @@ def test_pause_and_resume_are_idempotent_recorded_and_ledgered(
     twice = run(capsys, db, "resume", "default")
     assert (resumed.data["changed"], twice.data["changed"]) == (True, False)
     assert twice.data["paused_lanes"] == []
-    ledger = rows(db, "SELECT job_id, event, detail FROM job_events WHERE job_id IS NULL")
+    ledger = rows(
+        db, "SELECT job_id, event, detail FROM job_events WHERE job_id IS NULL ORDER BY id"
+    )
     assert [(r["job_id"], r["event"]) for r in ledger] == [(None, "paused"), (None, "resumed")]
     events = run(capsys, db, "events").data["events"]
     assert [e["event"] for e in events if e["job_id"] is None] == ["paused", "resumed"]
     assert events[-1]["detail"]["queue"] == "default"
 
 
-def test_status_and_workers_show_paused_lanes(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_and_workers_show_paused_lanes(db: Db, capsys: pytest.CaptureFixture[str]) -> None:
     add(db, "true")
     add(db, "true", opts=("--queue", "other"))
     run(capsys, db, "pause", "other", "--reason", "maintenance")
@@ -122,7 +127,7 @@ def test_status_and_workers_show_paused_lanes(db: Path, capsys: pytest.CaptureFi
     assert "paused lanes: 1" in text and "maintenance" in text
 
 
-def test_pause_all_and_resume_all(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pause_all_and_resume_all(db: Db, capsys: pytest.CaptureFixture[str]) -> None:
     for queue in ("a", "b", "c"):
         add(db, "true", opts=("--queue", queue))
     run(capsys, db, "pause", "b")
@@ -147,7 +152,7 @@ def test_pause_all_and_resume_all(db: Path, capsys: pytest.CaptureFixture[str]) 
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(
-    db: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], code: str
+    db: Db, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], code: str
 ) -> None:
     add(db, "true")
     before = rows(db, "SELECT count(*) FROM job_events")[0][0]

@@ -1,5 +1,5 @@
 """The worker process: its modes, its signals, its row in `workers`, ownership
-loss through cancel, and its refusal of bad knobs."""
+loss through cancel, and its refusal of bad knobs. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
 from spoolctl.worker import Worker, WorkerOptions
 from tests.helpers import (
+    Db,
     add_job,
     attempts_of,
     cli,
@@ -33,29 +34,29 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
 
 
-def once(db: Path) -> dict[str, Any]:
+def once(db: Db) -> dict[str, Any]:
     result = cli("work", "--once", db=db, json=True)
     assert result.exit_code == 0, result.stdout + result.stderr
     return result.data  # type: ignore[no-any-return]
 
 
-def running_pids(db: Path, job_id: int, pidfile: Path) -> list[int]:
+def running_pids(db: Db, job_id: int, pidfile: Path) -> list[int]:
     """Wait until the job's attempt has spawned and its script wrote its pids."""
     wait_for(lambda: pidfile.exists() and len(pidfile.read_text().split()) == 2, what="job start")
     wait_for(lambda: attempts_of(db, job_id)[0]["job_pid"] is not None, what="spawn recorded")
     return [int(p) for p in pidfile.read_text().split()]
 
 
-def long_job(db: Path, pidfile: Path, **spec: Any) -> int:
+def long_job(db: Db, pidfile: Path, **spec: Any) -> int:
     """A job leading a group with a grandchild; both pids go to pidfile."""
     script = f"sleep 60 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait"
     return add_job(db, "sh", "-c", script, **spec)
 
 
-def test_once_reports_what_it_did(db: Path) -> None:
+def test_once_reports_what_it_did(db: Db) -> None:
     assert once(db) == {"claimed": False}
     ok = add_job(db, "true")
     bad = add_job(db, "false")
@@ -77,7 +78,7 @@ def test_once_reports_what_it_did(db: Path) -> None:
     assert once(db) == {"claimed": False}  # bad waits out its backoff
 
 
-def test_drain_waits_for_retries_but_not_for_delayed_jobs(db: Path, tmp_path: Path) -> None:
+def test_drain_waits_for_retries_but_not_for_delayed_jobs(db: Db, tmp_path: Path) -> None:
     later = add_job(db, "true", run_at=time.time() + 3600)
     flaky = add_job(db, "sh", "-c", 'test "$SPOOLCTL_ATTEMPT" = 2')
 
@@ -91,7 +92,7 @@ def test_drain_waits_for_retries_but_not_for_delayed_jobs(db: Path, tmp_path: Pa
     assert job(db, later)["state"] == "queued" and attempts_of(db, later) == []
 
 
-def test_first_signal_lets_the_running_job_finish(db: Path, tmp_path: Path) -> None:
+def test_first_signal_lets_the_running_job_finish(db: Db, tmp_path: Path) -> None:
     started = tmp_path / "started"
     running = add_job(db, "sh", "-c", f"touch {started}; sleep 1; echo finished")
     waiting = add_job(db, "true")
@@ -111,7 +112,7 @@ def test_first_signal_lets_the_running_job_finish(db: Path, tmp_path: Path) -> N
     assert row["stopped_at"] is not None
 
 
-def test_second_signal_kills_the_group_and_records_a_failure(db: Path, tmp_path: Path) -> None:
+def test_second_signal_kills_the_group_and_records_a_failure(db: Db, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     job_id = long_job(db, pidfile)
     worker = start_worker(db)
@@ -132,7 +133,7 @@ def test_second_signal_kills_the_group_and_records_a_failure(db: Path, tmp_path:
         wait_for(lambda pid=pid: not pid_alive(pid), 3, what=f"pid {pid} to die")
 
 
-def test_cancelling_a_running_job_makes_its_worker_kill_the_group(db: Path, tmp_path: Path) -> None:
+def test_cancelling_a_running_job_makes_its_worker_kill_the_group(db: Db, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     job_id = long_job(db, pidfile)
     worker = start_worker(db)
@@ -176,7 +177,7 @@ else:
 
 
 def test_a_force_retried_job_does_not_rerun_while_its_first_attempt_lives(
-    db: Path, tmp_path: Path
+    db: Db, tmp_path: Path
 ) -> None:
     """retry --force hands the job back at once, but its owner only kills the
     old attempt at its next heartbeat: no worker may start attempt 2 before then."""
@@ -204,7 +205,7 @@ def test_a_force_retried_job_does_not_rerun_while_its_first_attempt_lives(
 
 
 def test_a_spawn_record_lost_to_a_busy_lock_is_retried_until_it_lands(
-    db: Path, monkeypatch: pytest.MonkeyPatch
+    db: Db, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without the job's pid on its attempt a reaper could not kill the job if
     this worker died; one busy lock must not lose it for good."""
@@ -235,7 +236,7 @@ def test_a_spawn_record_lost_to_a_busy_lock_is_retried_until_it_lands(
     assert attempt["job_pid"] is not None and attempt["job_started_at"] is not None
 
 
-def test_the_worker_row_is_registered_heartbeats_and_stops(db: Path) -> None:
+def test_the_worker_row_is_registered_heartbeats_and_stops(db: Db) -> None:
     add_job(db, "true")  # creates the queue file, in a lane the worker does not serve
     worker = start_worker(db, "--worker-id", "w-beat", "--queue", "lane")
     try:
@@ -253,7 +254,7 @@ def test_the_worker_row_is_registered_heartbeats_and_stops(db: Path) -> None:
     assert row["state"] == "stopped" and row["stopped_at"] >= row["heartbeat_at"] - 1
 
 
-def test_a_stopped_workers_id_can_be_reused_but_a_live_ones_cannot(db: Path) -> None:
+def test_a_stopped_workers_id_can_be_reused_but_a_live_ones_cannot(db: Db) -> None:
     first = add_job(db, "true")
     assert cli("work", "--once", "--worker-id", "w1", db=db).exit_code == 0
     second = add_job(db, "true")
@@ -284,7 +285,7 @@ def test_a_stopped_workers_id_can_be_reused_but_a_live_ones_cannot(db: Path) -> 
     ],
 )
 def test_invalid_knobs_are_refused(
-    db: Path,
+    db: Db,
     name: str,
     value: str,
     monkeypatch: pytest.MonkeyPatch,
