@@ -9,6 +9,9 @@ and never a traceback.
 - a state no spoolctl writes (CHECK constraints bypassed), a timeout or a
   priority that is not a number: every verb still answers with an envelope and
   a documented exit code.
+
+On SQLite and on PostgreSQL, except the damage PostgreSQL cannot hold (its
+CHECK constraints cannot be bypassed, its columns keep their types).
 """
 
 from __future__ import annotations
@@ -16,20 +19,35 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from spoolctl.errors import ERROR_CODES
-from tests.helpers import add, attempts_of, cli, cli_json, job, rows
+from tests.helpers import (
+    Db,
+    add,
+    attempts_of,
+    cli,
+    cli_json,
+    execute,
+    is_postgres,
+    job,
+    rows,
+)
 from tests.populated import Populated, populate, run_quiet
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
 SECRET = "TOP-SECRET-CONTENT"
 
 
-def tamper(db: Path, sql: str, params: tuple[object, ...] = ()) -> None:
-    """Write behind spoolctl's back, past the CHECK constraints of revision 0002."""
+def tamper(db: Db, sql: str, params: tuple[object, ...] = ()) -> None:
+    """Write behind spoolctl's back, past the CHECK constraints of revision 0002
+    (on PostgreSQL within them: it enforces every constraint)."""
+    if is_postgres(db):
+        execute(db, sql, params)
+        return
     conn = sqlite3.connect(db, timeout=10)
     try:
         conn.execute("PRAGMA ignore_check_constraints=ON")
@@ -40,8 +58,8 @@ def tamper(db: Path, sql: str, params: tuple[object, ...] = ()) -> None:
 
 
 @pytest.fixture
-def q(tmp_path: Path) -> Populated:
-    return populate(tmp_path / "spool" / "queue.db")
+def q(db: Db) -> Populated:
+    return populate(db)
 
 
 @pytest.fixture
@@ -56,8 +74,8 @@ def point_outside(q: Populated, secret: Path) -> tuple[Path, Path]:
     """The done job's stdout row names the secret by a `..` path; its stderr
     file is replaced by a symlink to the secret. Returns both row paths."""
     (attempt,) = attempts_of(q.db, q.done)
-    output = q.db.parent / "output"
-    dotdot = output / ".." / ".." / "outside" / "secret.txt"
+    output = q.spool / "output"
+    dotdot = output / os.path.relpath(secret, output)  # ../../outside/secret.txt
     link = Path(attempt["stderr_path"])
     link.unlink()
     link.symlink_to(secret)
@@ -85,11 +103,18 @@ def test_output_and_feedback_never_read_a_file_outside_the_spool(
     for result in (shown, fed):
         assert result.exit_code == 0
         streams = result.data["streams"]
-        assert streams["stdout"]["missing"] and streams["stderr"]["missing"]
         assert (streams["stdout"]["path"], streams["stderr"]["path"]) == (str(dotdot), str(link))
+        if is_postgres(q.db):  # the copy stored in the database is read, never a file
+            assert [s["source"] for s in streams.values()] == ["database"] * 2
+            assert result.envelope["warnings"] == []
+            continue
+        assert streams["stdout"]["missing"] and streams["stderr"]["missing"]
         codes = [w["code"] for w in result.envelope["warnings"]]
         assert codes == ["OUTPUT_PATH_REFUSED"] * 2
-    assert raw.exit_code == 0 and "outside the spool" in raw.stderr
+    if is_postgres(q.db):
+        assert (raw.exit_code, raw.stdout) == (0, "hello\n")
+    else:
+        assert raw.exit_code == 0 and "outside the spool" in raw.stderr
     assert secret.read_text() == SECRET
 
 
@@ -128,21 +153,25 @@ def test_a_damaged_command_or_env_is_never_executed(q: Populated, tmp_path: Path
 
 
 HOSTILE = {
-    "state": "UPDATE jobs SET state = 'zombie' WHERE id = :id",
     "argv": "UPDATE jobs SET argv = 'not json' WHERE id = :id",
     "tags": "UPDATE jobs SET tags = '[\"x\"]' WHERE id = :id",
+    "event": "UPDATE job_events SET event = 'teleported', detail = '{bad' WHERE job_id = :id",
+    "env": "UPDATE jobs SET env = '\"PATH=/x\"' WHERE id = :id",
+    "paths": "UPDATE attempts SET stdout_path = '', stderr_path = '/dev/zero' WHERE job_id = :id",
+}
+HOSTILE_SQLITE = {
+    "state": "UPDATE jobs SET state = 'zombie' WHERE id = :id",
     "timeout": "UPDATE jobs SET timeout_seconds = 'soon' WHERE id = :id",
     "priority": "UPDATE jobs SET priority = 'high' WHERE id = :id",
     "attempt_state": "UPDATE attempts SET state = 'lost' WHERE job_id = :id",
-    "event": "UPDATE job_events SET event = 'teleported', detail = '{bad' WHERE job_id = :id",
     "worker": "UPDATE workers SET state = 'sleepy', heartbeat_at = 'later'",
-    "env": "UPDATE jobs SET env = '\"PATH=/x\"' WHERE id = :id",
     "nulls": "UPDATE jobs SET state = 'running', locked_by = NULL, heartbeat_at = NULL, "
     "started_at = NULL, next_run_at = 'x' WHERE id = :id",
     "times": "UPDATE jobs SET created_at = 1e308, finished_at = -1e308, "
     "priority = 9223372036854775807 WHERE id = :id",
-    "paths": "UPDATE attempts SET stdout_path = '', stderr_path = '/dev/zero' WHERE job_id = :id",
 }
+"""Damage only SQLite can hold: a bypassed CHECK, text in a number column, a
+number beyond PostgreSQL's INTEGER."""
 
 
 def verbs(job_id: int) -> list[list[str]]:
@@ -156,7 +185,17 @@ def verbs(job_id: int) -> list[list[str]]:
 
 @pytest.mark.parametrize("damage", sorted(HOSTILE))
 def test_every_verb_reports_a_hostile_row_without_a_traceback(q: Populated, damage: str) -> None:
-    sql = HOSTILE[damage].replace(":id", str(q.done))
+    every_verb_reports(q, HOSTILE, damage)
+
+
+@pytest.mark.sqlite_only("PostgreSQL cannot hold this damage")
+@pytest.mark.parametrize("damage", sorted(HOSTILE_SQLITE))
+def test_every_verb_reports_a_hostile_row_only_sqlite_can_hold(q: Populated, damage: str) -> None:
+    every_verb_reports(q, HOSTILE_SQLITE, damage)
+
+
+def every_verb_reports(q: Populated, hostile: Mapping[str, str], damage: str) -> None:
+    sql = hostile[damage].replace(":id", str(q.done))
     tamper(q.db, sql)
     for args in verbs(q.done):
         text = run_quiet(*q.args(*args))
@@ -174,6 +213,7 @@ def test_every_verb_reports_a_hostile_row_without_a_traceback(q: Populated, dama
             assert ERROR_CODES[error["code"]] == result.exit_code
 
 
+@pytest.mark.sqlite_only("PostgreSQL keeps no text in an INTEGER column")
 def test_a_timeout_that_is_not_a_number_is_quarantined_not_fatal_to_workers(
     q: Populated,
 ) -> None:
@@ -206,4 +246,5 @@ def test_a_negative_zero_or_huge_timeout_never_hangs_or_crashes_a_worker(
     assert result.exit_code == 0, result.stdout + result.stderr
     assert time.monotonic() - started < 20
     assert job(q.db, job_id)["state"] in ("done", "dead")
-    assert os.path.exists(q.db)
+    if not is_postgres(q.db):
+        assert os.path.exists(q.db)

@@ -7,7 +7,8 @@ The examples are drawn afresh on every run (no derandomize, no example
 database: each run explores new inputs, and a failure prints the seed to
 replay it with --hypothesis-seed). Numbers far outside every bound (beyond
 64 bits, huge negatives) are drawn too, and every integer parameter is also
-probed at its edges by a plain test below."""
+probed at its edges by a plain test below. The tests with a queue run on
+SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ from hypothesis import strategies as st
 from spoolctl.cli.contract import verb_commands
 from spoolctl.cli.schemas import ENVELOPE
 from spoolctl.errors import ERROR_CODES
-from tests.populated import Populated, populate, run_quiet
+from tests.helpers import Db, is_postgres, rows
+from tests.populated import Populated, populate, run_quiet, takes_db
 from tests.schema_check import errors as schema_errors
+
+pytestmark = pytest.mark.both_backends
 
 ENVELOPE_KEYS = {"ok", "tool_version", "data", "meta", "warnings", "commands", "errors"}
 NEVER = {
@@ -84,11 +88,16 @@ def arguments(verb: str) -> st.SearchStrategy[list[str]]:
 
 
 @pytest.fixture(scope="module")
-def q(tmp_path_factory: pytest.TempPathFactory) -> Populated:
-    return populate(tmp_path_factory.mktemp("totality") / "spool" / "queue.db")
+def q(module_db: Db) -> Populated:
+    return populate(module_db)
 
 
 def snapshot(q: Populated) -> Any:
+    """The queue's jobs: as `list` shows them on SQLite; on PostgreSQL every
+    column of every row, read directly (a CLI call there costs ~70 ms, most of
+    it opening connections, and this runs twice per example)."""
+    if is_postgres(q.db):
+        return [tuple(row) for row in rows(q.db, "SELECT * FROM jobs ORDER BY id")]
     return q.jobs()
 
 
@@ -114,13 +123,27 @@ SETTINGS = settings(
     derandomize=False,
     database=None,
 )
-VERBS = list(verb_commands())
+SERVES = {"web"}
+"""Verbs that serve until a signal (tests/test_web.py checks them)."""
+VERBS = [verb for verb in verb_commands() if verb not in SERVES]
 
 
-@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("verb", [v for v in VERBS if takes_db(v)])
 def test_any_arguments_give_one_envelope_and_leave_the_queue_alone(
     verb: str, q: Populated, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    any_arguments(verb, q, tmp_path, monkeypatch)
+
+
+@pytest.mark.sqlite_only("the verb takes no --db: its run is the same on either backend")
+@pytest.mark.parametrize("verb", [v for v in VERBS if not takes_db(v)])
+def test_any_arguments_to_a_verb_without_a_queue_give_one_envelope(
+    verb: str, q: Populated, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    any_arguments(verb, q, tmp_path, monkeypatch)
+
+
+def any_arguments(verb: str, q: Populated, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     mutates = verb_commands()[verb].traits["mutates"]
     state = {"last": snapshot(q)}
@@ -150,7 +173,7 @@ def scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @settings(SETTINGS, max_examples=40)
 @given(args=st.lists(st.one_of(st.sampled_from([*VERBS, *JUNK]), st.text(max_size=6)), max_size=4))
 def test_text_mode_never_shows_a_traceback(scratch: Path, args: list[str]) -> None:
-    blocking = ("work", "wait", "events", "output", "--help", "-h")
+    blocking = ("work", "wait", "events", "output", *SERVES, "--help", "-h")
     result = run_quiet(*[a for a in args if a not in blocking])
     assert "Traceback" not in result.stdout + result.stderr
     assert 0 <= result.exit_code <= 6
@@ -227,6 +250,7 @@ def integer_params() -> list[tuple[str, click.Parameter]]:
     return [
         (name, p)
         for name, command in verb_commands().items()
+        if name not in SERVES
         for p in command.params
         if getattr(p.type, "name", "") in ("integer", "id", "timeout")
     ]
@@ -258,3 +282,27 @@ def test_every_integer_parameter_is_bounded_where_it_is_parsed(
         envelope = check_envelope(result.stdout, result.exit_code)
         assert (result.exit_code, envelope["errors"][0]["code"]) == (1, "INVALID_INPUT"), args
         assert snapshot(q) == before
+
+
+@pytest.mark.parametrize(
+    ("verb", "param"), integer_params(), ids=lambda v: v if isinstance(v, str) else v.name
+)
+def test_every_integer_parameter_takes_its_published_bounds(
+    verb: str, param: click.Parameter, q: Populated
+) -> None:
+    """At its published bounds an integer passes the parser, and whatever the
+    verb then answers, it is never INTERNAL: every column the value reaches
+    holds it, on PostgreSQL as on SQLite."""
+    command = verb_commands()[verb]
+    published = param.type.contract_info()  # type: ignore[attr-defined]
+    for value in (published["max"], published["min"]):
+        args = [verb, "--json", *BOUNDS.get(verb, [])]
+        args += [w for p in command.params if p.required and isinstance(p, click.Option)
+                 for w in sample(p)]  # fmt: skip
+        if isinstance(param, click.Option):
+            args += [max(param.opts, key=len), str(value), "--"]
+            args += [w for p in command.params if isinstance(p, click.Argument) for w in sample(p)]
+        else:
+            args += ["--", str(value)]
+        result = run_quiet(*q.args(*args))
+        check_envelope(result.stdout, result.exit_code)  # never INTERNAL
