@@ -257,6 +257,48 @@ class WriteLock:
         self._conn.close()
 
 
+def execute_all(db: Db, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    """Like execute(), several statements in one transaction."""
+    if is_postgres(db):
+        with _pg_connect(str(db)) as conn, conn.transaction():
+            for sql, params in statements:
+                conn.execute(_pg_sql(sql), params)
+        return
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        with conn:
+            for sql, params in statements:
+                conn.execute(sql, params)
+    finally:
+        conn.close()
+
+
+def write_lock_free(db: Db) -> bool:
+    """Another connection could take the write lock at once: no transaction
+    holds it (on PostgreSQL: none holds a lock that conflicts with an
+    EXCLUSIVE lock on the queue tables, as every writing transaction does)."""
+    if is_postgres(db):
+        import psycopg
+
+        with _pg_connect(str(db)) as conn:
+            try:
+                with conn.transaction():
+                    tables = ", ".join(QUEUE_TABLES)
+                    conn.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE NOWAIT")
+            except psycopg.errors.LockNotAvailable:
+                return False
+            return True
+    probe = sqlite3.connect(db, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
+
+
 def has_queue(db: Db) -> bool:
     """A queue exists there: the SQLite file, or the jobs table in the database."""
     if is_postgres(db):

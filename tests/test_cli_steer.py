@@ -19,7 +19,7 @@ from tests.helpers import (
     add,
     attempts_of,
     events_of,
-    execute,
+    execute_all,
     job,
     pid_alive,
     start_worker,
@@ -167,8 +167,7 @@ def test_prune_never_deletes_a_file_outside_the_output_folder(q: Populated, tmp_
     link.symlink_to(linked)
     escape = q.spool / "output" / os.path.relpath(outside, q.spool / "output")  # ../../precious.txt
     update = "UPDATE attempts SET stdout_path = ? WHERE job_id = ?"
-    execute(q.db, update, (str(escape), q.dead))
-    execute(q.db, update, (str(outside), q.done))
+    execute_all(q.db, (update, (str(escape), q.dead)), (update, (str(outside), q.done)))
     every = ("--state", "done,dead,canceled")
     report = q.json("prune", "--older-than", "0", "--yes", *every).envelope["data"]
     assert report["deleted_jobs"] == 3
