@@ -1,11 +1,11 @@
 """Executing attempts with real worker and job processes: success, failure with
 backoff and dead-lettering, timeouts that kill the whole process group, spawn
-failures the worker survives, per-attempt output, environment and cwd."""
+failures the worker survives, per-attempt output, environment and cwd. On
+SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -16,18 +16,29 @@ import pytest
 from spoolctl.cli.queues import open_write
 from spoolctl.db.engine import write_tx
 from spoolctl.services.deadletter import requeue
-from tests.helpers import add_job, attempts_of, cli, events_of, job, pid_alive, wait_for
+from tests.helpers import (
+    Db,
+    add_job,
+    attempts_of,
+    cli,
+    events_of,
+    execute,
+    job,
+    pid_alive,
+    spool_dir,
+    wait_for,
+)
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
 
 
-def work(db: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+def work(db: Db, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     result = cli("work", *args, db=db, env=env, json=True)
     assert result.exit_code == 0, result.stdout + result.stderr
     return result.data  # type: ignore[no-any-return]
 
 
-def drain(db: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+def drain(db: Db, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     return work(db, "--drain", *args, env=env)
 
 
@@ -35,15 +46,12 @@ def read(path: str) -> str:
     return Path(path).read_text()
 
 
-def set_due_now(db: Path, job_id: int) -> None:
+def set_due_now(db: Db, job_id: int) -> None:
     """Let time pass for the scheduler without sleeping: make the job due."""
-    conn = sqlite3.connect(db, timeout=10)
-    with conn:
-        conn.execute("UPDATE jobs SET next_run_at = 0 WHERE id = ?", (job_id,))
-    conn.close()
+    execute(db, "UPDATE jobs SET next_run_at = 0 WHERE id = ?", (job_id,))
 
 
-def test_success_records_the_attempt_and_its_output(db: Path) -> None:
+def test_success_records_the_attempt_and_its_output(db: Db) -> None:
     job_id = add_job(db, "sh", "-c", "echo hello; echo oops >&2")
 
     data = drain(db)
@@ -54,13 +62,13 @@ def test_success_records_the_attempt_and_its_output(db: Path) -> None:
     (attempt,) = attempts_of(db, job_id)
     assert (attempt["attempt_no"], attempt["state"], attempt["exit_code"]) == (1, "succeeded", 0)
     assert attempt["failure_reason"] is None
-    assert attempt["stdout_path"] == str(db.parent / "output" / str(job_id) / "1" / "stdout")
+    assert attempt["stdout_path"] == str(spool_dir(db) / "output" / str(job_id) / "1" / "stdout")
     assert read(attempt["stdout_path"]) == "hello\n"
     assert read(attempt["stderr_path"]) == "oops\n"
     assert events_of(db, job_id) == ["added", "claimed", "succeeded"]
 
 
-def test_failures_retry_with_backoff_then_dead_letter_keeping_every_output(db: Path) -> None:
+def test_failures_retry_with_backoff_then_dead_letter_keeping_every_output(db: Db) -> None:
     script = 'echo "run $SPOOLCTL_ATTEMPT"; test "$SPOOLCTL_ATTEMPT" -ge 3 || exit 3'
     job_id = add_job(db, "sh", "-c", script, max_retries=1)
 
@@ -89,7 +97,7 @@ def test_failures_retry_with_backoff_then_dead_letter_keeping_every_output(db: P
     assert len({a["stdout_path"] for a in attempts_of(db, job_id)}) == 3
 
 
-def test_backoff_is_two_then_four_seconds_and_is_honoured(db: Path) -> None:
+def test_backoff_is_two_then_four_seconds_and_is_honoured(db: Db) -> None:
     job_id = add_job(db, "sh", "-c", "exit 1", max_retries=5)
 
     assert work(db, "--once")["job_state"] == "queued"
@@ -120,7 +128,7 @@ def recorded_pids(pidfile: Path) -> list[int]:
     return pids
 
 
-def test_timeout_kills_the_whole_process_group(db: Path, tmp_path: Path) -> None:
+def test_timeout_kills_the_whole_process_group(db: Db, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     job_id = add_job(db, *group_script(pidfile), timeout_seconds=1, max_retries=0)
 
@@ -136,6 +144,10 @@ def test_timeout_kills_the_whole_process_group(db: Path, tmp_path: Path) -> None
         wait_for(lambda pid=pid: not pid_alive(pid), 3, what=f"pid {pid} to die")
 
 
+@pytest.mark.sqlite_only(
+    "process handling, 6 s: how PostgreSQL records a timeout is shown by"
+    " test_timeout_kills_the_whole_process_group"
+)
 def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(db: Path, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     argv = group_script(pidfile, trap="trap '' TERM;")
@@ -151,7 +163,7 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(db: Path, tmp_p
         wait_for(lambda pid=pid: not pid_alive(pid), 3, what=f"pid {pid} to die")
 
 
-def test_spawn_failures_are_recorded_and_the_worker_keeps_going(db: Path, tmp_path: Path) -> None:
+def test_spawn_failures_are_recorded_and_the_worker_keeps_going(db: Db, tmp_path: Path) -> None:
     missing_program = add_job(db, str(tmp_path / "no-such-program"), max_retries=0)
     missing_cwd = add_job(db, "true", cwd=str(tmp_path / "no-such-dir"), max_retries=0)
     fine = add_job(db, "echo", "still here")
@@ -169,7 +181,7 @@ def test_spawn_failures_are_recorded_and_the_worker_keeps_going(db: Path, tmp_pa
     assert read(attempts_of(db, fine)[0]["stdout_path"]) == "still here\n"
 
 
-def test_environment_is_layered_and_cwd_honoured(db: Path, tmp_path: Path) -> None:
+def test_environment_is_layered_and_cwd_honoured(db: Db, tmp_path: Path) -> None:
     folder = tmp_path / "jobdir"
     folder.mkdir()
     show = "import json, os; print(json.dumps({'env': dict(os.environ), 'cwd': os.getcwd()}))"
@@ -196,7 +208,7 @@ def test_environment_is_layered_and_cwd_honoured(db: Path, tmp_path: Path) -> No
     assert env["SPOOLCTL_SLOT"] == "0"
 
 
-def test_argv_never_goes_through_a_shell(db: Path) -> None:
+def test_argv_never_goes_through_a_shell(db: Db) -> None:
     job_id = add_job(db, "echo", "$HOME;ls", "*", "`id`", "a  b")
 
     drain(db)

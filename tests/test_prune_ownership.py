@@ -1,34 +1,28 @@
 """Prune owns only what it derives: the files of a pruned job are found in its
 own folder, `<spool>/output/<job id>/`, never where its rows point, and none is
-unlinked while the write lock is held."""
+unlinked while the write lock is held. On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from spoolctl.services import prune as pruning
-from tests.helpers import attempts_of, cli_json, rows
+from tests.helpers import Db, attempts_of, cli_json, execute, rows, write_lock_free
 from tests.populated import Populated, populate, run_json
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
 
 
 @pytest.fixture
-def q(tmp_path: Path) -> Populated:
-    return populate(tmp_path / "spool" / "queue.db")
+def q(db: Db) -> Populated:
+    return populate(db)
 
 
-def tamper(db: Path, sql: str, params: tuple[object, ...]) -> None:
-    conn = sqlite3.connect(db, timeout=10)
-    try:
-        with conn:
-            conn.execute(sql, params)
-    finally:
-        conn.close()
+def tamper(db: Db, sql: str, params: tuple[object, ...]) -> None:
+    execute(db, sql, params)
 
 
 def test_a_row_pointing_at_another_jobs_output_deletes_nothing_of_it(
@@ -43,7 +37,7 @@ def test_a_row_pointing_at_another_jobs_output_deletes_nothing_of_it(
         "UPDATE attempts SET stdout_path = ?, stderr_path = ? WHERE id = ?",
         (victim["stderr_path"], str(outside), own["id"]),
     )
-    own_folder = q.db.parent / "output" / str(q.done)
+    own_folder = q.spool / "output" / str(q.done)
     assert (own_folder / "1" / "stdout").read_text() == "hello\n"
 
     dry = cli_json("prune", "--older-than", "0", "--state", "done", "--dry-run", db=q.db).data
@@ -60,7 +54,7 @@ def test_a_row_pointing_at_another_jobs_output_deletes_nothing_of_it(
 
 
 def test_a_job_folder_that_is_a_symlink_is_not_followed(q: Populated) -> None:
-    output = q.db.parent / "output"
+    output = q.spool / "output"
     (victim,) = attempts_of(q.db, q.dead)
     own_folder = output / str(q.done)
     for stream in ("stdout", "stderr"):
@@ -85,15 +79,7 @@ def test_no_file_is_unlinked_while_the_write_lock_is_held(
     real_unlink = os.unlink
 
     def watched_unlink(path: str | os.PathLike[str]) -> None:
-        probe = sqlite3.connect(q.db, timeout=0, isolation_level=None)
-        try:
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
-            lock_free_at_unlink.append(True)
-        except sqlite3.OperationalError:
-            lock_free_at_unlink.append(False)
-        finally:
-            probe.close()
+        lock_free_at_unlink.append(write_lock_free(q.db))
         real_unlink(path)
 
     monkeypatch.setattr(pruning.os, "unlink", watched_unlink)
