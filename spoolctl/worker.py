@@ -42,6 +42,9 @@ from spoolctl.wakeup import ChangeWatch, Signals, change_watch, counting_signals
 
 Mode = Literal["loop", "once", "drain"]
 WATCH_TICK_S = 0.03
+LISTEN_TICK_S = 0.5
+"""With a LISTEN connection a NOTIFY wakes the worker; the watch's own
+polling fallback runs at this tick."""
 """How often an idle worker looks at the database's change counter."""
 NO_PIDFD_TICK_S = 0.005
 LOCK_SLICE_S = 0.25
@@ -566,13 +569,14 @@ class Worker:
                 wake = min(wake, execution.record_spawn_at)
         idle_capacity = len(self.running) < self.options.concurrency and not self.signals.count
         claiming = idle_capacity and not (self.options.mode == "once" and self.report.claimed)
-        if claiming:
-            wake = min(wake, now + WATCH_TICK_S, self._next_claim_at)
+        watch_fd = None if self._watch is None else self._watch.fileno()
+        if claiming:  # a watch that wakes us through its descriptor needs no fast tick
+            tick = WATCH_TICK_S if watch_fd is None else LISTEN_TICK_S
+            wake = min(wake, now + tick, self._next_claim_at)
         if self.running and self.output_copier is not None:
             wake = min(wake, self._next_output_copy)
         deadline = max(wake, self._blocked_until)
         fds = [self.signals.wake_fd]
-        watch_fd = None if self._watch is None else self._watch.fileno()
         if watch_fd is not None and claiming and not self._fenced and now >= self._blocked_until:
             fds.append(watch_fd)  # a NOTIFY wakes the worker at once
         for execution in self.running.values():
