@@ -16,6 +16,9 @@ Either is what `--db` takes; the helpers in tests/helpers.py accept both.
 - A test that cannot be backend-neutral (it opens the file with sqlite3, checks
   -wal files, file modes...) keeps plain `db`, or opts out of its module's
   mark with `@pytest.mark.sqlite_only("why")`.
+
+`pytest -k "not postgresql"` runs the converted tests on SQLite only (the
+tests/test_pg_*.py modules still need the server).
 """
 
 from __future__ import annotations
