@@ -9,8 +9,9 @@ beside the rerun. So on PostgreSQL (many machines) each worker forks this
 guard when it starts. The guard holds the read end of a pipe and learns from
 it which process groups the worker runs and when a heartbeat landed. It
 SIGKILLs every group it knows when the pipe closes (the worker died) or when
-no heartbeat has landed for the fence interval (the worker is frozen or cut
-off), so the copy on this machine ends before another machine may start one.
+no heartbeat has landed for its fence interval (the worker is frozen or cut
+off: three quarters of the threshold, after the worker's own fence at half),
+so the copy on this machine ends before another machine may start one.
 
 The guard ignores SIGINT and SIGTERM (a Ctrl-C to the worker's terminal is
 the worker's to handle) and holds no other descriptor of the worker. The one

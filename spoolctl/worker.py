@@ -42,6 +42,9 @@ from spoolctl.wakeup import ChangeWatch, Signals, change_watch, counting_signals
 
 Mode = Literal["loop", "once", "drain"]
 WATCH_TICK_S = 0.03
+GUARD_FENCE_SHARE = 0.75
+"""The lease guard kills a silent worker's jobs at this share of the hang
+threshold: a live worker has fenced itself at half of it already."""
 LISTEN_TICK_S = 0.5
 """With a LISTEN connection a NOTIFY wakes the worker; the watch's own
 polling fallback runs at this tick."""
@@ -153,7 +156,9 @@ class Worker:
         self._watch = watch
         hang = self.timing.hang_threshold_s
         if is_postgres_engine(self.engine) and hang > 0:
-            self._guard = LeaseGuard(hang / 2)
+            # After the worker's own fence (half the threshold), which records
+            # its jobs as worker crashes; before others may requeue (the whole).
+            self._guard = LeaseGuard(hang * GUARD_FENCE_SHARE)
         try:
             with counting_signals() as self.signals:
                 try:

@@ -271,13 +271,6 @@ def test_a_worker_that_cannot_be_probed_is_trusted_for_its_lease_only(db: Db) ->
 
 
 @pytest.mark.both_backends
-@pytest.mark.pg_xfail(
-    reason="the lease guard (spoolctl/guard.py) SIGKILLs the job's group at the same deadline"
-    " as the worker's own fence (half the hang threshold without a heartbeat) and lands first"
-    " while the worker waits for the lock: the worker then records an exit it did not force,"
-    " 'failed'/'process_exit' ('killed by SIGKILL', a retry spent), not 'abandoned'/"
-    "'worker_crash' (fenced)"
-)
 def test_a_worker_whose_heartbeats_cannot_land_fences_itself(db: Db, tmp_path: Path) -> None:
     """Lock held from outside beyond half the hang threshold: the worker kills
     its job and claims nothing; once the lock is free it records the attempt
