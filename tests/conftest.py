@@ -23,6 +23,7 @@ tests/test_pg_*.py modules still need the server).
 
 from __future__ import annotations
 
+import gc
 import re
 import secrets
 from collections.abc import Iterator
@@ -134,3 +135,22 @@ def _no_stray_workers() -> Iterator[None]:
     """Every worker a test started is gone after it, even when the test failed."""
     yield
     stop_started_workers()
+
+
+@pytest.fixture(autouse=True)
+def _no_frozen_garbage() -> Iterator[None]:
+    """A verb run in this process may call gc.freeze() (work and web do: a
+    spoolctl process is short-lived), which would keep every unreachable
+    engine of earlier in-process runs, and its open files and sockets, for
+    the rest of the session: past 1024 descriptors select() fails. Give the
+    frozen objects back to the collector after each test."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_after_module() -> Iterator[None]:
+    """Close what a module's in-process runs left for the collector."""
+    yield
+    gc.collect()
