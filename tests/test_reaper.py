@@ -141,7 +141,10 @@ def test_sigkilled_worker_is_reaped_and_its_orphan_dies_before_the_rerun(
     assert data["executed"] == 1
 
 
-def test_an_orphan_group_whose_leader_already_exited_is_killed_too(db: Db, tmp_path: Path) -> None:
+@pytest.mark.sqlite_only("killing an orphan group is process handling, the same on both backends")
+def test_an_orphan_group_whose_leader_already_exited_is_killed_too(
+    db: Path, tmp_path: Path
+) -> None:
     job_id = submit_probe(db, tmp_path, env={"LEADER_EXITS_AFTER_CRASH": "1"})
     first = start_worker(db)
     leader, grandchild = orphan_pids(tmp_path)
@@ -159,7 +162,8 @@ def test_an_orphan_group_whose_leader_already_exited_is_killed_too(db: Db, tmp_p
     assert json.loads((tmp_path / "check.2").read_text()) == [], "job ran twice at once"
 
 
-def test_max_crashes_zero_dead_letters_on_the_first_crash(db: Db, tmp_path: Path) -> None:
+@pytest.mark.sqlite_only("the crash budget on PostgreSQL: test_max_crashes_one_requeues_...")
+def test_max_crashes_zero_dead_letters_on_the_first_crash(db: Path, tmp_path: Path) -> None:
     job_id = submit_probe(db, tmp_path, max_crashes=0)
     first = start_worker(db)
     leader, grandchild = orphan_pids(tmp_path)
@@ -200,7 +204,8 @@ def test_max_crashes_one_requeues_the_first_crash_and_dead_letters_the_second(
     wait_for(lambda: not pid_alive(leader) and not pid_alive(grandchild), 5, what="orphan kill")
 
 
-def test_a_heartbeating_worker_is_never_reaped(db: Db, tmp_path: Path) -> None:
+@pytest.mark.sqlite_only("on PostgreSQL: tests/test_pg_clock.py, workers never reaped")
+def test_a_heartbeating_worker_is_never_reaped(db: Path, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     queue = open_write(str(db))
     spec = JobSpec(argv=["sh", "-c", f"echo x >> {marker}; sleep 3"])
@@ -406,7 +411,8 @@ def test_the_reap_rechecks_staleness_inside_its_transaction(
 # -- hung workers ------------------------------------------------------------
 
 
-def test_a_stopped_worker_is_fenced_after_the_hang_threshold(db: Db, tmp_path: Path) -> None:
+@pytest.mark.sqlite_only("frozen workers on PostgreSQL: tests/test_pg_fleet.py")
+def test_a_stopped_worker_is_fenced_after_the_hang_threshold(db: Path, tmp_path: Path) -> None:
     job_id = submit_probe(db, tmp_path)
     hung = start_worker(db)
     leader, grandchild = orphan_pids(tmp_path)
