@@ -89,7 +89,9 @@ def _guard(read_fd: int, fence_after_s: float) -> None:
             _kill(groups)  # fenced: no heartbeat for the fence interval
             groups.clear()
             left = fence_after_s
-        ready, _, _ = select.select([read_fd], [], [], left)
+        poller = select.poll()
+        poller.register(read_fd, select.POLLIN)
+        ready = poller.poll(left * 1000)
         if not ready:
             continue
         data = os.read(read_fd, 4096)

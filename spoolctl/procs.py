@@ -206,7 +206,9 @@ def wait_gone(pid: int, timeout_s: float) -> bool:
     except OSError:
         return _poll_gone(pid, timeout_s)
     try:
-        ready, _, _ = select.select([fd], [], [], timeout_s)  # readable once it exits
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        ready = poller.poll(timeout_s * 1000)  # readable once it exits (poll: any fd number)
     finally:
         os.close(fd)
     return bool(ready)

@@ -96,12 +96,21 @@ class DataVersionWatch:
         self._raw.close()
 
 
+def readable(fds: list[int], timeout_s: float) -> list[int]:
+    """The fds that are readable (or hung up) within timeout_s. poll(), not
+    select(): a descriptor numbered 1024 or above is fine."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    try:
+        return [fd for fd, _event in poller.poll(max(0.0, timeout_s) * 1000)]
+    except InterruptedError:
+        return []
+
+
 def wait_readable(fds: list[int], timeout_s: float, drain_fd: int) -> None:
     """Sleep until one of fds is readable or the timeout passes; empty drain_fd."""
-    try:
-        ready, _, _ = select.select(fds, [], [], max(0.0, timeout_s))
-    except InterruptedError:
-        return
+    ready = readable(fds, timeout_s)
     if drain_fd in ready:
         with suppress(BlockingIOError):
             os.read(drain_fd, 512)

@@ -515,7 +515,7 @@ def test_workers_whose_connections_are_terminated_again_and_again_finish_every_j
         cuts += terminate_workers_connections(url) > 0
         time.sleep(rng.uniform(0.1, 0.3))
 
-    assert cuts >= 15, f"the connections were cut {cuts} times only"
+    assert cuts >= 8, f"the connections were cut {cuts} times only"
     for member in (x, y):
         assert member.popen.poll() is None, f"{member.name} died: {member.output()}"
         assert fleet.stop(member) == 0, member.output()

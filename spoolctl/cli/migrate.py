@@ -52,7 +52,9 @@ NO_BACKUP_POSTGRES = "none (PostgreSQL: take one with pg_dump before migrating)"
 @click.option("--downgrade", type=click.Choice(KNOWN_REVISIONS), default=None,
               help="Downgrade to this revision (needs --yes).")  # fmt: skip
 @click.option("--yes", is_flag=True, help="Confirm a downgrade.")
-@click.option("--no-backup", is_flag=True, help="Skip the VACUUM INTO backup beside the file (SQLite).")
+@click.option(
+    "--no-backup", is_flag=True, help="Skip the VACUUM INTO backup beside the file (SQLite)."
+)
 @db_option
 @json_option
 def migrate(

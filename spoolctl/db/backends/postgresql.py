@@ -25,7 +25,6 @@ Nothing here is imported unless `--db` names a PostgreSQL URL.
 from __future__ import annotations
 
 import os
-import select
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from sqlalchemy.exc import DBAPIError
 
 from spoolctl.db.url import driver_url, masked, scrub
 from spoolctl.errors import DiskFull, Locked, SpoolError, StorageFault, Unreachable
+from spoolctl.wakeup import readable
 
 LOST_STATES = ("57P01", "57P02", "57P03", "53300")
 """Terminated by an administrator, crash shutdown, cannot connect now, too
@@ -297,7 +297,7 @@ class NotifyWatch:
         now = time.monotonic()
         if self._conn is not None:
             try:
-                ready, _, _ = select.select([self._conn.pgconn.socket], [], [], 0)
+                ready = readable([self._conn.pgconn.socket], 0)
                 got = False
                 if ready:
                     self._conn.pgconn.consume_input()
