@@ -335,8 +335,15 @@ def translate_errors(engine: Engine) -> Iterator[None]:
     is `Locked` (retryable, exit 4); a full disk is `DiskFull`; a server that
     cannot be reached or used is `StorageFault` (exit 3). Messages never carry
     the password. Integrity violations (bugs) pass through."""
+    import psycopg
+
     try:
-        yield
+        try:
+            yield
+        except psycopg.Error as driver_error:
+            # Statements run on the driver cursor (`prepared.py`) raise psycopg's
+            # own errors: judge them like SQLAlchemy's wrapped ones.
+            raise DBAPIError(None, None, driver_error) from driver_error
     except DBAPIError as exc:
         raw = exc.orig
         state = getattr(raw, "sqlstate", None) or ""
