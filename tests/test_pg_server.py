@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -44,9 +44,20 @@ def test_the_server_runs(pg_server: PgServer) -> None:
         assert conn.execute("SELECT current_user").fetchone() == (pg_server.user,)
 
 
-def test_the_server_listens_on_loopback_only(pg_server: PgServer) -> None:
-    if not pg_server.owned:
-        pytest.skip("the server of SPOOLCTL_TEST_PG_URL is not started by the tests")
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
+    """A server this module starts itself, even when SPOOLCTL_TEST_PG_URL names
+    one for the rest of the suite: these tests are about the harness's own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv(ENV_URL, raising=False)
+        server = start_server(tmp_path_factory.mktemp("own-pg"))
+    assert server.owned
+    yield server
+    server.stop()
+
+
+def test_the_server_listens_on_loopback_only(own_server: PgServer) -> None:
+    pg_server = own_server
     assert pg_server.data_dir is not None
     with pg_server.connect() as conn:
         assert conn.execute("SHOW listen_addresses").fetchone() == ("127.0.0.1",)
@@ -60,9 +71,8 @@ def test_the_server_listens_on_loopback_only(pg_server: PgServer) -> None:
     )
 
 
-def test_the_server_does_not_run_as_root(pg_server: PgServer) -> None:
-    if not pg_server.owned:
-        pytest.skip("the server of SPOOLCTL_TEST_PG_URL is not started by the tests")
+def test_the_server_does_not_run_as_root(own_server: PgServer) -> None:
+    pg_server = own_server
     assert pg_server.data_dir is not None
     pid = int((pg_server.data_dir / "postmaster.pid").read_text().split()[0])
     assert os.stat(f"/proc/{pid}").st_uid != 0
@@ -181,12 +191,12 @@ def test_the_fixtures_survive_a_test_that_terminates_their_session(
     assert _user_tables(pg_databases()) == []
 
 
-def test_stop_ends_the_server_and_removes_its_folder(tmp_path: Path) -> None:
+def test_stop_ends_the_server_and_removes_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_URL, raising=False)
     server = start_server(tmp_path)
-    if not server.owned:
-        server.stop()
-        pytest.skip("the server of SPOOLCTL_TEST_PG_URL is not started by the tests")
-    assert server.root is not None and server.data_dir is not None
+    assert server.owned and server.root is not None and server.data_dir is not None
     postmaster = psutil.Process(int((server.data_dir / "postmaster.pid").read_text().split()[0]))
     server.stop()
     assert not server.root.exists()
@@ -207,12 +217,11 @@ def test_a_server_whose_test_process_was_killed_is_stopped_by_the_next_start(
 ) -> None:
     """A test process killed outright (SIGKILL, a CI timeout) cannot stop its
     server: the next start_server stops it and removes its folder."""
-    if os.environ.get(ENV_URL):
-        pytest.skip("the server of SPOOLCTL_TEST_PG_URL is not started by the tests")
     repo = Path(__file__).resolve().parents[1]
     child = subprocess.Popen(
         [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)],
         cwd=repo,
+        env={k: v for k, v in os.environ.items() if k != ENV_URL},  # its own server
         stdout=subprocess.PIPE,
         text=True,
     )
