@@ -7,8 +7,8 @@
   `Locked`, exactly as SQLite's busy lock is.
 - Every transaction re-reads the schema revision, so a worker of another
   version stops at its next transaction.
-- Change watch: LISTEN on a connection of its own; writers NOTIFY in the
-  transaction that makes work claimable (delivered at commit). With
+- Change watch: LISTEN on a connection of its own; a trigger (revision 0004)
+  NOTIFYs whenever a job becomes queued, delivered at commit. With
   `SPOOLCTL_PG_NOTIFY=0` (PgBouncer in transaction pooling) it polls.
 - Clock: liveness times come from the server (`clock_timestamp()`), sampled
   as an offset from the local clock and refreshed every few seconds.
@@ -176,15 +176,6 @@ def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None
 _VERSION_SQL = "SELECT version_num FROM alembic_version"
 
 
-def revision_of(conn: Connection) -> str | None:
-    """The database's alembic revision; None when it has none."""
-    table = conn.exec_driver_sql("SELECT to_regclass('alembic_version')::text").scalar()
-    if table is None:
-        return None
-    found = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-    return None if found is None else str(found)
-
-
 def display_of(engine: Engine) -> str:
     return str(engine.get_execution_options().get("spoolctl_display", "postgresql"))
 
@@ -210,11 +201,6 @@ def lock_lane_slots(conn: Connection, queue: str) -> None:
         "SELECT pg_advisory_xact_lock(%(k)s, hashtext(%(q)s))",
         {"k": SLOTS_LOCK_BASE, "q": queue},
     )
-
-
-def notify_work(conn: Connection, queue: str) -> None:
-    """Wake idle workers at commit (a rolled-back transaction notifies nobody)."""
-    conn.exec_driver_sql("SELECT pg_notify(%(c)s, %(q)s)", {"c": NOTIFY_CHANNEL, "q": queue})
 
 
 def server_now(conn: Connection) -> float:
