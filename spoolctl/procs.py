@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import IO
@@ -117,7 +118,7 @@ def spawn_group(
     argv: list[str],
     *,
     cwd: str | None,
-    env: dict[str, str],
+    env: Mapping[bytes, bytes],
     stdout: IO[bytes],
     stderr: IO[bytes],
 ) -> subprocess.Popen[bytes]:

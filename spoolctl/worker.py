@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,14 @@ from sqlalchemy import Connection, Engine
 
 from spoolctl import procs
 from spoolctl.config import Timing
-from spoolctl.db.engine import db_path_of, is_postgres_engine, read_tx, write_quietly, write_tx
+from spoolctl.db.engine import (
+    HeldConnection,
+    db_path_of,
+    is_postgres_engine,
+    read_tx,
+    write_quietly,
+    write_tx,
+)
 from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault
 from spoolctl.guard import LeaseGuard
 from spoolctl.reaping import Reaping
@@ -88,6 +96,13 @@ class WorkReport:
     stopped_by_signal: bool = False
     paused: bool = False
     """A drain that stopped because its lane is paused (nothing of it running)."""
+    tally: Counter[str] = field(default_factory=Counter)
+    """How many results of each kind: kept as they come, so a progress line
+    costs the same at the millionth job as at the first."""
+
+    def add(self, result: AttemptResult) -> None:
+        self.results.append(result)
+        self.tally[result.result] += 1
 
 
 def default_worker_id() -> str:
@@ -107,6 +122,9 @@ class Worker:
         on_result: Callable[[WorkReport], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.held = HeldConnection(engine)
+        self._job_env = execute.encoded_environment()
+        """The connection of the claim-and-record transactions, one per job."""
         self.output_root = output_root
         self.options = options
         self.timing = timing
@@ -166,6 +184,7 @@ class Worker:
                 finally:
                     self._shutdown()
         finally:
+            self.held.close()
             watch.close()
             if self._guard is not None:
                 self._guard.close()
@@ -296,7 +315,7 @@ class Worker:
         Nothing is lost when the write fails: ended attempts stay in `running`
         and are recorded on a later pass."""
         try:
-            with write_tx(self.engine, LOCK_SLICE_S) as conn:
+            with self.held.write_tx(LOCK_SLICE_S) as conn:
                 self._copy_last_output(conn, ended)
                 states = [self._settle(conn, e, o, now) for e, o in ended]
                 stale = self.reaping.stale(conn, now, self.running) if wanted else []
@@ -366,7 +385,7 @@ class Worker:
 
     def _claim_only(self, now: float, wanted: int) -> list[claiming.Claim]:
         try:
-            with write_tx(self.engine, LOCK_SLICE_S) as conn:
+            with self.held.write_tx(LOCK_SLICE_S) as conn:
                 return self._claim_in(conn, now, wanted)
         except (Locked, DiskFull):
             self._write_failed(now)
@@ -381,7 +400,7 @@ class Worker:
         self.report.claimed += 1
         slot = self._free_slot()
         execution = execute.Execution(claim, slot)
-        execution.start(self.worker_id, now)
+        execution.start(self._job_env, self.worker_id, now)
         self.running[claim.job_id] = execution
         if self.output_copier is not None:
             paths = {"stdout": claim.stdout_path, "stderr": claim.stderr_path}
@@ -450,7 +469,7 @@ class Worker:
     def _report(
         self, execution: execute.Execution, outcome: Outcome, state: JobState | None
     ) -> None:
-        self.report.results.append(
+        self.report.add(
             AttemptResult(
                 execution.claim.job_id,
                 execution.claim.attempt_no,
@@ -526,7 +545,7 @@ class Worker:
             self._forget_output(execution)
             execution.kill_now()
             execution.wait_blocking()
-            self.report.results.append(
+            self.report.add(
                 AttemptResult(job_id, execution.claim.attempt_no, "lost_ownership", None)
             )
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from collections import Counter
 from typing import Any
 
 import click
@@ -111,7 +110,9 @@ def work(
         options,
         timing,
         clock=queue_file.clock(),
-        on_result=lambda report: progress.update(drain_progress(report)),
+        on_result=(lambda report: progress.update(drain_progress(report)))
+        if progress.active
+        else None,
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()
@@ -154,8 +155,7 @@ def attempts(count: int) -> str:
 
 
 def drain_progress(report: WorkReport) -> str:
-    results = Counter(r.result for r in report.results)
-    summary = ", ".join(f"{n} {label}" for label, n in results.most_common())
+    summary = ", ".join(f"{n} {label}" for label, n in report.tally.most_common())
     return f"draining: {attempts(len(report.results))} ({summary})"
 
 
