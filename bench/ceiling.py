@@ -2,9 +2,11 @@
 as the drains and interleaved with them (bench/spawnloop.py does the loop):
 
 - spawn: `true` spawned and waited for in a loop, nothing else;
-- spawn + files: the same plus, per job, the directories and files one attempt
-  of ours creates (today 2 new directories and 2 new files), on the file
-  system the drain ran on. With 2 loops in parallel for the 2-worker drains.
+- spawn + files: the same plus, per job, the files one attempt of ours
+  creates, and the folders that hold them when they are missing (since 0.5.1
+  two files, and a folder per thousand jobs; before, two new folders and two
+  files per job), on the file system the drain ran on. With 2 loops in
+  parallel for the 2-worker drains.
 
 The per-attempt layout is read from ours (`attempt_layout`), so the ceiling
 follows a later change of the layout.
@@ -29,7 +31,10 @@ PROBE_JOB = 987654321
 
 LAYOUT_PROBE = f"""
 import json, pathlib
-from spoolctl.services.claim import output_paths
+try:
+    from spoolctl.layout import attempt_paths as output_paths
+except ImportError:  # a build from before the layout of 0.5.1
+    from spoolctl.services.claim import output_paths
 root = pathlib.Path('/ROOT')
 paths = output_paths(root, {PROBE_JOB}, 1)
 print(json.dumps([str(pathlib.Path(p).relative_to(root)) for p in paths]))
@@ -38,7 +43,8 @@ print(json.dumps([str(pathlib.Path(p).relative_to(root)) for p in paths]))
 
 @dataclass(frozen=True)
 class Layout:
-    """What one attempt creates under the output root ("{job}" = job id)."""
+    """What one attempt creates under the output root ("{job}" = job id): its
+    files, and the folders holding them when those are missing."""
 
     dirs: tuple[str, ...]
     files: tuple[str, ...]
@@ -82,7 +88,7 @@ def attempt_layout() -> Layout:
         for parent in reversed(Path(f).parents[:-1]):
             if str(parent) not in dirs:
                 dirs.append(str(parent))
-    return Layout(tuple(dirs), tuple(files), "spoolctl.services.claim.output_paths of ours")
+    return Layout(tuple(dirs), tuple(files), "the output paths of ours' claim (spoolctl.layout)")
 
 
 def sample(root: Path, layout: Layout, spawns: int, loops: int) -> dict[str, Any]:

@@ -177,7 +177,8 @@ def _drain_builder(name: str) -> Callable[[dict[str, Any]], list[Row]]:
 
 def _ceiling_rows(drain: dict[str, Any]) -> list[Row]:
     lay, arms = drain["ceiling_layout"], drain["arms"]
-    files = f"{len(lay['dirs'])} dirs + {len(lay['files'])} files"
+    per_job = [d for d in lay["dirs"] if "{job}" in d]  # the others are shared
+    files = (f"{len(per_job)} dirs + " if per_job else "") + f"{len(lay['files'])} files"
     return [
         _row(f"ceiling: {what}: /s", _cell(arms[arm]))
         for what, arm in (

@@ -6,7 +6,8 @@ Run as its own process (stdlib only, nothing of spoolctl imported):
 
 LAYOUT_JSON is {"dirs": [...], "files": [...]}: paths relative to ROOT with
 "{job}" for the job id (see ceiling.attempt_layout). Per job it creates the
-directories (mode 0700, an existing one is fine), opens the files for append,
+files for append (creating the directories, mode 0700, only when an open
+finds one missing, as our worker does),
 spawns `true` as a new session's leader with stdout and stderr on the first
 two files (or /dev/null), closes the files and waits, as our worker does.
 An empty layout measures the spawn alone. Waits until the wall clock reaches
@@ -28,12 +29,15 @@ DIR_MODE = 0o700
 
 
 def one_job(root: Path, job: int, dirs: list[str], files: list[str]) -> None:
-    for d in dirs:
-        try:
-            os.mkdir(root / d.format(job=job), DIR_MODE)
-        except FileExistsError:
-            continue  # try/except as ours does: the common case costs one mkdir
-    handles: list[IO[bytes]] = [open(root / f.format(job=job), "ab") for f in files]  # noqa: SIM115
+    try:
+        handles = open_all(root, job, files)
+    except FileNotFoundError:  # as ours: the folders are made only when missing
+        for d in dirs:
+            try:
+                os.mkdir(root / d.format(job=job), DIR_MODE)
+            except FileExistsError:
+                continue
+        handles = open_all(root, job, files)
     try:
         out: Any = handles[0] if handles else subprocess.DEVNULL
         err: Any = handles[1] if len(handles) > 1 else subprocess.DEVNULL
@@ -49,6 +53,18 @@ def one_job(root: Path, job: int, dirs: list[str], files: list[str]) -> None:
         for h in handles:
             h.close()
     proc.wait()
+
+
+def open_all(root: Path, job: int, files: list[str]) -> list[IO[bytes]]:
+    handles: list[IO[bytes]] = []
+    try:
+        for f in files:
+            handles.append(open(root / f.format(job=job), "ab"))  # noqa: SIM115
+    except OSError:
+        for h in handles:
+            h.close()
+        raise
+    return handles
 
 
 def main() -> None:

@@ -1,3 +1,3 @@
 """spoolctl: a durable job queue for shell commands on one machine."""
 
-__version__ = "0.5.0"
+__version__ = "0.5.1"

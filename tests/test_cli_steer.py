@@ -147,8 +147,10 @@ def test_prune_deletes_files_then_rows_of_old_terminal_jobs(q: Populated) -> Non
         1,
         3,
     )
-    assert not (q.spool / "output" / str(q.done)).exists()
-    assert (q.spool / "output" / str(q.dead) / "1" / "stderr").exists()
+    shared = q.spool / "output" / f"{q.done // 1000}xxx"
+    assert not (shared / f"{q.done}.1.stdout").exists()
+    assert not (shared / f"{q.done}.1.stderr").exists()
+    assert (shared / f"{q.dead}.1.stderr").exists()
     remaining = {j["id"] for j in q.jobs()["jobs"]}
     assert remaining == {q.dead, q.scheduled, q.canceled}
     assert q.json("prune", "--older-than", "0", "-y").envelope["data"]["deleted_jobs"] == 0
@@ -162,7 +164,7 @@ def test_prune_never_deletes_a_file_outside_the_output_folder(q: Populated, tmp_
     outside, linked = tmp_path / "precious.txt", tmp_path / "linked.txt"
     outside.write_text("keep me")
     linked.write_text("keep me too")
-    link = q.spool / "output" / str(q.dead) / "1" / "stderr"
+    link = q.spool / "output" / f"{q.dead // 1000}xxx" / f"{q.dead}.1.stderr"
     link.unlink()
     link.symlink_to(linked)
     escape = q.spool / "output" / os.path.relpath(outside, q.spool / "output")  # ../../precious.txt

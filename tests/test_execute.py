@@ -62,7 +62,9 @@ def test_success_records_the_attempt_and_its_output(db: Db) -> None:
     (attempt,) = attempts_of(db, job_id)
     assert (attempt["attempt_no"], attempt["state"], attempt["exit_code"]) == (1, "succeeded", 0)
     assert attempt["failure_reason"] is None
-    assert attempt["stdout_path"] == str(spool_dir(db) / "output" / str(job_id) / "1" / "stdout")
+    folder = spool_dir(db) / "output" / f"{job_id // 1000}xxx"
+    assert attempt["stdout_path"] == str(folder / f"{job_id}.1.stdout")
+    assert attempt["stderr_path"] == str(folder / f"{job_id}.1.stderr")
     assert read(attempt["stdout_path"]) == "hello\n"
     assert read(attempt["stderr_path"]) == "oops\n"
     assert events_of(db, job_id) == ["added", "claimed", "succeeded"]

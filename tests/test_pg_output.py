@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from spoolctl.db.queue import open_for_write
+from spoolctl.layout import attempt_paths
 from spoolctl.services import output_store
 from spoolctl.services.output_store import CHUNK_BYTES, OutputCopier
 from tests.helpers import REPO, STARTED_WORKERS, child_env, wait_for
@@ -29,6 +30,11 @@ from tests.pg_server import libpq_url
 
 BINARY = bytes(range(256)) * 600
 """153,600 bytes, every byte value (not UTF-8): three chunks."""
+
+
+def stdout_of(spool: Path, job: int) -> str:
+    """Where attempt 1 of the job writes its stdout in that spool folder."""
+    return attempt_paths(spool / "output", job, 1)[0]
 
 
 def spoolctl(
@@ -103,7 +109,7 @@ def test_output_of_a_finished_job_is_read_from_the_database_elsewhere(
     )
     job = add(pg_queue, worker_spool, *python_job(code))
     data_of(spoolctl("work", "--db", pg_queue, "--once", "--json", spool=worker_spool))
-    assert (worker_spool / "output" / str(job) / "1" / "stdout").read_bytes() == BINARY
+    assert Path(stdout_of(worker_spool, job)).read_bytes() == BINARY
     shutil.rmtree(worker_spool)
 
     stored = chunks(pg_queue, job, "stdout")
@@ -279,7 +285,8 @@ def test_prune_deletes_the_stored_output(pg_queue: str, tmp_path: Path) -> None:
         1, count, 70000
     )  # fmt: skip
     assert sql(pg_queue, "SELECT count(*) FROM output_chunks") == [(0,)]
-    assert not (spool / "output" / str(job)).exists()
+    assert not Path(stdout_of(spool, job)).exists()
+    assert not Path(stdout_of(spool, job)).parent.exists(), "the emptied folder stays"
 
 
 def test_a_failed_pass_loses_nothing_and_stores_nothing_twice(
@@ -327,7 +334,7 @@ def test_a_sqlite_queue_stores_no_chunks(tmp_path: Path) -> None:
     assert "source" not in shown["streams"]["stdout"]
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM output_chunks").fetchone() == (0,)
-    assert (tmp_path / "spool" / "output" / str(job) / "1" / "stdout").read_bytes() == b"hi\n"
+    assert Path(stdout_of(tmp_path / "spool", job)).read_bytes() == b"hi\n"
 
 
 def test_output_stored_across_failed_passes_is_whole(pg_queue: str, tmp_path: Path) -> None:
@@ -342,7 +349,7 @@ def test_output_stored_across_failed_passes_is_whole(pg_queue: str, tmp_path: Pa
         "    sys.stdout.write(f'line {i}\\n'); sys.stdout.flush(); time.sleep(0.03)"
     )
     job = add(pg_queue, spool, *python_job(code))
-    local = spool / "output" / str(job) / "1" / "stdout"
+    local = Path(stdout_of(spool, job))
     worker = subprocess.Popen(
         [sys.executable, "-m", "spoolctl", "work", "--db", pg_queue, "--once", "--json"],
         stdout=subprocess.DEVNULL,

@@ -37,6 +37,8 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
+from spoolctl import layout
+
 ADOPTION_REVISION = "0001_initial"
 """The revision whose layout the legacy rows are copied into; later revisions
 then run as for any other database."""
@@ -44,7 +46,6 @@ then run as for any other database."""
 LEGACY_VERSIONS = range(1, 7)
 """schema_version values the original spoolctl wrote (0.4.11 wrote 6)."""
 LEGACY_TABLES = ("jobs", "attempts", "job_events")
-STREAMS = ("stdout", "stderr")
 
 JOB_DEFAULTS = {
     "queue": "'default'",
@@ -292,8 +293,10 @@ def relocations(conn: Connection, spool: Path) -> list[Relocation]:
     ).all()
     found = []
     for attempt_id, job_id, attempt_no, *paths in rows:
-        for stream, stored in zip(STREAMS, paths, strict=True):
-            moved = _moved_path(stored, spool, f"output/{job_id}/{attempt_no}/{stream}")
+        for stream, stored in zip(layout.STREAMS, paths, strict=True):
+            moved = _moved_path(
+                stored, spool, layout.folder_layout_tail(job_id, attempt_no, stream)
+            )
             if moved is not None:
                 found.append(Relocation(attempt_id, f"{stream}_path", str(moved)))
     return found

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, bindparam, func, insert, select, update
 
-from spoolctl import procs
+from spoolctl import layout, procs
 from spoolctl.db import codec
 from spoolctl.db.dialects import before_slot_count
 from spoolctl.db.prepared import Prepared
@@ -54,11 +54,6 @@ def attempt_token(worker_id: str, attempt_id: int, started_at: float) -> str:
     worker id (random by default), the attempt row and its claim time (to the
     microsecond, as stored) together. Rebuilt by the reaper from the attempt row."""
     return f"{worker_id}/{attempt_id}/{started_at:.6f}"
-
-
-def output_paths(output_root: Path, job_id: int, attempt_no: int) -> tuple[str, str]:
-    folder = output_root / str(job_id) / str(attempt_no)
-    return str(folder / "stdout"), str(folder / "stderr")
 
 
 _CLAIMABLE_QUERY = (
@@ -183,7 +178,7 @@ def claim_next(
         except codec.DamagedValue as exc:
             _quarantine(conn, row.id, str(exc), now)
     attempt_no = 1 if previous is None else previous.attempt_no + 1
-    stdout_path, stderr_path = output_paths(output_root, row.id, attempt_no)
+    stdout_path, stderr_path = layout.attempt_paths(output_root, row.id, attempt_no)
     _TAKE.execute(conn, {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now})
     attempt_id = _INSERT_ATTEMPT.first(
         conn,

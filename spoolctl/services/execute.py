@@ -18,8 +18,11 @@ import math
 import os
 import signal
 import subprocess
+from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from sqlalchemy import Connection, bindparam, update
 
@@ -43,18 +46,26 @@ then the kernel has finished the exec, so reading its start time is cheap)."""
 OUTPUT_DIR_MODE = 0o700
 
 
-def job_environment(claim: Claim, worker_id: str, slot: int) -> dict[str, str]:
+def encoded_environment() -> dict[bytes, bytes]:
+    """The worker's own environment as bytes, the base of every job's: built
+    once per worker instead of encoded anew for every spawn."""
+    return dict(os.environb)
+
+
+def job_environment(
+    base: Mapping[bytes, bytes], claim: Claim, worker_id: str, slot: int
+) -> dict[bytes, bytes]:
     """The worker's environment, then the job's --env, then spoolctl's own."""
-    env = dict(os.environ)
-    env.update(claim.env)
-    env.update(
-        SPOOLCTL_JOB_ID=str(claim.job_id),
-        SPOOLCTL_ATTEMPT=str(claim.attempt_no),
-        SPOOLCTL_QUEUE=claim.queue,
-        SPOOLCTL_WORKER_ID=worker_id,
-        SPOOLCTL_SLOT=str(slot),
-    )
-    env[procs.TOKEN_ENV] = claim.token
+    env = dict(base)
+    encode = os.fsencode
+    for name, value in claim.env.items():
+        env[encode(name)] = encode(value)
+    env[b"SPOOLCTL_JOB_ID"] = b"%d" % claim.job_id
+    env[b"SPOOLCTL_ATTEMPT"] = b"%d" % claim.attempt_no
+    env[b"SPOOLCTL_QUEUE"] = encode(claim.queue)
+    env[b"SPOOLCTL_WORKER_ID"] = encode(worker_id)
+    env[b"SPOOLCTL_SLOT"] = b"%d" % slot
+    env[encode(procs.TOKEN_ENV)] = encode(claim.token)
     return env
 
 
@@ -93,21 +104,19 @@ class Execution:
     group_check_at: float = 0.0
     outcome: Outcome | None = None
 
-    def start(self, worker_id: str, now: float) -> None:
-        """Open the output files and spawn; a failure is kept as the outcome."""
+    def start(self, base_env: Mapping[bytes, bytes], worker_id: str, now: float) -> None:
+        """Open the output files and spawn; a failure is kept as the outcome.
+        base_env: the worker's environment, encoded once (`encoded_environment`)."""
         self.started_at = now
         self.deadline = now + self.claim.timeout_seconds
         self.record_spawn_at = now + SPAWN_RECORD_DELAY_S
         try:
-            _make_private_dirs(Path(self.claim.stdout_path).parent)
-            with (
-                open(self.claim.stdout_path, "ab") as out,
-                open(self.claim.stderr_path, "ab") as err,
-            ):
+            out, err = open_output(self.claim.stdout_path, self.claim.stderr_path)
+            with out, err:
                 self.proc = procs.spawn_group(
                     self.claim.argv,
                     cwd=self.claim.cwd,
-                    env=job_environment(self.claim, worker_id, self.slot),
+                    env=job_environment(base_env, self.claim, worker_id, self.slot),
                     stdout=out,
                     stderr=err,
                 )
@@ -240,19 +249,37 @@ class Execution:
             self.pidfd = None
 
 
-def _make_private_dirs(folder: Path) -> None:
-    """Create folder (and missing parents) 0700: output may hold secrets.
-
-    Tries the job folder and the attempt folder directly: the common case
-    costs two mkdir calls and no stat."""
-    for path in (folder.parent, folder):
+def open_output(stdout_path: str, stderr_path: str) -> tuple[BinaryIO, BinaryIO]:
+    """Open an attempt's two output files for append. Their folders are made
+    (0700: output may hold secrets) only when an open finds one missing, so
+    the common case costs two opens and no mkdir or stat. Tried three times:
+    `prune` may remove a folder it has just emptied between our mkdir and open."""
+    for tries_left in (2, 1, 0):
         try:
-            os.mkdir(path, OUTPUT_DIR_MODE)
-        except FileExistsError:
-            continue
+            out = open(stdout_path, "ab")  # noqa: SIM115 - returned open
+            try:
+                return out, open(stderr_path, "ab")
+            except BaseException:
+                out.close()
+                raise
         except FileNotFoundError:
-            _make_private_dirs(path.parent)
-            os.mkdir(path, OUTPUT_DIR_MODE)
+            if not tries_left:
+                raise
+            for path in (stdout_path, stderr_path):
+                _make_private_dirs(Path(path).parent)
+    raise AssertionError("unreachable")
+
+
+def _make_private_dirs(folder: Path) -> None:
+    """Create folder (and missing parents) 0700; an existing one is fine."""
+    try:
+        os.mkdir(folder, OUTPUT_DIR_MODE)
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        _make_private_dirs(folder.parent)
+        with suppress(FileExistsError):
+            os.mkdir(folder, OUTPUT_DIR_MODE)
 
 
 def _pidfd(pid: int) -> int | None:

@@ -1,20 +1,21 @@
 """Deleting old terminal jobs: their rows in a short transaction, then their
 output files once it has committed.
 
-Prune owns only what it derives: the files it deletes are
-`<spool>/output/<job id>/<n>/stdout|stderr` of the jobs whose rows it deleted,
-found by listing that job's own folder (real folders and regular files only,
-never a symlink). What a row says is never followed: a stored path that is not
-one of those files (another job's output, a file outside the spool, a legacy
+Prune owns only what it derives from the ids of the jobs whose rows it
+deleted, in both layouts of `spoolctl.layout`: the files
+`<spool>/output/<F>xxx/<job id>.<n>.stdout|stderr` (claimed since 0.5.1) and
+`<spool>/output/<job id>/<n>/stdout|stderr` (claimed before, and adopted
+legacy output, which adoption relocates only onto that shape), found by
+listing those folders (real folders and regular files only, never a
+symlink). What a row says is never followed: a stored path that is not one
+of those files (another job's output, a file outside the spool, a legacy
 path that stayed where it was) is reported in `skipped_paths`, never deleted.
-Both layouts share this shape: claim writes it, and adoption relocates a
-legacy path only onto it.
 
 No file is unlinked while the write lock is held, so workers never wait on the
 disk for prune. Job ids are never reused (AUTOINCREMENT), so a folder derived
 from a deleted id can belong to no other job. A crash between the commit and
-the deletes leaves `output/<id>` folders without a job row: disk space, not
-data; they may be deleted by hand.
+the deletes leaves output files without a job row: disk space, not data;
+they may be deleted by hand.
 
 On a PostgreSQL queue the attempts' output stored in the database
 (`output_chunks`) is deleted with the attempts, in the same transaction
@@ -33,13 +34,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, delete, func, select
 
+from spoolctl import layout
 from spoolctl.db.dialects import is_postgres
 from spoolctl.db.tables import attempts, job_events, jobs, output_chunks
 from spoolctl.states import JobState
 
 PRUNABLE = (JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELED)
 BATCH_SIZE = 500
-STREAMS = ("stdout", "stderr")
 
 
 @dataclass
@@ -79,29 +80,46 @@ class PrunedBatch:
     stored_paths: list[str]
 
 
-def owned_files(output_root: Path, job_id: int) -> tuple[list[Path], list[Path]]:
-    """(regular files prune may delete, other entries it leaves) in the job's
-    own folder, `<output_root>/<job_id>/<n>/<stream>`; symlinks are never followed."""
+def owned_files(output_root: Path, job_ids: list[int]) -> tuple[list[Path], list[Path]]:
+    """(regular files prune may delete, other entries it leaves) of the jobs,
+    in both layouts (`spoolctl.layout`): the files named `<job>.<n>.<stream>`
+    in the jobs' shared folders, each folder listed once, and whatever is in
+    a job's own folder `<job>/<n>/<stream>`. Symlinks are never followed."""
     owned: list[Path] = []
     other: list[Path] = []
-    for attempt_dir in _real_subdirs(output_root / str(job_id)):
-        for stream in STREAMS:
-            path = attempt_dir / stream
-            if _is(path, stat.S_ISREG):
-                owned.append(path)
-            elif os.path.lexists(path):
-                other.append(path)
+    wanted = set(job_ids)
+    for name in sorted({layout.folder_name(job_id) for job_id in wanted}):
+        folder = output_root / name
+        for entry in _listing(folder):
+            if layout.job_of(entry) in wanted:
+                _sort_entry(folder / entry, owned, other)
+    for job_id in job_ids:
+        for attempt_dir in _real_subdirs(output_root / str(job_id)):
+            for stream in layout.STREAMS:
+                _sort_entry(attempt_dir / stream, owned, other)
     return owned, other
+
+
+def _sort_entry(path: Path, owned: list[Path], other: list[Path]) -> None:
+    if _is(path, stat.S_ISREG):
+        owned.append(path)
+    elif os.path.lexists(path):
+        other.append(path)
+
+
+def _listing(folder: Path) -> list[str]:
+    """The names in a real folder; nothing when it is a symlink or missing."""
+    if not _is(folder, stat.S_ISDIR):
+        return []
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
 
 
 def _real_subdirs(folder: Path) -> list[Path]:
     """Numbered attempt folders of a job folder; nothing when either is a symlink."""
-    if not _is(folder, stat.S_ISDIR):
-        return []
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
+    names = _listing(folder)
     return [folder / n for n in names if n.isdigit() and _is(folder / n, stat.S_ISDIR)]
 
 
@@ -116,13 +134,11 @@ def remove_output(
     batch: PrunedBatch, output_root: Path, report: PruneReport, *, dry_run: bool
 ) -> None:
     """Delete (or, dry, count) the batch's derived files; report the rest."""
-    accounted: set[str] = set()
-    for job_id in batch.job_ids:
-        owned, other = owned_files(output_root, job_id)
-        report.skipped_paths += [str(p) for p in other]
-        accounted.update(os.path.realpath(p) for p in (*owned, *other))
-        for path in owned:
-            _remove(path, output_root, report, dry_run=dry_run)
+    owned, other = owned_files(output_root, batch.job_ids)
+    report.skipped_paths += [str(p) for p in other]
+    accounted = {os.path.realpath(p) for p in (*owned, *other)}
+    for path in owned:
+        _remove(path, output_root, report, dry_run=dry_run)
     for stored in batch.stored_paths:
         if os.path.realpath(stored) not in accounted and os.path.lexists(stored):
             report.skipped_paths.append(stored)
@@ -142,7 +158,9 @@ def _remove(path: Path, output_root: Path, report: PruneReport, *, dry_run: bool
 
 
 def remove_empty_parents(folder: Path, root: Path) -> None:
-    """The attempt folder and the job folder, once empty; never the root."""
+    """The attempt folder and the job folder, or the shared folder, once
+    empty; never the root. (A worker about to open a file in a shared folder
+    removed here makes it again: `execute.open_output`.)"""
     while folder != root and root in folder.parents:
         try:
             folder.rmdir()
