@@ -276,6 +276,37 @@ def test_output_shows_an_old_attempts_captured_output(
     assert shown.stdout == "attempt-begin\nattempt-end\n"
 
 
+def test_new_attempts_write_the_new_layout_beside_adopted_output_and_prune_takes_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Adopted output keeps its folder layout (`output/<job>/<n>/`); a job run
+    after adoption writes the shared-folder layout (`output/0xxx/<job>.1.*`);
+    both stay readable, and prune deletes the files of both layouts."""
+    db = copy_fixture("v6-populated", tmp_path)
+    adopt(db, capsys)
+    output = db.parent / "output"
+    done = [j["id"] for j in EXPECTED["v6-populated"]["jobs"] if j["state"] == "done"]
+    assert all((output / str(job)).is_dir() for job in done)
+    added = cli_json("add", "--priority", "10", "--", "sh", "-c", "echo new; echo bad >&2", db=db)
+    job = added.data["job_id"]
+    ran = cli_json("work", "--once", "--queue", "default", db=db)
+    assert ran.exit_code == 0 and (ran.data["job_id"], ran.data["job_state"]) == (job, "done")
+    shared = output / f"{job // 1000}xxx"
+    assert (shared / f"{job}.1.stdout").read_text() == "new\n"
+    for shown_job, expected in ((1, "err\n"), (job, "bad\n")):
+        shown = cli("output", str(shown_job), "--stream", "stderr", "--raw", db=db)
+        assert (shown.exit_code, shown.stdout) == (0, expected), shown.stderr
+
+    pruned = cli_json("prune", "--older-than", "0", "--state", "done", "--yes", db=db)
+
+    assert pruned.exit_code == 0, pruned.stdout
+    assert pruned.data["deleted_jobs"] == len(done) + 1
+    assert [job for job in done if (output / str(job)).exists()] == [], "adopted folders stay"
+    assert not shared.exists(), "the new layout's files (and their emptied folder) stay"
+    assert pruned.data["skipped_paths"] == []
+    assert (output / "2" / "1" / "stdout").read_text() == "out\n", "a dead job's output went"
+
+
 def test_odd_rows_are_quarantined_and_reported_in_text_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
