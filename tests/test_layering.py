@@ -95,15 +95,17 @@ def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
     assert not any(m.split(".")[0] == "alembic" for m in loaded)
     assert "psutil" not in loaded
     assert "spoolctl.worker" not in loaded
+    assert "sqlalchemy.dialects.postgresql" not in loaded, "an SQLite add loaded PostgreSQL's"
 
 
-def test_status_path_does_not_import_alembic(tmp_path: Path) -> None:
+def test_status_path_imports_neither_alembic_nor_postgresql(tmp_path: Path) -> None:
     db = tmp_path / "q" / "queue.db"
     modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
     envelope, loaded = modules_after(["status", "--db", str(db), "--json"], tmp_path)
     assert envelope["data"]["counts"]["queued"] == 1, "status read the queue"
     assert "spoolctl.cli.inspect" in loaded
     assert not any(m.split(".")[0] == "alembic" for m in loaded)
+    assert "sqlalchemy.dialects.postgresql" not in loaded, "an SQLite status loaded PostgreSQL's"
 
 
 def test_the_fixtures_tests_read_live_inside_the_checkout() -> None:

@@ -9,6 +9,7 @@ JSON values (argv, tags, env, detail) are stored as TEXT and decoded by
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -37,7 +38,9 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-metadata = MetaData(naming_convention=NAMING_CONVENTION)
+_metadata = MetaData(naming_convention=NAMING_CONVENTION)
+"""The tables below, without the one index that names PostgreSQL: reach the
+whole schema as `metadata` (see `__getattr__`)."""
 
 Int = Integer().with_variant(BigInteger(), "postgresql")
 """Every integer column: SQLite's INTEGER is 64-bit, PostgreSQL's is not, so
@@ -56,7 +59,7 @@ def _one_of(column: str, values: type[StrEnum], *, nullable: bool = False) -> Ch
 
 jobs = Table(
     "jobs",
-    metadata,
+    _metadata,
     Column("id", Int, primary_key=True, autoincrement=True),
     Column("argv", Text, nullable=False),
     Column("state", String(16), nullable=False),
@@ -100,17 +103,10 @@ Index("ix_jobs_state_heartbeat", jobs.c.state, jobs.c.heartbeat_at)
 Index("ix_jobs_state_finished", jobs.c.state, jobs.c.finished_at)
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
-Index(
-    "uq_jobs_active_key",
-    jobs.c.idempotency_key,
-    unique=True,
-    sqlite_where=text(ACTIVE_KEY_WHERE),
-    postgresql_where=text(ACTIVE_KEY_WHERE),
-)
 
 attempts = Table(
     "attempts",
-    metadata,
+    _metadata,
     Column("id", Int, primary_key=True, autoincrement=True),
     Column("job_id", Int, ForeignKey("jobs.id"), nullable=False),
     Column("attempt_no", Int, nullable=False),
@@ -135,7 +131,7 @@ attempts = Table(
 
 workers = Table(
     "workers",
-    metadata,
+    _metadata,
     Column("id", Text, primary_key=True),
     Column("hostname", Text, nullable=False),
     Column("pid", Int, nullable=False),
@@ -154,7 +150,7 @@ Index("ix_workers_state_heartbeat", workers.c.state, workers.c.heartbeat_at)
 
 job_events = Table(
     "job_events",
-    metadata,
+    _metadata,
     Column("id", Int, primary_key=True, autoincrement=True),
     Column("job_id", Int, ForeignKey("jobs.id")),  # null: a lane event (paused, resumed)
     Column("at", Float, nullable=False),
@@ -167,7 +163,7 @@ Index("ix_job_events_job_id", job_events.c.job_id, job_events.c.id)
 
 lanes = Table(
     "lanes",
-    metadata,
+    _metadata,
     Column("queue", String(64), primary_key=True),
     Column("paused_at", Float, nullable=False),
     Column("paused_by", Text, nullable=False),
@@ -178,7 +174,7 @@ key lookup inside the claim transaction). Resuming deletes the row."""
 
 job_dependencies = Table(
     "job_dependencies",
-    metadata,
+    _metadata,
     Column("job_id", Int, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
     Column("after_job_id", Int, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
 )
@@ -188,7 +184,7 @@ Index("ix_job_dependencies_after_job_id", job_dependencies.c.after_job_id)
 
 output_chunks = Table(
     "output_chunks",
-    metadata,
+    _metadata,
     Column("id", Int, primary_key=True, autoincrement=True),
     Column("attempt_id", Int, ForeignKey("attempts.id", ondelete="CASCADE"), nullable=False),
     Column("stream", String(8), nullable=False),
@@ -202,3 +198,26 @@ chunks (PostgreSQL queues: readable from any machine). `offset` is the
 chunk's byte position in its stream; `truncated` 1 marks the last chunk kept
 once the per-attempt cap was reached. The worker's local files stay the
 first copy; SQLite queues read those and store no chunks."""
+
+
+def _with_partial_indexes() -> MetaData:
+    """The whole schema: the tables plus the partial unique index on active
+    idempotency keys. That index's `postgresql_where` makes SQLAlchemy import
+    its whole PostgreSQL dialect (about 25 ms), which no verb needs to read or
+    write rows: only DDL and schema comparisons (migrations, tests) use the
+    index object, so it is attached on the first access to `metadata`."""
+    if "uq_jobs_active_key" not in {index.name for index in jobs.indexes}:
+        Index(
+            "uq_jobs_active_key",
+            jobs.c.idempotency_key,
+            unique=True,
+            sqlite_where=text(ACTIVE_KEY_WHERE),
+            postgresql_where=text(ACTIVE_KEY_WHERE),
+        )
+    return _metadata
+
+
+def __getattr__(name: str) -> Any:
+    if name == "metadata":
+        return _with_partial_indexes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
