@@ -1,7 +1,7 @@
 """spoolctl benchmark: ours (the work tree's .venv) against the original
 stdlib spoolctl 0.4.11 (bench/.venv-ref), measured in the same run.
 
-    bench/run [--quick] [--only cli,batch,drain,pickup,table,pg]
+    bench/run [--quick] [--only cli,batch,drain,slow,pickup,table,pg]
 
 Ours and the reference run interleaved (A B B A) in every scenario they share;
 drain and pickup run on the disk the repository is on and on a tmpfs, beside
@@ -31,12 +31,13 @@ import filesystems
 import pg
 import psutil
 import report
+import slow
 import workers
 from filesystems import Target
 from fixtures import BENCH, machine
 from plan import DEFAULT, QUICK, Plan
 
-SCENARIOS = ("cli", "batch", "drain", "pickup", "table", "pg")
+SCENARIOS = ("cli", "batch", "drain", "slow", "pickup", "table", "pg")
 ALIASES = {"add": "cli", "spawn": "drain"}
 """Names of earlier versions: `add` is now part of `cli`, the spawn ceiling of `drain`."""
 
@@ -52,6 +53,7 @@ def steps(plan: Plan, found: list[Target], results: dict[str, Any]) -> list[Step
         ("batch", "batch", lambda: cli_costs.batch(plan, _ref_add_median(results), disk)),
     ]
     out += [("drain", f"drain:{t.label}", _bind(workers.drain, plan, t, layout)) for t in found]
+    out.append(("slow", "slow", lambda: slow.slow_jobs(plan, disk)))
     out += [("pickup", f"pickup:{t.label}", _bind(workers.pickup_and_idle, plan, t)) for t in found]
     out.append(("table", "table_growth", lambda: cli_costs.table_growth(plan, disk)))
     out.append(("pg", "pg:drain", lambda: pg.drain(plan, disk)))

@@ -1,4 +1,4 @@
-"""How much to measure: the default run (about 11 min on 2 cores, plus 6 for
+"""How much to measure: the default run (about 12 min on 2 cores, plus 6 for
 the PostgreSQL scenario) and --quick (about 3 min, plus 2). Interleaved
 scenarios run in blocks of A B B A, so each block gives every arm two samples
 and two ours/ref pairs."""
@@ -15,6 +15,7 @@ class Plan:
     batch_reps: int = 3
     drain_jobs: int = 1_000
     drain_reps: int = 3  # A B B A blocks per file system: 6 drains per side and setup
+    slow_reps: int = 2  # A B B A blocks of 100 x `sleep 0.1`, 1 and 8 slots (~11 s + 2 s each)
     ceiling_spawns: int = 500  # `true` spawns per ceiling sample
     pickup_samples: int = 30  # per side and file system
     idle_s: float = 10.0
@@ -29,6 +30,7 @@ QUICK = Plan(
     add_reps=6,
     batch_reps=1,
     drain_reps=1,
+    slow_reps=1,
     ceiling_spawns=300,
     pickup_samples=10,
     idle_s=4.0,

@@ -32,6 +32,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
         _import_rows,
         _batch_rows,
         *(_drain_builder(name) for name in results if name.startswith("drain:")),
+        _slow_rows,
         *(_pickup_builder(name) for name in results if name.startswith("pickup:")),
         _table_rows,
     ]
@@ -228,6 +229,31 @@ def _fractions(drain: dict[str, Any], label: str) -> str:
     if not all(c.get("n") for c in cells):
         return ""
     return " / ".join(f"{c['median']:.2f}" for c in cells)
+
+
+def _slow_rows(results: dict[str, Any]) -> list[Row]:
+    slow = results.get("slow")
+    if slow is None:
+        return []
+    if "error" in slow:
+        return _failed(results, "slow")
+    jobs, slots, one, many = slow["jobs"], slow["slots"], "--concurrency 1", "--concurrency 8"
+    speedup = slow["speedup"]
+    head = f"== {jobs} jobs of `sleep 0.1`, one worker, on {_fs(slow)}"
+    return [
+        _row(head),
+        *(
+            _row(f"work --drain {arm}: wall s", _cell(slow["arms"][arm], fmt=".2f"))
+            for arm in (one, many)
+        ),
+        _row(
+            f"speedup of {slots} slots over 1 (ideal {slots}x): per pair",
+            _ratio(speedup),
+            target=f"about {slots}x",
+            verdict=_verdict(bool(speedup.get("n")) and speedup["median"] >= 0.75 * slots),
+        ),
+        *_arm_errors(results, "slow"),
+    ]
 
 
 def _pickup_builder(name: str) -> Callable[[dict[str, Any]], list[Row]]:
