@@ -123,8 +123,9 @@ class Worker:
     ) -> None:
         self.engine = engine
         self.held = HeldConnection(engine)
-        self._job_env = execute.encoded_environment()
         """The connection of the claim-and-record transactions, one per job."""
+        self._job_env = execute.encoded_environment()
+        """This process's environment, encoded once: the base of every job's."""
         self.output_root = output_root
         self.options = options
         self.timing = timing

@@ -12,7 +12,7 @@ of those files (another job's output, a file outside the spool, a legacy
 path that stayed where it was) is reported in `skipped_paths`, never deleted.
 
 No file is unlinked while the write lock is held, so workers never wait on the
-disk for prune. Job ids are never reused (AUTOINCREMENT), so a folder derived
+disk for prune. Job ids are never reused (AUTOINCREMENT), so a file derived
 from a deleted id can belong to no other job. A crash between the commit and
 the deletes leaves output files without a job row: disk space, not data;
 they may be deleted by hand.
