@@ -373,9 +373,10 @@ def test_downgrade_below_0003_refuses_while_a_job_waits_or_a_lane_is_paused(
     assert run(capsys, db, "cancel", "2").exit_code == 0
     assert run(capsys, db, "pause", "default").exit_code == 0
     before = contents(db)
-    refused = run(capsys, db, "migrate", "--downgrade", previous, "--yes", "--no-backup")
+    refused = run(capsys, db, "migrate", "--downgrade", previous, "--yes")
     assert "paused lanes default" in error(refused)["message"]
     assert (revision_of(db), contents(db)) == (HEAD_REVISION, before)
+    assert sorted(p.name for p in db.parent.glob("*.bak-*")) == [], "a refusal left its backup"
     assert run(capsys, db, "resume", "default").exit_code == 0
     down = run(capsys, db, "migrate", "--downgrade", previous, "--yes", "--no-backup")
     assert down.exit_code == 0 and revision_of(db) == previous

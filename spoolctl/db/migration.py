@@ -88,6 +88,8 @@ def migrate_file(
         synchronous="FULL",
         foreign_keys=False,
     )
+    saved: Path | None = None
+    committed = False
     try:
         with write_tx(engine) as conn:
             status = revision.inspect_schema(conn)
@@ -98,7 +100,14 @@ def migrate_file(
             adoption = _apply(conn, path, status, target, downgrade)
             revision.check_foreign_keys(conn)
             reached = revision.inspect_schema(conn).current
+        committed = True
         switch_to_wal(engine, timeout_s)
+    except BaseException:
+        if saved is not None and not committed:
+            # Refused or failed inside the transaction: it rolled back, the
+            # file is as it was, and a copy of it is only clutter.
+            saved.unlink(missing_ok=True)
+        raise
     finally:
         engine.dispose()
     return MigrationResult(
