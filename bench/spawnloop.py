@@ -5,10 +5,10 @@ Run as its own process (stdlib only, nothing of spoolctl imported):
     python bench/spawnloop.py ROOT FIRST_JOB COUNT START_AT LAYOUT_JSON
 
 LAYOUT_JSON is {"dirs": [...], "files": [...]}: paths relative to ROOT with
-"{job}" for the job id (see ceiling.attempt_layout). Per job it creates the
-files for append (creating the directories, mode 0700, only when an open
-finds one missing, as our worker does),
-spawns `true` as a new session's leader with stdout and stderr on the first
+"{job}" for the job id (see ceiling.attempt_layout). Per job it opens the
+files for append (making the directories, mode 0700, only when an open finds
+one missing, as our worker does), spawns `true` as a new session's leader
+with stdout and stderr on the first
 two files (or /dev/null), closes the files and waits, as our worker does.
 An empty layout measures the spawn alone. Waits until the wall clock reaches
 START_AT (so that parallel loops start together), then prints JSON
