@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import time
+
+from spoolctl.wakeup import readable
 
 RENEWED = b"B\n"
 
@@ -89,10 +90,7 @@ def _guard(read_fd: int, fence_after_s: float) -> None:
             _kill(groups)  # fenced: no heartbeat for the fence interval
             groups.clear()
             left = fence_after_s
-        poller = select.poll()
-        poller.register(read_fd, select.POLLIN)
-        ready = poller.poll(left * 1000)
-        if not ready:
+        if not readable([read_fd], left):
             continue
         data = os.read(read_fd, 4096)
         if not data:

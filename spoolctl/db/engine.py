@@ -249,10 +249,16 @@ def write_tx(engine: Engine, lock_wait_s: float | None = None) -> Iterator[Conne
         with translate_errors(engine), engine.begin() as conn:
             yield conn
         return
-    with translate_errors(engine), engine.connect() as conn:
-        conn.execution_options(**{LOCK_WAIT_OPTION: lock_wait_s})
-        with conn.begin():
-            yield conn
+    with translate_errors(engine), engine.connect() as conn, _begin_waiting(conn, lock_wait_s):
+        yield conn
+
+
+@contextmanager
+def _begin_waiting(conn: Connection, lock_wait_s: float) -> Iterator[Connection]:
+    """A write transaction on conn whose lock wait is at most lock_wait_s."""
+    conn.execution_options(**{LOCK_WAIT_OPTION: lock_wait_s})
+    with conn.begin():
+        yield conn
 
 
 class HeldConnection:
@@ -274,8 +280,7 @@ class HeldConnection:
             if conn is None:
                 conn = self._conn = self.engine.connect()
             try:
-                conn.execution_options(**{LOCK_WAIT_OPTION: lock_wait_s})
-                with conn.begin():
+                with _begin_waiting(conn, lock_wait_s):
                     yield conn
             except BaseException:
                 self.close()

@@ -254,20 +254,22 @@ def open_output(stdout_path: str, stderr_path: str) -> tuple[BinaryIO, BinaryIO]
     (0700: output may hold secrets) only when an open finds one missing, so
     the common case costs two opens and no mkdir or stat. Tried three times:
     `prune` may remove a folder it has just emptied between our mkdir and open."""
-    for tries_left in (2, 1, 0):
+    for _ in range(2):
         try:
-            out = open(stdout_path, "ab")  # noqa: SIM115 - returned open
-            try:
-                return out, open(stderr_path, "ab")
-            except BaseException:
-                out.close()
-                raise
+            return _open_both(stdout_path, stderr_path)
         except FileNotFoundError:
-            if not tries_left:
-                raise
             for path in (stdout_path, stderr_path):
                 _make_private_dirs(Path(path).parent)
-    raise AssertionError("unreachable")
+    return _open_both(stdout_path, stderr_path)
+
+
+def _open_both(stdout_path: str, stderr_path: str) -> tuple[BinaryIO, BinaryIO]:
+    out = open(stdout_path, "ab")  # noqa: SIM115 - returned open
+    try:
+        return out, open(stderr_path, "ab")
+    except BaseException:
+        out.close()
+        raise
 
 
 def _make_private_dirs(folder: Path) -> None:
