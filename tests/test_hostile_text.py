@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -213,6 +214,25 @@ def test_bytes_that_are_not_utf8_show_as_hex_escapes(tmp_path: Path) -> None:
         assert found.code == 0, found.err
         assert_inert(found.out, args)
         assert "printf $'\\xff\\x9b'" in found.out.decode(), found.out
+
+
+def test_a_state_no_spoolctl_writes_is_shown_escaped(tmp_path: Path) -> None:
+    """A row edited past the CHECK constraints: its state is text like any other."""
+    db = tmp_path / "spool" / "queue.db"
+    job_id = added(db, "--", "true")
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("PRAGMA ignore_check_constraints=ON")
+        with conn:
+            conn.execute("UPDATE jobs SET state = ? WHERE id = ?", (f"z{TITLE}", job_id))
+    finally:
+        conn.close()
+    for args in (["status"], ["list"], ["show", str(job_id)], ["wait", str(job_id)]):
+        found = spoolctl(db, *args, "--timeout", "0") if args[0] == "wait" else spoolctl(db, *args)
+        assert_inert(found.out, args)
+        assert_inert(found.err, args)
+        if args[0] != "wait":  # which times out: the state is not final
+            assert "z\\x1b]0;pwned\\x07" in found.out.decode(), args
 
 
 def test_events_show_each_detail_compact_and_show_lists_the_events(hostile: Hostile) -> None:

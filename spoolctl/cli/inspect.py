@@ -125,7 +125,9 @@ def watch_status(db: str | None, limit: int, interval: float) -> int:
 
 def status_text(data: dict[str, Any], now: float) -> str:
     counts = data["counts"]
-    parts = [f"{style(k, fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"]
+    parts = [
+        f"{style(shown(k), fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"
+    ]
     lines = ["jobs: " + "  ".join(parts) + f"  (scheduled {data['scheduled']})"]
     if data["queues"]:
         rows = [
