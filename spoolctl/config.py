@@ -11,6 +11,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,12 @@ def _checked(location: DbLocation, source: str) -> DbLocation:
     path = location.path
     if path is None:
         return location
+    with suppress(PermissionError):  # this user cannot look: opening says so (unreadable)
+        _refuse_wrong_shape(path, source)
+    return location
+
+
+def _refuse_wrong_shape(path: Path, source: str) -> None:
     if path.is_dir():
         raise InvalidInput(f"{source} names a folder, not a queue file: {path}", db=str(path))
     for parent in path.parents:
@@ -131,7 +138,6 @@ def _checked(location: DbLocation, source: str) -> DbLocation:
                     f"{source} names {path}, but {parent} is a file, not a folder", db=str(path)
                 )
             break
-    return location
 
 
 def _absolute(path: Path, base: Path) -> Path:

@@ -116,8 +116,8 @@ def test_a_spool_folder_that_cannot_be_written_creates_nothing(
     assert _mount("-o", "remount,ro", str(disk))
     db = disk / "spool" / "queue.db"
 
-    failed_with(cli_json("add", "--", "true", db=db), "not_creatable", "cannot create the queue")
-    failed_with(cli_json("work", "--once", db=db), "not_creatable", "Read-only file system")
+    failed_with(cli_json("add", "--", "true", db=db), "read_only", "cannot create the queue")
+    failed_with(cli_json("work", "--once", db=db), "read_only", "Read-only file system")
     assert not (disk / "spool").exists()
     assert doctor(db)["spool_directory_writable"]["status"] == "fail"
 

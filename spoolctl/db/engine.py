@@ -14,6 +14,7 @@ transaction instead of writing into a schema it does not know.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import time
@@ -54,9 +55,13 @@ def ensure_spool(db_path: Path) -> None:
     except OSError as exc:
         raise StorageFault(
             f"cannot create the queue at {db_path}: {exc.strerror or exc}",
-            reason="not_creatable",
+            reason=CREATE_FAULTS.get(exc.errno or 0, "not_creatable"),
             path=str(db_path),
         ) from None
+
+
+CREATE_FAULTS = {errno.EROFS: "read_only", errno.EACCES: "unreadable", errno.EPERM: "unreadable"}
+"""Why a queue could not be created -> its DB_UNUSABLE reason."""
 
 
 def make_engine(
