@@ -88,7 +88,12 @@ BATCH_FIELDS = {
 )
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.option("-c", "--command", "command", default=None, help="A shell string, run as sh -c.")
-@click.option("--batch", default=None, help="NDJSON file of jobs ('-' for stdin); all or none.")
+@click.option(
+    "--batch",
+    default=None,
+    help="NDJSON file of jobs ('-' for stdin); all or none. Job flags given with it are "
+    "every line's defaults.",
+)
 @click.option(
     "--timeout",
     "timeout_seconds",
