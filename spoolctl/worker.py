@@ -519,6 +519,7 @@ class Worker:
                 f"the queue database {self.db_path} was deleted or replaced while this "
                 "worker ran; it stopped (its running jobs were killed)",
                 path=self.db_path,
+                reason="replaced",
             )
 
     def _beat_if_due(self, now: float) -> None:

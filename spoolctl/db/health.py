@@ -101,7 +101,12 @@ def guarded(check_id: str, probe: Callable[[], Check]) -> Check:
     try:
         return probe()
     except (OSError, sqlite3.Error, sqlalchemy.exc.SQLAlchemyError, SpoolError) as exc:
-        return Check(check_id, "fail", f"{type(exc).__name__}: {exc}")
+        shown = (
+            f"{exc.code}: {exc.message}"
+            if isinstance(exc, SpoolError)
+            else f"{type(exc).__name__}: {exc}"
+        )
+        return Check(check_id, "fail", shown)
 
 
 def folder_check(folder: Path) -> Check:

@@ -20,7 +20,7 @@ import sqlalchemy
 from sqlalchemy import Connection
 
 from spoolctl.db.url import masked
-from spoolctl.errors import Internal, NotAQueue, SchemaOutdated, SchemaTooNew
+from spoolctl.errors import NotAQueue, SchemaOutdated, SchemaTooNew, StorageFault
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -118,7 +118,6 @@ def refuse_unless_current(status: SchemaStatus, where: Path | str) -> None:
             "no legacy meta table); spoolctl, `migrate` included, never changes it. "
             "Check --db / SPOOLCTL_DB / config db_path",
             path=str(db_path),
-            reason="not_a_spoolctl_queue",
         )
     migrate_cmd = f"spoolctl migrate --db {db_path}"
     if status.is_legacy:
@@ -242,7 +241,9 @@ def check_foreign_keys(conn: Connection) -> None:
         return  # PostgreSQL checks every reference as it is written
     violations = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
     if violations:
-        raise Internal(
-            f"migration left {len(violations)} foreign key violation(s); nothing was changed",
+        raise StorageFault(
+            f"the database holds {len(violations)} reference(s) to rows that do not exist, "
+            "so the migration was not committed; nothing was changed",
+            reason="damaged",
             violations=[list(v) for v in violations[:20]],
         )
