@@ -8,7 +8,6 @@ new database or to migrate one.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 from collections.abc import Sequence
@@ -153,11 +152,14 @@ def auto_migrate_enabled() -> bool:
 
 
 def migrations_dir() -> Path:
-    """The shipped revision scripts: inside the wheel, or the repository's folder."""
-    spec = importlib.util.find_spec("spoolctl._migrations")
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parents[2] / "migrations"
+    """The revision scripts of the code that runs: inside the installed wheel,
+    else the folder beside the package in its repository. Never looked up by
+    module name: an editable install maps `spoolctl._migrations` to its own
+    checkout, whose scripts need not be those of a spoolctl imported from
+    another (a worktree's)."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "_migrations"
+    return shipped if shipped.is_dir() else package.parent / "migrations"
 
 
 def alembic_config(
