@@ -359,6 +359,7 @@ class Worker:
             conn,
             job_id=execution.claim.job_id,
             attempt_id=execution.claim.attempt_id,
+            attempt_no=execution.claim.attempt_no,
             worker_id=self.worker_id,
             outcome=outcome,
             now=now,

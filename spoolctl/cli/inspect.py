@@ -26,6 +26,7 @@ from spoolctl.cli.queues import open_read
 from spoolctl.cli.render import ProgressLine, Reply, age, emit, local_time, style, table
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
 from spoolctl.services import dependencies, lanes, query
+from spoolctl.services.outcome import exit_label
 from spoolctl.states import JobState
 
 STATE_COLORS = {
@@ -215,7 +216,7 @@ def show_text(detail: dict[str, Any]) -> str:
     if detail["attempts"]:
         rows = [
             [str(a["attempt_no"]), a["state"], a["failure_reason"] or "-",
-             "-" if a["exit_code"] is None else str(a["exit_code"]),
+             exit_label(a["exit_code"], a.get("signal")) or "-",
              local_time(a["started_at"]), a["worker_id"]]
             for a in detail["attempts"]
         ]  # fmt: skip

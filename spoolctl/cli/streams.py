@@ -369,7 +369,8 @@ def feedback_text(data: dict[str, Any], shown: tuple[str, ...] = ("stdout", "std
     verdict_word = {True: "succeeded", False: "did not succeed", None: "not finished"}
     lines = [
         f"job {data['job_id']}: {data['state']} ({verdict_word[data['succeeded']]})",
-        f"  exit code {data['exit_code']}  reason {data['failure_reason'] or '-'}"
+        f"  exit code {'-' if data['exit_code'] is None else data['exit_code']}"
+        f"  reason {data['failure_reason'] or '-'}"
         f"  attempts {data['attempts_total']}  duration {data['duration_seconds']}s",
     ]
     if data["last_error"]:

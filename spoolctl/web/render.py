@@ -13,6 +13,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from spoolctl import __version__
+from spoolctl.services.outcome import exit_label
 from spoolctl.states import EventKind, JobState
 
 STATE_CLASSES = {state.value: f"state-{state.value}" for state in JobState}
@@ -84,6 +85,12 @@ def attempt_badge(state: Any) -> Markup:
     return state_badge(state, ATTEMPT_CLASSES)
 
 
+def attempt_exit(attempt: Any) -> str:
+    """The Exit cell: the exit code, else the signal that stopped the job (a
+    timed-out attempt has no exit code), else nothing."""
+    return exit_label(attempt.get("exit_code"), attempt.get("signal")) or ""
+
+
 def make_environment() -> Environment:
     env = Environment(
         loader=PackageLoader("spoolctl.web", "templates"),
@@ -94,7 +101,7 @@ def make_environment() -> Environment:
     )
     env.filters.update(
         ts=timestamp, secs=seconds, command=command, json=compact_json, badge=state_badge,
-        attempt_badge=attempt_badge, event_class=event_class,
+        attempt_badge=attempt_badge, event_class=event_class, exit_label=attempt_exit,
     )  # fmt: skip
     env.globals.update(version=__version__, states=list(STATE_CLASSES), shown_states=SHOWN_STATES)
     return env
