@@ -11,11 +11,12 @@ import math
 import os
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spoolctl.db.url import checked_postgres_url, is_url, masked
+from spoolctl.db.url import looks_like_url, masked, parse_db_url
 from spoolctl.errors import InvalidInput
 
 CONFIG_RELPATH = Path(".spoolctl") / "config.json"
@@ -105,20 +106,38 @@ def resolve_db(flag: str | None, cwd: Path | None = None) -> DbLocation:
 
 
 def _located(given: str, base: Path, source: str, config: ConfigFile, named: str) -> DbLocation:
-    """A URL selects PostgreSQL (any other scheme is refused, never taken for
-    a file name); anything else is a path, relative to `base`."""
-    if is_url(given):
-        return DbLocation(None, source, config, url=checked_postgres_url(given, named))
+    """A value that looks like a URL is parsed as one (PostgreSQL, or
+    `sqlite:///PATH`) and is never taken for a file name; anything else is a
+    path, relative to `base`."""
+    if looks_like_url(given):
+        kind, value = parse_db_url(given, named)
+        if kind == "postgresql":
+            return DbLocation(None, source, config, url=value)
+        given = value
     return _checked(DbLocation(_absolute(Path(given), base), source, config), named)
 
 
 def _checked(location: DbLocation, source: str) -> DbLocation:
-    """A folder is never a queue file: that is a wrong path given, not a fault."""
-    if location.path is not None and location.path.is_dir():
-        raise InvalidInput(
-            f"{source} names a folder, not a queue file: {location.path}", db=str(location.path)
-        )
+    """A folder is never a queue file, and a file is never a folder to put
+    one in: that is a wrong path given, not a fault."""
+    path = location.path
+    if path is None:
+        return location
+    with suppress(PermissionError):  # this user cannot look: opening says so (unreadable)
+        _refuse_wrong_shape(path, source)
     return location
+
+
+def _refuse_wrong_shape(path: Path, source: str) -> None:
+    if path.is_dir():
+        raise InvalidInput(f"{source} names a folder, not a queue file: {path}", db=str(path))
+    for parent in path.parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise InvalidInput(
+                    f"{source} names {path}, but {parent} is a file, not a folder", db=str(path)
+                )
+            break
 
 
 def _absolute(path: Path, base: Path) -> Path:

@@ -84,24 +84,53 @@ class Internal(SpoolError):
     exit_code = EXIT_TOOL
 
 
-class StorageFault(SpoolError):
-    """The database file or spool folder cannot be used (missing, read-only,
-    corrupt, not SQLite, disk full): an environment error, reported clearly."""
+DB_UNUSABLE_REASONS: dict[str, str] = {
+    "not_a_queue": "the file or database is not a spoolctl queue",
+    "damaged": "the file is damaged, truncated or not an SQLite database",
+    "unreadable": "the file, its folder or the database cannot be read by this user",
+    "read_only": "the file, its folder or the database is read-only where a write is needed",
+    "not_creatable": "the queue cannot be created there",
+    "disk_full": "the disk holding the queue is full",
+    "login_refused": "the server refused the login (user, password or authentication method)",
+    "no_such_database": "the server has no database of that name",
+    "server_too_old": "the server is older than the oldest version spoolctl supports",
+    "replaced": "the queue file was deleted or replaced while a worker used it",
+    "unusable": "the database answered with an error that makes it unusable",
+}
+"""Every `detail.reason` of DB_UNUSABLE, with what it means (published by
+`capabilities`)."""
 
-    code = "INTERNAL"
+
+class StorageFault(SpoolError):
+    """The database file or spool folder, or the database on a server, cannot
+    be used: not a queue, damaged, unreadable, read-only, full, or the login
+    is refused. An environment error (exit 3), never a bug; `detail.reason`
+    is one of DB_UNUSABLE_REASONS."""
+
+    code = "DB_UNUSABLE"
     exit_code = EXIT_TOOL
+
+    def __init__(self, message: str, *, reason: str, **detail: Any) -> None:
+        assert reason in DB_UNUSABLE_REASONS, reason
+        super().__init__(message, reason=reason, **detail)
 
 
 class DiskFull(StorageFault):
     """The disk under the database is full: a worker waits for space instead
     of stopping; a one-shot verb reports it like any storage fault."""
 
+    def __init__(self, message: str, **detail: Any) -> None:
+        super().__init__(message, reason="disk_full", **detail)
+
 
 class NotAQueue(StorageFault):
     """The file is an SQLite database but not a spoolctl queue (no
-    alembic_version, no legacy meta table): every verb, `migrate` included,
-    refuses it without writing a byte; reported like any other file that
-    cannot be used (INTERNAL, exit 3), with its own message and detail."""
+    alembic_version, no legacy meta table), or a PostgreSQL database holding
+    other tables: every verb, `migrate` included, refuses it without writing
+    a byte."""
+
+    def __init__(self, message: str, **detail: Any) -> None:
+        super().__init__(message, reason="not_a_queue", **detail)
 
 
 class SchemaOutdated(SpoolError):
@@ -120,9 +149,25 @@ class Locked(SpoolError):
 
 
 class Unreachable(Locked):
-    """The database server could not be reached, or dropped the connection
-    (PostgreSQL): transient like a busy lock (exit 4, try again); a worker
-    keeps its loop running and retries, as it does for LOCKED."""
+    """The database server did not answer, or dropped the connection
+    (PostgreSQL): transient (exit 4, retry later) with a code of its own; a
+    subclass of Locked because whoever retries a busy lock (a worker's loop)
+    retries this too."""
+
+    code = "UNREACHABLE"
+    exit_code = EXIT_TRANSIENT
+
+
+class ExtraMissing(SpoolError):
+    """A verb or a `--db` needs an optional part that is not installed
+    (`detail.install` is the command that installs it)."""
+
+    code = "EXTRA_MISSING"
+    exit_code = EXIT_TOOL
+
+    def __init__(self, message: str, *, extra: str, **detail: Any) -> None:
+        install = f"pip install 'spoolctl[{extra}]'"
+        super().__init__(f"{message}: {install}", extra=extra, install=install, **detail)
 
 
 class WaitTimeout(SpoolError):
@@ -154,7 +199,11 @@ ERROR_CLASSES: tuple[type[SpoolError], ...] = (
     WaitTimeout,
     Conflict,
     IdempotencyConflict,
+    StorageFault,
+    Unreachable,
+    ExtraMissing,
 )
+"""In the published order: new codes are appended (SPEC §7)."""
 
 ERROR_CODES: dict[str, int] = {cls.code: cls.exit_code for cls in ERROR_CLASSES}
 

@@ -53,6 +53,22 @@ LIMITS: dict[str, Any] = {
 }
 
 
+SURROGATE_RE = re.compile("[\ud800-\udfff]")
+"""Lone surrogates: how Python hands over bytes that are not UTF-8 (PEP 383)."""
+
+
+def utf8_text(raw: str, what: str) -> str:
+    """Text fields must be valid UTF-8 (no byte that is not, no lone surrogate)."""
+    found = SURROGATE_RE.search(raw)
+    if found is not None:
+        char = ord(found.group())
+        shown = f"byte 0x{char - 0xDC00:02x}" if 0xDC80 <= char <= 0xDCFF else f"U+{char:04X}"
+        raise InvalidInput(
+            f"{what} is not valid UTF-8 text ({shown} at character {found.start()})", field=what
+        )
+    return raw
+
+
 def duration(raw: str, *, what: str = "duration", maximum: float = MAX_DURATION_S) -> float:
     """`<number>[s|m|h|d]` or bare seconds; finite, 0 .. maximum."""
     match = DURATION_RE.match(raw)
@@ -94,6 +110,7 @@ def int_in_range(value: Any, what: str, low: int | None = None, high: int | None
 
 
 def queue_name(raw: str) -> str:
+    utf8_text(raw, "queue")
     if not (1 <= len(raw) <= QUEUE_MAX) or not QUEUE_RE.match(raw):
         raise InvalidInput(
             f"queue must be 1-{QUEUE_MAX} characters of letters, digits, '.', '_', '-', "
@@ -118,6 +135,8 @@ def key_value(raw: str, what: str) -> tuple[str, str]:
 
 def env_map(pairs: dict[str, str]) -> dict[str, str]:
     for key, value in pairs.items():
+        utf8_text(key, "env key")
+        utf8_text(value, f"env value of {key}")
         if not 1 <= len(key) <= ENV_KEY_MAX:
             raise InvalidInput(f"env key must be 1-{ENV_KEY_MAX} characters, got {key!r:.40}")
         if len(value) > ENV_VALUE_MAX:
@@ -131,6 +150,8 @@ def tag_map(pairs: dict[str, str]) -> dict[str, str]:
     if len(pairs) > TAG_MAX_COUNT:
         raise InvalidInput(f"at most {TAG_MAX_COUNT} tags, got {len(pairs)}")
     for key, value in pairs.items():
+        utf8_text(key, "tag key")
+        utf8_text(value, f"tag value of {key}")
         if not 1 <= len(key) <= TAG_KEY_MAX:
             raise InvalidInput(f"tag key must be 1-{TAG_KEY_MAX} characters, got {key!r:.40}")
         if len(value) > TAG_VALUE_MAX:
@@ -141,6 +162,7 @@ def tag_map(pairs: dict[str, str]) -> dict[str, str]:
 
 
 def note(raw: str) -> str:
+    utf8_text(raw, "note")
     if len(raw) > NOTE_MAX:
         raise InvalidInput(f"note is longer than {NOTE_MAX} characters")
     if "\0" in raw:
@@ -149,6 +171,7 @@ def note(raw: str) -> str:
 
 
 def idempotency_key(raw: str) -> str:
+    utf8_text(raw, "key")
     if not 1 <= len(raw) <= KEY_MAX or not raw.isprintable():
         raise InvalidInput(
             f"key must be 1-{KEY_MAX} printable characters without control characters"
@@ -157,6 +180,7 @@ def idempotency_key(raw: str) -> str:
 
 
 def bounded_text(raw: str, what: str, maximum: int) -> str:
+    utf8_text(raw, what)
     if not 1 <= len(raw) <= maximum or "\0" in raw:
         raise InvalidInput(f"{what} must be 1-{maximum} characters without NUL")
     return raw
@@ -169,6 +193,8 @@ def cwd(raw: str) -> str:
 
 
 def argv(value: Any) -> list[str]:
+    """Any bytes the OS passes (non-UTF-8 ones as U+DC80..U+DCFF, PEP 383);
+    never NUL, never another lone surrogate (no byte stands behind it)."""
     if (
         not isinstance(value, list)
         or not value
@@ -178,7 +204,18 @@ def argv(value: Any) -> list[str]:
         raise InvalidInput("argv must be a non-empty list of strings with a program first")
     if any("\0" in a for a in value):
         raise InvalidInput("argv contains a NUL character")
+    for arg in value:
+        _encodable(arg, "argv")
     return value
+
+
+def _encodable(arg: str, what: str) -> None:
+    try:
+        os.fsencode(arg)
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(
+            f"{what} holds U+{ord(arg[exc.start]):04X}, a lone surrogate that stands for no byte"
+        ) from None
 
 
 def shell_string(raw: str) -> list[str]:
@@ -186,4 +223,5 @@ def shell_string(raw: str) -> list[str]:
         raise MissingRequired("-c needs a non-empty shell string")
     if "\0" in raw:
         raise InvalidInput("-c string contains a NUL character")
+    _encodable(raw, "-c string")
     return ["sh", "-c", raw]

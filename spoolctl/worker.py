@@ -359,6 +359,7 @@ class Worker:
             conn,
             job_id=execution.claim.job_id,
             attempt_id=execution.claim.attempt_id,
+            attempt_no=execution.claim.attempt_no,
             worker_id=self.worker_id,
             outcome=outcome,
             now=now,
@@ -519,6 +520,7 @@ class Worker:
                 f"the queue database {self.db_path} was deleted or replaced while this "
                 "worker ran; it stopped (its running jobs were killed)",
                 path=self.db_path,
+                reason="replaced",
             )
 
     def _beat_if_due(self, now: float) -> None:

@@ -222,3 +222,57 @@ def test_a_batch_is_all_or_nothing(db: Db, capsys: Capsys, tmp_path: Path) -> No
     second = stored(db, accepted.data["job_ids"][1])
     assert (second["priority"], second["queue"]) == (3, "gpu")
     assert job_count(db) == 2
+
+
+def test_batch_lines_take_the_flags_given_with_it_as_defaults(
+    db: Db, capsys: Capsys, tmp_path: Path
+) -> None:
+    """Every per-job flag given with --batch is the default of every line; a
+    line's own key wins, and tags and env merge (a line's own tag wins)."""
+    lines = [
+        {"argv": ["true"]},
+        {"argv": ["true"], "queue": "own", "priority": -1, "tags": {"team": "line"},
+         "max_retries": 0, "note": None, "after": "0"},
+    ]  # fmt: skip
+    batch = tmp_path / "jobs.ndjson"
+    batch.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    flags = ["--queue", "lane", "--priority", "7", "--after", "1h", "--tag", "team=flag",
+             "--tag", "env=prod", "--max-retries", "9", "--max-crashes", "2", "--timeout", "60",
+             "--note", "nightly", "--env", "A=1", "--cwd", str(tmp_path)]  # fmt: skip
+    accepted = add(db, capsys, "--batch", str(batch), *flags)
+    assert accepted.exit_code == 0, accepted.stdout
+    first, second = (stored(db, job_id) for job_id in accepted.data["job_ids"])
+    assert (first["queue"], first["priority"], first["max_retries"]) == ("lane", 7, 9)
+    assert (first["max_crashes"], first["timeout_seconds"], first["note"]) == (2, 60, "nightly")
+    assert json.loads(first["tags"]) == {"team": "flag", "env": "prod"}
+    assert json.loads(first["env"]) == {"A": "1"} and first["cwd"] == str(tmp_path)
+    assert first["next_run_at"] - first["created_at"] > 3500, "--after applies to every line"
+    assert (second["queue"], second["priority"], second["max_retries"]) == ("own", -1, 0)
+    assert json.loads(second["tags"]) == {"team": "line", "env": "prod"}
+    assert second["note"] is None and second["next_run_at"] - second["created_at"] < 60
+
+
+def test_batch_parents_given_as_a_flag_hold_every_line(
+    db: Db, capsys: Capsys, tmp_path: Path
+) -> None:
+    parent = add(db, capsys, "--", "true").data["job_id"]
+    batch = tmp_path / "jobs.ndjson"
+    batch.write_text('{"argv": ["true"]}\n{"argv": ["true"], "after_jobs": []}\n')
+    accepted = add(db, capsys, "--batch", str(batch), "--after-job", str(parent))
+    held, free = (stored(db, job_id) for job_id in accepted.data["job_ids"])
+    assert (held["state"], free["state"]) == ("waiting", "queued")
+
+
+def test_a_flag_that_cannot_apply_to_a_batch_is_refused_by_name(
+    db: Db, capsys: Capsys, tmp_path: Path
+) -> None:
+    batch = tmp_path / "jobs.ndjson"
+    batch.write_text('{"argv": ["true"]}\n{"argv": ["false"]}\n')
+    refused = add(db, capsys, "--batch", str(batch), "--key", "nightly")
+    (error,) = refused.envelope["errors"]
+    assert (refused.exit_code, error["code"], error["detail"]["flag"]) == (
+        1,
+        "INVALID_INPUT",
+        "--key",
+    )
+    assert job_count(db) == 0

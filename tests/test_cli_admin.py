@@ -22,13 +22,34 @@ def checks(envelope: dict) -> dict[str, str]:
     return {c["id"]: c["status"] for c in envelope["data"]["checks"]}
 
 
-def test_doctor_on_a_fresh_folder_is_ready_and_creates_nothing(tmp_path: Path) -> None:
+def test_doctor_on_a_fresh_folder_is_not_ready_says_why_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    """No queue yet: not ready, exit 3 (as 0.4.11 answers), naming the verbs
+    that create one; doctor itself creates nothing."""
     result = run_json("doctor")
-    assert result.exit_code == 0 and result.envelope["data"]["ready"] is True
+    assert result.exit_code == 3 and result.envelope["ok"] is True
+    assert result.envelope["data"]["ready"] is False
     found = checks(result.envelope)
-    assert found["database_exists"] == "warn" and found["schema_version"] == "skip"
+    assert found["database_exists"] == "fail" and found["schema_version"] == "skip"
     assert found["contract_metadata"] == "pass"
+    (check,) = [c for c in result.envelope["data"]["checks"] if c["id"] == "database_exists"]
+    assert "does not exist yet" in check["message"]
+    assert "`spoolctl add`" in check["remediation"] and "`spoolctl work`" in check["remediation"]
     assert not (tmp_path / ".spoolctl").exists()
+    text = run_quiet("doctor")
+    assert text.exit_code == 3 and "the queue does not exist yet" in text.stdout
+
+
+def test_doctor_on_an_empty_file_is_not_ready_either(tmp_path: Path) -> None:
+    """A file of zero bytes holds no queue yet (the first add makes one there)."""
+    db = tmp_path / "empty.db"
+    db.touch()
+    result = run_json("doctor", "--db", str(db))
+    assert (result.exit_code, result.envelope["data"]["ready"]) == (3, False)
+    (check,) = [c for c in result.envelope["data"]["checks"] if c["id"] == "schema_version"]
+    assert check["status"] == "fail" and "does not exist yet" in check["message"]
+    assert db.stat().st_size == 0
 
 
 def test_doctor_on_a_current_queue_passes_every_check(tmp_path: Path) -> None:

@@ -241,7 +241,8 @@ def test_inspecting_verbs_never_create_a_queue(db: Db) -> None:
     assert error(empty, "retry", "1") == (1, "NOT_FOUND")
     assert error(empty, "cancel", "1") == (1, "NOT_FOUND")
     assert data(empty, "prune", "--older-than", "0", "--yes")["matched"] == 0
-    assert empty.json("doctor").exit_code == 0
+    doctor = empty.json("doctor")
+    assert (doctor.exit_code, doctor.envelope["data"]["ready"]) == (3, False), "no queue yet"
     assert not has_queue(db)
     if not is_postgres(db):
         assert not Path(db).parent.exists()

@@ -150,3 +150,14 @@ def test_the_flag_check_catches_a_made_up_flag() -> None:
         "spoolctl list --bogus",
         "spoolctl show 1",
     ]
+
+
+def test_the_verb_reference_shows_every_example_as_written() -> None:
+    """A shell reads these lines: `"$(openssl rand -hex 16)"` and `> err.log`
+    must stay as the verb wrote them (quoting them made a literal token)."""
+    from spoolctl.cli.contract import verb_commands
+
+    page = (REPO / "docs" / "verbs.md").read_text(encoding="utf-8").splitlines()
+    for name, command in verb_commands().items():
+        for example in command.examples:
+            assert example in page, (name, example)

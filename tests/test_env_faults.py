@@ -71,10 +71,11 @@ def doctor(db: Path) -> dict[str, dict[str, str]]:
     return {c["id"]: c for c in result.data["checks"]}
 
 
-def failed_with(result: Result, code: str, fragment: str) -> None:
+def failed_with(result: Result, reason: str, fragment: str) -> None:
+    """A DB_UNUSABLE refusal (exit 3) with this reason and words."""
     assert result.exit_code == 3, result.stdout + result.stderr
     (error,) = result.envelope["errors"]
-    assert error["code"] == code
+    assert (error["code"], error["detail"]["reason"]) == ("DB_UNUSABLE", reason), error
     assert fragment in error["message"]
     assert "Traceback" not in result.stdout + result.stderr
 
@@ -92,9 +93,9 @@ def test_a_read_only_disk_refuses_every_write_clearly_and_keeps_every_job(
     add(db, "true"), add(db, "true")  # through the CLI: its -wal and -shm stay, as in use
     assert _mount("-o", "remount,ro", str(spool))
 
-    failed_with(cli_json("add", "--", "true", db=db), "INTERNAL", "read-only")
-    failed_with(cli_json("work", "--once", db=db), "INTERNAL", "read-only")
-    failed_with(cli_json("cancel", "1", db=db), "INTERNAL", "read-only")
+    failed_with(cli_json("add", "--", "true", db=db), "read_only", "read-only")
+    failed_with(cli_json("work", "--once", db=db), "read_only", "read-only")
+    failed_with(cli_json("cancel", "1", db=db), "read_only", "read-only")
     listed = cli_json("list", db=db)
     assert listed.exit_code == 0 and listed.data["count"] == 2, "reads still work"
     checks = doctor(db)
@@ -115,8 +116,8 @@ def test_a_spool_folder_that_cannot_be_written_creates_nothing(
     assert _mount("-o", "remount,ro", str(disk))
     db = disk / "spool" / "queue.db"
 
-    failed_with(cli_json("add", "--", "true", db=db), "INTERNAL", "cannot create the queue")
-    failed_with(cli_json("work", "--once", db=db), "INTERNAL", "Read-only file system")
+    failed_with(cli_json("add", "--", "true", db=db), "read_only", "cannot create the queue")
+    failed_with(cli_json("work", "--once", db=db), "read_only", "Read-only file system")
     assert not (disk / "spool").exists()
     assert doctor(db)["spool_directory_writable"]["status"] == "fail"
 
@@ -199,7 +200,7 @@ def test_a_foreign_file_at_the_database_path_stops_a_worker_and_doctor_names_it(
     db.write_text("not a database\n" * 100)
     before = db.read_bytes()
 
-    failed_with(cli_json("work", "--once", db=db), "INTERNAL", "not a spoolctl queue")
+    failed_with(cli_json("work", "--once", db=db), "damaged", "not an SQLite database")
     opened = doctor(db)["sqlite_open_readwrite"]
     assert opened["status"] == "fail" and "not a database" in opened["message"]
     assert db.read_bytes() == before
@@ -221,8 +222,9 @@ def test_a_damaged_queue_is_found_by_doctor_and_refused_by_verbs(db: Path) -> No
     assert integrity["status"] == "fail" and "damaged" in integrity["message"]
     result = cli_json("list", db=db)
     assert result.exit_code == 3 and "Traceback" not in result.stdout + result.stderr
-    assert result.envelope["errors"][0]["code"] == "INTERNAL"
-    assert "malformed" in result.envelope["errors"][0]["message"]
+    error = result.envelope["errors"][0]
+    assert (error["code"], error["detail"]["reason"]) == ("DB_UNUSABLE", "damaged")
+    assert "malformed" in error["message"]
 
 
 def test_doctor_names_a_database_deleted_underneath(db: Path) -> None:
@@ -254,6 +256,7 @@ def test_a_worker_whose_database_is_deleted_stops_and_recreates_nothing(
             worker.kill()
             worker.wait()
     envelope = json.loads(log.read_text().splitlines()[-1])
-    assert code == 3 and envelope["errors"][0]["code"] == "INTERNAL"
-    assert "deleted or replaced" in envelope["errors"][0]["message"]
+    error = envelope["errors"][0]
+    assert code == 3 and (error["code"], error["detail"]["reason"]) == ("DB_UNUSABLE", "replaced")
+    assert "deleted or replaced" in error["message"]
     assert not db.exists(), "the worker recreated the queue file"

@@ -142,8 +142,27 @@ def test_timeout_kills_the_whole_process_group(db: Db, tmp_path: Path) -> None:
     row = job(db, job_id)
     assert (row["state"], row["last_error"]) == ("dead", "timed out after 1s")
     assert events_of(db, job_id) == ["added", "claimed", "timed_out", "dead"]
+    assert ended_by(db, job_id) == (None, None, 15), "a timeout's exit code is null (0.4.11)"
+    (line,) = [
+        ln for ln in cli("show", str(job_id), db=db).stdout.splitlines() if "timed_out" in ln
+    ]
+    assert line.split()[1:4] == ["timed_out", "timeout", "SIGTERM"], line
+    assert "exit code -  reason timeout" in cli("feedback", str(job_id), db=db).stdout
     for pid in recorded_pids(pidfile):
         wait_for(lambda pid=pid: not pid_alive(pid), 3, what=f"pid {pid} to die")
+
+
+def ended_by(db: Db, job_id: int) -> tuple[int | None, int | None, int | None]:
+    """(exit_code, last_exit_code, signal) of the job's only attempt as `show
+    --json` gives them; the timed_out event's detail names the same signal."""
+    data = cli("show", str(job_id), db=db, json=True).data
+    (attempt,) = data["attempts"]
+    (ending,) = [e for e in data["events"] if e["event"] in ("failed", "timed_out")]
+    detail = ending["detail"]
+    assert (detail["attempt"], detail["exit_code"], detail["signal"]) == (
+        1, attempt["exit_code"], attempt["signal"],
+    )  # fmt: skip
+    return attempt["exit_code"], data["job"]["last_exit_code"], attempt["signal"]
 
 
 @pytest.mark.sqlite_only(
@@ -159,10 +178,21 @@ def test_a_job_ignoring_sigterm_is_killed_after_the_grace_period(db: Path, tmp_p
 
     (attempt,) = attempts_of(db, job_id)
     assert attempt["state"] == "timed_out"
-    assert attempt["exit_code"] == -9, "the leader was not SIGKILLed"
+    assert ended_by(db, job_id) == (None, None, 9), "the leader was not SIGKILLed"
     assert 5.9 <= attempt["finished_at"] - attempt["started_at"] < 8.0  # 1 s + 5 s grace
     for pid in recorded_pids(pidfile):
         wait_for(lambda pid=pid: not pid_alive(pid), 3, what=f"pid {pid} to die")
+
+
+def test_a_job_killed_from_outside_keeps_its_exit_code_and_names_the_signal(db: Db) -> None:
+    """Not a timeout: exit_code stays -9 (as in 0.4.11), and `signal` says 9."""
+    killed = add_job(db, "sh", "-c", "kill -KILL $$", max_retries=0)
+    failed = add_job(db, "sh", "-c", "exit 3", max_retries=0)
+
+    drain(db)
+
+    assert ended_by(db, killed) == (-9, -9, 9)
+    assert ended_by(db, failed) == (3, 3, None)
 
 
 def test_spawn_failures_are_recorded_and_the_worker_keeps_going(db: Db, tmp_path: Path) -> None:

@@ -386,7 +386,7 @@ def test_sources_that_are_not_ready_are_refused_untouched(scratch: Path, pg_url:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
     for db, code in ((older, "SCHEMA_OUTDATED"), (legacy, "SCHEMA_OUTDATED"),
-                     (newer, "SCHEMA_TOO_NEW"), (foreign, "INTERNAL")):  # fmt: skip
+                     (newer, "SCHEMA_TOO_NEW"), (foreign, "DB_UNUSABLE")):  # fmt: skip
         before = folder_bytes(db.parent)
         refused = copy_to(pg_url, "--db", str(db))
         error = refused.envelope["errors"][0]
@@ -427,14 +427,14 @@ def test_an_unreachable_server_or_a_refused_login_never_shows_the_password(
     closed = make_url(pg_url).set(port=port).render_as_string(hide_password=False)
     wrong = make_url(pg_url).set(password="wr0ng-pw").render_as_string(hide_password=False)
     for url, secret, code in (
-        (closed, pg_password(pg_url), "LOCKED"),
-        (wrong, "wr0ng-pw", "INTERNAL"),
+        (closed, pg_password(pg_url), "UNREACHABLE"),
+        (wrong, "wr0ng-pw", "DB_UNUSABLE"),
     ):
         for as_json in (True, False):
             args = ["copy-to", *(["--json"] if as_json else []), url, "--db", str(source.db)]
             result = run_quiet(*args)
             assert code in result.stdout + result.stderr, result.stdout + result.stderr
-            assert result.exit_code == (4 if code == "LOCKED" else 3)
+            assert result.exit_code == (4 if code == "UNREACHABLE" else 3)
             assert secret not in result.stdout + result.stderr
             assert "***" in result.stdout + result.stderr
     assert pg_everything(pg_url) == {}

@@ -27,7 +27,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
 from spoolctl.db.backends.postgresql import MIGRATE_LOCK_KEY
-from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
+from spoolctl.db.revision import DELETE_STORED_OUTPUT_FLAG, HEAD_REVISION, KNOWN_REVISIONS
 from spoolctl.db.tables import metadata
 from spoolctl.db.url import masked
 from tests.helpers import Result, child_env, inproc, wait_for
@@ -433,8 +433,9 @@ def test_an_upgrade_failing_midway_leaves_the_database_as_it_was(
 def test_a_refused_downgrade_leaves_the_database_as_it_was(
     pg_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """0004's downgrade (dropping output_chunks and the trigger) runs before
-    0003's refuses a paused lane: the table, its rows and the trigger stay."""
+    """0004's downgrade (dropping output_chunks and the trigger, as told to)
+    runs before 0003's refuses a paused lane: the table, its rows and the
+    trigger stay."""
     run(capsys, pg_url, "--to", FIRST)
     populate(pg_url)
     run(capsys, pg_url)
@@ -445,11 +446,131 @@ def test_a_refused_downgrade_leaves_the_database_as_it_was(
         "VALUES (1, 'stdout', 0, 'hello')",
     )
     before = snapshot(pg_url)
-    refused = run(capsys, pg_url, "--downgrade", KNOWN_REVISIONS[1], "--yes")
+    refused = run(
+        capsys, pg_url, "--downgrade", KNOWN_REVISIONS[1], "--yes", DELETE_STORED_OUTPUT_FLAG
+    )
     assert refused.exit_code == 5 and error(refused)["code"] == "CONFLICT"
     assert "paused lanes q0" in error(refused)["message"]
     assert snapshot(pg_url) == before
     assert before["rows"]["output_chunks"] and before["triggers"]
+
+
+STORED = (
+    (1, "stdout", 0, b"hello"),
+    (1, "stdout", 5, b" world"),
+    (1, "stderr", 0, b""),
+    (2, "stdout", 0, b"abc"),
+)
+"""Stored output of two attempts, 14 bytes (an empty stream is one empty chunk)."""
+
+
+def store_output(url: str) -> None:
+    with connect(url) as conn:
+        for row in STORED:
+            conn.execute(
+                'INSERT INTO output_chunks (attempt_id, stream, "offset", data) '
+                "VALUES (%s, %s, %s, %s)",
+                row,
+            )
+
+
+@pytest.mark.parametrize("target", KNOWN_REVISIONS[:-1])
+def test_a_downgrade_that_would_drop_stored_output_is_refused(
+    pg_url: str, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    """Below 0004 output_chunks goes, and with it the only copy of the output
+    other machines can read: refused, naming how much and the flag, with the
+    queue exactly as it was; the flag deletes it."""
+    run(capsys, pg_url, "--to", FIRST)
+    populate(pg_url)
+    run(capsys, pg_url)
+    store_output(pg_url)
+    before = snapshot(pg_url)
+    refused = run(capsys, pg_url, "--downgrade", target, "--yes")
+    assert refused.exit_code == 2, refused.stdout
+    found = error(refused)
+    assert found["code"] == "SAFETY_BLOCK"
+    assert found["detail"] == {"attempts": 2, "bytes": 14, "flag": DELETE_STORED_OUTPUT_FLAG}
+    command = f"spoolctl migrate --downgrade {target} --yes {DELETE_STORED_OUTPUT_FLAG}"
+    for part in ("2 attempt(s)", "14 bytes", "nothing was changed", command):
+        assert part in found["message"]
+    assert snapshot(pg_url) == before
+    text = run(capsys, pg_url, "--downgrade", target, "--yes", json=False)
+    assert text.exit_code == 2 and "SAFETY_BLOCK" in text.stderr
+    assert DELETE_STORED_OUTPUT_FLAG in text.stderr
+    assert snapshot(pg_url) == before
+
+    down = run(capsys, pg_url, "--downgrade", target, "--yes", DELETE_STORED_OUTPUT_FLAG)
+    assert down.exit_code == 0, down.stdout
+    assert down.data["to_revision"] == target == revision_of(pg_url)
+    assert "output_chunks" not in tables(pg_url)
+    kept = contents(pg_url)
+    assert kept == {t: before["rows"][t] for t in kept}, "only the stored output went"
+    run(capsys, pg_url)
+    assert contents(pg_url)["output_chunks"] == []
+
+
+def test_the_sql_of_such_a_downgrade_aborts_while_output_is_stored(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`migrate --sql` checks no data itself, but the script it prints refuses
+    in its turn: run while output is stored it aborts, changing nothing; with
+    the flag it goes ahead."""
+    run(capsys, pg_url, "--to", FIRST)
+    populate(pg_url)
+    run(capsys, pg_url)
+    store_output(pg_url)
+    before = snapshot(pg_url)
+    guarded = run(capsys, pg_url, "--sql", "--downgrade", KNOWN_REVISIONS[2]).data["sql"]
+    assert "RAISE EXCEPTION" in guarded
+    assert f"--sql --downgrade {KNOWN_REVISIONS[2]} {DELETE_STORED_OUTPUT_FLAG}" in guarded
+    with (
+        psycopg.connect(libpq_url(pg_url), autocommit=True) as conn,
+        pytest.raises(psycopg.errors.RaiseException, match=r"2 attempt\(s\) \(14 bytes"),
+    ):
+        conn.execute(guarded.encode())
+    assert snapshot(pg_url) == before
+
+    unguarded = run(
+        capsys, pg_url, "--sql", "--downgrade", KNOWN_REVISIONS[2], DELETE_STORED_OUTPUT_FLAG
+    ).data["sql"]
+    assert "RAISE EXCEPTION" not in unguarded and "DROP TABLE output_chunks;" in unguarded
+    assert snapshot(pg_url) == before, "--sql changes nothing"
+    with psycopg.connect(libpq_url(pg_url), autocommit=True) as conn:
+        conn.execute(unguarded.encode())
+    assert revision_of(pg_url) == KNOWN_REVISIONS[2]
+    assert "output_chunks" not in tables(pg_url)
+
+
+def test_without_stored_output_a_downgrade_needs_no_flag(
+    pg_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(capsys, pg_url)
+    new_job(pg_url)
+    down = run(capsys, pg_url, "--downgrade", KNOWN_REVISIONS[2], "--yes")
+    assert down.exit_code == 0 and revision_of(pg_url) == KNOWN_REVISIONS[2]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [(), ("--to", FIRST), ("--status",), ("--history",), ("--sql",), ("--yes",)],
+    ids=["upgrade", "to", "status", "history", "sql", "yes"],
+)
+def test_the_flag_without_a_downgrade_is_invalid_input(
+    pg_url: str, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    refused = run(capsys, pg_url, *args, DELETE_STORED_OUTPUT_FLAG)
+    assert refused.exit_code == 1 and error(refused)["code"] == "INVALID_INPUT"
+    assert DELETE_STORED_OUTPUT_FLAG in error(refused)["message"]
+    assert tables(pg_url) == [], "nothing was created"
+
+
+def test_the_flag_is_published_from_its_click_definition(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    published = inproc("capabilities", "--json", capsys=capsys).data["verbs"]["migrate"]
+    assert DELETE_STORED_OUTPUT_FLAG in [f["name"] for f in published["flags"]]
+    assert ["--to", DELETE_STORED_OUTPUT_FLAG] in published["exclusive"]
 
 
 @pytest.mark.parametrize(

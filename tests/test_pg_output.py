@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from spoolctl.db.queue import open_for_write
+from spoolctl.db.revision import DELETE_STORED_OUTPUT_FLAG, KNOWN_REVISIONS
 from spoolctl.layout import attempt_paths
 from spoolctl.services import output_store
 from spoolctl.services.output_store import CHUNK_BYTES, OutputCopier
@@ -274,12 +275,17 @@ def test_prune_deletes_the_stored_output(pg_queue: str, tmp_path: Path) -> None:
     spool = tmp_path / "worker-host"
     job = add(pg_queue, spool, *python_job("import sys; sys.stdout.write('p' * 70000)"))
     data_of(spoolctl("work", "--db", pg_queue, "--once", "--json", spool=spool))
-    count = len(chunks(pg_queue, job, "stdout"))
-    assert count >= 2
+    assert chunks(pg_queue, job, "stderr") == [(0, b"", 0)], "an empty stream: one empty chunk"
+
+    def stored() -> int:
+        return len(chunks(pg_queue, job, "stdout") + chunks(pg_queue, job, "stderr"))
+
+    count = stored()
+    assert count >= 3
     prune = ("prune", "--db", pg_queue, "--older-than", "0", "--json")
     dry = data_of(spoolctl(*prune, "--dry-run", spool=spool))
     assert (dry["deleted_output_chunks"], dry["deleted_output_bytes"]) == (count, 70000)
-    assert len(chunks(pg_queue, job, "stdout")) == count
+    assert stored() == count
     done = data_of(spoolctl(*prune, "--yes", spool=spool))
     assert (done["deleted_jobs"], done["deleted_output_chunks"], done["freed_bytes"]) == (
         1, count, 70000
@@ -298,6 +304,8 @@ def test_a_failed_pass_loses_nothing_and_stores_nothing_twice(
     job = add(pg_queue, spool, "true")
     data_of(spoolctl("work", "--db", pg_queue, "--once", "--json", spool=spool))
     attempt_id = int(sql(pg_queue, "SELECT id FROM attempts WHERE job_id = %s", (job,))[0][0])
+    # the worker stored the empty streams as empty chunks; this copier starts afresh
+    sql(pg_queue, "DELETE FROM output_chunks WHERE attempt_id = %s RETURNING id", (attempt_id,))
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     out.write_bytes(b"a" * 100)
     err.write_bytes(b"")
@@ -380,3 +388,96 @@ def test_output_stored_across_failed_passes_is_whole(pg_queue: str, tmp_path: Pa
     assert local.read_bytes() == expected
     assert stored_bytes(chunks(pg_queue, job, "stdout")) == expected
     assert sql(pg_queue, "SELECT state FROM jobs WHERE id = %s", (job,)) == [("done",)]
+
+
+def missing_flags(url: str, job: int, spool: Path) -> dict[str, tuple[bool, bool]]:
+    """Per stream, `missing` as `output` and as `feedback` report it."""
+    shown = data_of(spoolctl("output", str(job), "--db", url, "--json", spool=spool))["streams"]
+    told = data_of(spoolctl("feedback", str(job), "--db", url, "--json", spool=spool))["streams"]
+    return {name: (shown[name]["missing"], told[name]["missing"]) for name in ("stdout", "stderr")}
+
+
+NOT_MISSING = {"stdout": (False, False), "stderr": (False, False)}
+MISSING = {"stdout": (True, True), "stderr": (True, True)}
+
+
+def queue_rows(url: str) -> dict[str, Any]:
+    """Every row of every table, and the revision: what a refusal must leave."""
+    names = [r[0] for r in sql(url, "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")]
+    return {name: sorted(map(repr, sql(url, f'SELECT * FROM "{name}"'))) for name in names}
+
+
+def test_a_running_attempt_with_nothing_stored_yet_is_not_missing(
+    pg_queue: str, tmp_path: Path
+) -> None:
+    worker_spool, reader_spool = tmp_path / "worker-host", tmp_path / "reader-host"
+    gate = tmp_path / "gate"
+    wait_code = f"import os, time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.02)"
+    job = add(pg_queue, worker_spool, *python_job(wait_code))
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "spoolctl", "work", "--db", pg_queue, "--once", "--json"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=child_env({"SPOOLCTL_SPOOL_DIR": str(worker_spool)}),
+        cwd=REPO,
+    )
+    STARTED_WORKERS.append(worker)
+    wait_for(lambda: Path(stdout_of(worker_spool, job)).exists(), what="the job started")
+    assert sql(pg_queue, "SELECT state FROM attempts WHERE job_id = %s", (job,)) == [("running",)]
+    assert chunks(pg_queue, job, "stdout") == chunks(pg_queue, job, "stderr") == []
+    assert missing_flags(pg_queue, job, reader_spool) == NOT_MISSING, "empty so far"
+    gate.touch()
+    assert worker.wait(timeout=60) == 0
+    assert chunks(pg_queue, job, "stdout") == chunks(pg_queue, job, "stderr") == [(0, b"", 0)]
+    assert missing_flags(pg_queue, job, reader_spool) == NOT_MISSING, "stored empty"
+
+
+def test_stored_output_that_is_gone_is_missing(pg_queue: str, tmp_path: Path) -> None:
+    """Chunks deleted underneath, or dropped by a downgrade given the flag and
+    upgraded back: the ended attempt's streams are `missing`, as a missing
+    file is on SQLite. Without the flag the downgrade refuses, changing nothing."""
+    worker_spool, reader_spool = tmp_path / "worker-host", tmp_path / "reader-host"
+    printed = add(pg_queue, worker_spool, "echo", "hello")
+    quiet = add(pg_queue, worker_spool, "true")
+    data_of(spoolctl("work", "--db", pg_queue, "--drain", "--json", spool=worker_spool))
+    for job in (printed, quiet):
+        assert missing_flags(pg_queue, job, reader_spool) == NOT_MISSING
+    sql(pg_queue, "DELETE FROM output_chunks c USING attempts a WHERE a.id = c.attempt_id"
+        " AND a.job_id = %s RETURNING c.id", (quiet,))  # fmt: skip
+    assert missing_flags(pg_queue, quiet, reader_spool) == MISSING
+
+    down = ("migrate", "--db", pg_queue, "--json", "--downgrade", KNOWN_REVISIONS[2], "--yes")
+    before = queue_rows(pg_queue)
+    refused = spoolctl(*down, spool=reader_spool)
+    assert refused.returncode == 2, refused.stdout
+    (error,) = json.loads(refused.stdout)["errors"]
+    assert error["code"] == "SAFETY_BLOCK" and DELETE_STORED_OUTPUT_FLAG in error["message"]
+    assert (error["detail"]["attempts"], error["detail"]["bytes"]) == (1, len(b"hello\n"))
+    assert queue_rows(pg_queue) == before, "refused: nothing changed"
+    data_of(spoolctl(*down, DELETE_STORED_OUTPUT_FLAG, spool=reader_spool))
+    data_of(spoolctl("migrate", "--db", pg_queue, "--json", spool=reader_spool))
+
+    assert missing_flags(pg_queue, printed, reader_spool) == MISSING
+    shown = data_of(spoolctl("output", str(printed), "--db", pg_queue, "--json",
+                             spool=reader_spool))["streams"]["stdout"]  # fmt: skip
+    assert (shown["size_bytes"], shown["preview"], shown["stored_bytes"]) == (0, "", 0)
+    assert shown["path"] == stdout_of(worker_spool, printed), "where the worker's file is"
+    assert Path(shown["path"]).read_bytes() == b"hello\n", "a downgrade keeps output files"
+    text = spoolctl("output", str(printed), "--db", pg_queue, spool=reader_spool)
+    assert text.returncode == 0 and b"(no file)" in text.stdout
+
+
+def test_on_sqlite_a_downgrade_needs_no_flag_and_keeps_the_output(tmp_path: Path) -> None:
+    """SQLite keeps output in files and stores no chunks: nothing to refuse."""
+    db = tmp_path / "spool" / "queue.db"
+    job = add(str(db), tmp_path, "echo", "hi")
+    data_of(spoolctl("work", "--db", str(db), "--once", "--json", spool=tmp_path))
+    down = data_of(spoolctl("migrate", "--db", str(db), "--json", "--downgrade",
+                            KNOWN_REVISIONS[2], "--yes", spool=tmp_path))  # fmt: skip
+    assert down["to_revision"] == KNOWN_REVISIONS[2]
+    data_of(spoolctl("migrate", "--db", str(db), "--json", spool=tmp_path))
+    shown = data_of(spoolctl("output", str(job), "--db", str(db), "--json", spool=tmp_path))
+    assert (shown["streams"]["stdout"]["preview"], shown["streams"]["stdout"]["missing"]) == (
+        "hi\n",
+        False,
+    )

@@ -156,10 +156,10 @@ def test_a_foreign_database_is_named_as_such_not_sent_to_migrate(
     result = cli(*args[:1], *args[1:], db=db, json=True)
     assert result.exit_code == 3, result.stdout + result.stderr
     error = result.envelope["errors"][0]
-    assert error["code"] == "INTERNAL"
+    assert error["code"] == "DB_UNUSABLE"
     assert "not a spoolctl queue" in error["message"]
     assert "spoolctl migrate --db" not in error["message"]
-    assert error["detail"]["reason"] == "not_a_spoolctl_queue"
+    assert error["detail"]["reason"] == "not_a_queue"
     text = cli(*args, db=db)
     assert text.exit_code == 3
     assert "not a spoolctl queue" in text.stderr and "Traceback" not in text.stderr

@@ -11,12 +11,12 @@ import pytest
 from tests.helpers import cli, cli_json
 
 
-def assert_storage_error(result_stdout: str, exit_code: int, fragment: str) -> None:
+def assert_storage_error(result_stdout: str, exit_code: int, fragment: str, reason: str) -> None:
     envelope = json.loads(result_stdout)
     assert exit_code == 3
     assert envelope["ok"] is False
     error = envelope["errors"][0]
-    assert error["code"] == "INTERNAL"
+    assert (error["code"], error["detail"]["reason"]) == ("DB_UNUSABLE", reason)
     assert fragment in error["message"]
     assert "Traceback" not in result_stdout
 
@@ -27,7 +27,7 @@ def test_a_file_that_is_not_sqlite(tmp_path: Path, verb: list[str]) -> None:
     bogus.write_text("this is not a database\n" * 50)
     before = bogus.read_bytes()
     result = cli_json(*verb, db=bogus)
-    assert_storage_error(result.stdout, result.exit_code, "not a spoolctl queue")
+    assert_storage_error(result.stdout, result.exit_code, "not an SQLite database", "damaged")
     assert bogus.read_bytes() == before
 
 
@@ -41,11 +41,22 @@ def test_a_folder_at_the_database_path(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_spool_under_a_file_cannot_be_created(tmp_path: Path) -> None:
+@pytest.mark.parametrize("verb", [["status"], ["add", "--", "true"], ["doctor"]])
+def test_a_spool_under_a_file_is_a_wrong_path(tmp_path: Path, verb: list[str]) -> None:
+    """A file where the path needs a folder is a wrong --db (like a folder
+    given as the file), an input error; nothing is created."""
     blocker = tmp_path / "blocker"
     blocker.write_text("")
-    result = cli_json("add", "--", "true", db=blocker / "queue.db")
-    assert_storage_error(result.stdout, result.exit_code, "cannot create the queue")
+    result = cli_json(*verb, db=blocker / "spool" / "queue.db")
+    if verb == ["doctor"]:
+        checks = {c["id"]: c for c in result.data["checks"]}
+        assert (result.exit_code, checks["db_path_resolved"]["status"]) == (3, "fail")
+        assert "is a file, not a folder" in checks["db_path_resolved"]["message"]
+    else:
+        error = json.loads(result.stdout)["errors"][0]
+        assert (result.exit_code, error["code"]) == (1, "INVALID_INPUT")
+        assert f"{blocker} is a file, not a folder" in error["message"]
+    assert sorted(tmp_path.iterdir()) == [blocker] and blocker.read_text() == ""
 
 
 def test_text_mode_says_what_to_check(tmp_path: Path) -> None:
@@ -53,5 +64,6 @@ def test_text_mode_says_what_to_check(tmp_path: Path) -> None:
     bogus.write_text("x" * 4096)
     result = cli("list", db=bogus)
     assert result.exit_code == 3
-    assert result.stderr.startswith("spoolctl: INTERNAL: cannot use the queue database")
+    assert result.stderr.startswith("spoolctl: DB_UNUSABLE: cannot use the queue database")
+    assert "please report this as a bug" not in result.stderr
     assert "Traceback" not in result.stderr

@@ -13,6 +13,7 @@ SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -306,3 +307,89 @@ def test_every_integer_parameter_takes_its_published_bounds(
             args += ["--", str(value)]
         result = run_quiet(*q.args(*args))
         check_envelope(result.stdout, result.exit_code)  # never INTERNAL
+
+
+SECRET = "pw-Zq9x"
+ODD_DBS = [
+    f"postgresql:/u:{SECRET}@127.0.0.1:1/db",
+    f"postgresql//u:{SECRET}@127.0.0.1:1/db",
+    f" postgresql://u:{SECRET}@127.0.0.1:1/db",
+    f"postgres:/u:{SECRET}@h/db",
+    f"postgresql://u:{SECRET}@h@127.0.0.1:1/db",
+    f"postgresql://u:se/{SECRET}@127.0.0.1:1/db",
+    f"postgresql://u:{SECRET}#x@127.0.0.1:1/db",
+    f"postgresql://u:{SECRET}@127.0.0.1:1x/db",
+    f"postgresql://u@127.0.0.1:1/db?password={SECRET}",
+    f"postgresql://u:{SECRET}@127.0.0.1:1/db",
+    f"mysql://u:{SECRET}@h/db",
+    f"u:{SECRET}@h/db",
+    "sqlite://",
+    "sqlite:///:memory:",
+    "name:with:colon",
+]
+HOSTILE = ["\x1b]0;pwn\x07", "\x1b[2J", "a\rb", "\x08", "\x9b", "\udcff", "\ud800", "\x7f", "é"]
+
+
+def broken_files(folder: Path) -> dict[str, Path]:
+    """Files a --db may name that are not queues (each made once per test)."""
+    folder.mkdir(exist_ok=True)
+    made = {
+        "noise": folder / "noise.db",
+        "empty": folder / "empty.db",
+        "foreign": folder / "foreign.db",
+        "folder": folder / "a-folder",
+        "under-a-file": folder / "noise.db" / "queue.db",
+        "text": folder / "notes.txt",
+    }
+    if made["foreign"].exists():
+        return made
+    made["noise"].write_bytes(bytes(range(256)) * 64)
+    made["empty"].write_bytes(b"")
+    made["text"].write_text("hello\n" * 100)
+    made["folder"].mkdir(exist_ok=True)
+    conn = sqlite3.connect(made["foreign"])
+    conn.execute("CREATE TABLE notes (body TEXT)")
+    conn.commit()
+    conn.close()
+    return made
+
+
+def folder_state(folder: Path) -> dict[str, bytes | None]:
+    return {
+        str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+@pytest.mark.sqlite_only("the odd values never reach a server; the broken files are SQLite's")
+@settings(SETTINGS, max_examples=150)
+@given(data=st.data())
+def test_odd_urls_broken_files_and_hostile_text_never_leak_crash_or_change(
+    data: st.DataObject, scratch: Path
+) -> None:
+    """Any verb with a near-URL (holding a password), a broken file or a
+    missing one as --db, and arguments with control characters, lone
+    surrogates, huge numbers: no traceback, never INTERNAL, the documented
+    exit code, the password in no output, and a refused call leaves every
+    file exactly as it was (and makes none)."""
+    files = broken_files(scratch / "files")
+    verb = data.draw(st.sampled_from([v for v in VERBS if takes_db(v) and v != "work"]))
+    db = data.draw(st.sampled_from([*ODD_DBS, *map(str, files.values()),
+                                    str(scratch / "absent" / "queue.db")]))  # fmt: skip
+    extra = data.draw(st.lists(st.one_of(st.sampled_from(vocabulary(verb) + HOSTILE), NUMBERS),
+                               max_size=4))  # fmt: skip
+    as_json = data.draw(st.booleans())
+    before = folder_state(scratch)
+    args = [verb, *BOUNDS.get(verb, []), "--db", db, *(["--json"] if as_json else []), *extra]
+    result = run_quiet(*args)
+    shown = result.stdout + result.stderr
+    assert "Traceback" not in shown and SECRET not in shown, (args, shown)
+    assert 0 <= result.exit_code <= 6
+    if as_json:
+        envelope = check_envelope(result.stdout, result.exit_code)
+        refused = not envelope["ok"]
+    else:
+        assert "INTERNAL" not in result.stderr, (args, result.stderr)
+        refused = result.exit_code not in (0, 6)
+    if refused or db in ODD_DBS or not verb_commands()[verb].traits["mutates"]:
+        assert folder_state(scratch) == before, args  # a near-URL is never a file name

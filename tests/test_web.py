@@ -180,6 +180,20 @@ def test_bad_requests_get_an_error_page_not_a_traceback(client: TestClient) -> N
     assert client.request("PUT", "/").status_code == 405
 
 
+def test_a_timed_out_attempt_shows_the_signal_that_stopped_it(tmp_path: Path) -> None:
+    """It has no exit code (null, as in 0.4.11): the Exit cell names the signal."""
+    db = tmp_path / "spool" / "queue.db"
+    slow = add_job(db, "sleep", "30", timeout_seconds=1, max_retries=0)
+    failed = add_job(db, "sh", "-c", "exit 3", max_retries=0)
+    drain(db)
+    exit_cell = re.compile(
+        r'<table class="attempts">.*?<td class="num">1</td>.*?<td class="num">([^<]*)</td>', re.S
+    )
+    with client_for(db) as client:
+        cells = {j: exit_cell.findall(client.get(f"/jobs/{j}").text) for j in (slow, failed)}
+    assert cells == {slow: ["SIGTERM"], failed: ["3"]}
+
+
 def test_job_list_filters_and_pages_by_id_cursor(tmp_path: Path) -> None:
     db = tmp_path / "spool" / "queue.db"
     for n in range(130):

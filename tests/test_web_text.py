@@ -42,6 +42,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, i
     shell = add_job(db, "sh", "-c", "echo safe\rrm -rf ~", note=HOSTILE,
                     tags={f"k{TITLE}": HOSTILE}, env={f"E{CLIPBOARD}": "v"})  # fmt: skip
     printer = add_job(db, "printf", PRINTF_FORMAT)
+    raw = add_job(db, "true", "\udcff")  # the byte ff, not UTF-8
     drain(db)
     execute(db, "UPDATE attempts SET worker_id = ?, error = ?", (f"w{HOSTILE}", HOSTILE))
     execute(db, "UPDATE jobs SET last_error = ?, idempotency_key = ? WHERE id = ?",
@@ -53,7 +54,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, i
             "/lanes/default/pause", data={"csrf": csrf.group(1), "reason": HOSTILE}
         )
         assert paused.status_code == 303
-    return db, {"shell": shell, "printer": printer}
+    return db, {"shell": shell, "printer": printer, "raw": raw}
 
 
 @pytest.fixture
@@ -72,12 +73,13 @@ def test_no_page_holds_a_raw_control_character(
         assert wanted in shell, wanted
     pages = ["/", "/?partial=1", "/jobs", f"/jobs/{ids['shell']}", f"/jobs/{ids['printer']}",
              f"/jobs/{ids['shell']}?partial=head", f"/jobs/{ids['printer']}?partial=history",
-             "/events"]  # fmt: skip
+             f"/jobs/{ids['raw']}", "/events"]  # fmt: skip
     for path in pages:
         response = client.get(path)
         assert response.status_code == 200, path
         assert_plain(response.text, path)
     assert ESCAPED[:40] in client.get("/").text, "the pause reason"
+    assert "true $&#39;\\xff&#39;</pre>" in client.get(f"/jobs/{ids['raw']}").text
     live = client.get("/events/live", params={"cursor": 0}).json()
     assert_plain(live["html"], "/events/live")
 

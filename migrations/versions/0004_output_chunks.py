@@ -13,6 +13,14 @@ On PostgreSQL only, every integer column becomes BIGINT (with its id
 sequence): SQLite's INTEGER is 64-bit and the contract's limits (timeouts,
 budgets) need that range. On SQLite no existing table changes: the upgrade
 copies nothing.
+
+Downgrade drops `output_chunks`, and with it every attempt's stored output,
+the only copy other machines can read: it is refused (SAFETY_BLOCK, nothing
+changed) while any chunk is stored, unless migrate was given
+--delete-stored-output. On SQLite, whose queues keep output in files (which a
+downgrade leaves alone) and store no chunks, it never bites. Rendered offline
+for PostgreSQL (`migrate --sql`) it is a statement that aborts the script
+while chunks are stored.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision: str = "0004_output_chunks"
 down_revision: str | None = "0003_lanes_and_dependencies"
@@ -59,6 +67,20 @@ DEFAULTS = {
     "workers": {"concurrency": "1", "jobs_run": "0"},
 }  # fmt: skip
 """Server defaults, set again in the new type (as a fresh table states them)."""
+OFFLINE_GUARD = """
+DO $$
+DECLARE n_attempts bigint; n_bytes bigint;
+BEGIN
+    SELECT count(DISTINCT attempt_id), coalesce(sum(length(data)), 0)
+        INTO n_attempts, n_bytes FROM output_chunks;
+    IF n_attempts > 0 THEN
+        RAISE EXCEPTION 'spoolctl: {message}', n_attempts, n_bytes;
+    END IF;
+END
+$$
+"""
+"""`migrate --sql`'s form of the refusal: aborts the script (and so its
+transaction) while output is stored."""
 
 
 def _int() -> sa.types.TypeEngine[int]:
@@ -95,7 +117,52 @@ def upgrade() -> None:
         op.execute(NOTIFY_TRIGGER)
 
 
+def _refusal(attempts: object, size: object, *, sql: bool) -> str:
+    """Why a downgrade that would drop stored output stops, and the command
+    that goes ahead (for the online refusal and the offline guard)."""
+    from spoolctl.db.revision import DELETE_STORED_OUTPUT_FLAG
+
+    command = (
+        f"spoolctl migrate{' --sql' if sql else ''} --downgrade "
+        f"{context.get_revision_argument()}{'' if sql else ' --yes'} {DELETE_STORED_OUTPUT_FLAG}"
+    )
+    return (
+        f"downgrading below {revision} deletes the stored output of {attempts} attempt(s) "
+        f"({size} bytes in output_chunks), the only copy other machines can read; nothing "
+        f"was changed. To delete it (after a pg_dump, if it may be needed again): {command}"
+    )
+
+
+def _refuse_to_delete_stored_output() -> None:
+    """Stored output is deleted only when the caller said so."""
+    from spoolctl.db.revision import DELETE_STORED_OUTPUT, DELETE_STORED_OUTPUT_FLAG
+
+    if context.config.attributes.get(DELETE_STORED_OUTPUT):
+        return
+    if context.is_offline_mode():
+        if _postgres():
+            op.execute(OFFLINE_GUARD.format(message=_refusal("%", "%", sql=True)))
+        return
+    from spoolctl.errors import SafetyBlock
+
+    attempts, size = (
+        op.get_bind()
+        .exec_driver_sql(
+            "SELECT count(DISTINCT attempt_id), coalesce(sum(length(data)), 0) FROM output_chunks"
+        )
+        .one()
+    )
+    if attempts:
+        raise SafetyBlock(
+            _refusal(attempts, size, sql=False),
+            attempts=int(attempts),
+            bytes=int(size),
+            flag=DELETE_STORED_OUTPUT_FLAG,
+        )
+
+
 def downgrade() -> None:
+    _refuse_to_delete_stored_output()
     if _postgres():
         op.execute("DROP TRIGGER IF EXISTS jobs_notify_work ON jobs")
         op.execute("DROP FUNCTION IF EXISTS spoolctl_notify_work()")

@@ -135,8 +135,8 @@ def run(args: list[str]) -> int:
         result: Any = cli.main(args, prog_name="spoolctl", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
-    except click.exceptions.Abort:
-        return emit_error(Internal("aborted"), as_json, verb)
+    except click.exceptions.Abort:  # click's own interrupt (Ctrl-C at one of its reads)
+        return 130
     except click.ClickException as exc:
         return emit_error(from_click(exc), as_json, verb)
     except SpoolError as exc:

@@ -46,7 +46,14 @@ from spoolctl.config import (
     MIN_REAP_THRESHOLD_S,
     PRECEDENCE,
 )
-from spoolctl.errors import ERROR_CLASSES, EXIT_CODES, EXIT_WORDS, WARNING_CODES
+from spoolctl.errors import (
+    DB_UNUSABLE_REASONS,
+    ERROR_CLASSES,
+    EXIT_CODES,
+    EXIT_WORDS,
+    WARNING_CODES,
+    StorageFault,
+)
 from spoolctl.services import backoff
 from spoolctl.services.submit import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_S
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
@@ -314,6 +321,8 @@ def code_registry() -> dict[str, dict[str, Any]]:
         registry[cls.code] = {"appears_in": ["errors"], "summary": summary,
                               "exit_code": cls.exit_code, "retryable": retryable,
                               "example": example}  # fmt: skip
+        if cls is StorageFault:
+            registry[cls.code]["reasons"] = dict(DB_UNUSABLE_REASONS)
     for code in WARNING_CODES:
         summary, retryable, example = code_notes(code)
         registry[code] = {"appears_in": ["warnings"], "summary": summary,

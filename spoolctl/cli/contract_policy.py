@@ -36,8 +36,8 @@ CODE_NOTES: dict[str, tuple[str, bool | None, str]] = {
                      "spoolctl status --jsno"),
     "SAFETY_BLOCK": ("A destructive or interrupting action was refused without confirmation.",
                      False, "spoolctl cancel 1 --json while job 1 is running"),
-    "INTERNAL": ("The CLI or its environment failed outside a user-input path.", None,
-                 "spoolctl status --json on a file that is not a queue"),
+    "INTERNAL": ("A bug in spoolctl, and nothing else: please report it.", None,
+                 "none: every known case has its own code"),
     "SCHEMA_OUTDATED": ("The queue file is older than this spoolctl: run spoolctl migrate.",
                         False, "spoolctl status --json on a 0.4.11 queue file"),
     "SCHEMA_TOO_NEW": ("The queue file is newer than this spoolctl: upgrade spoolctl.", False,
@@ -50,6 +50,15 @@ CODE_NOTES: dict[str, tuple[str, bool | None, str]] = {
                  "spoolctl retry 1 --json when job 1 is queued"),
     "IDEMPOTENCY_CONFLICT": ("An active idempotency key was reused with a different command.",
                              False, "spoolctl add --key daily -- false while daily runs true"),
+    "DB_UNUSABLE": ("The file or database is not a spoolctl queue, is damaged, unreadable, "
+                    "read-only where a write is needed, or the login is refused "
+                    "(detail.reason says which).", False,
+                    "spoolctl status --json --db notes.txt"),
+    "UNREACHABLE": ("The database server did not answer or dropped the connection.", True,
+                    "spoolctl status --json --db postgresql://localhost:1/q"),
+    "EXTRA_MISSING": ("An optional part is not installed: detail.install is the command "
+                      "that installs it.", False,
+                      "spoolctl web --json without the web extra"),
     "IDEMPOTENCY_METADATA_DIFFERS": ("An idempotent add matched an active job whose tags, note "
                                      "or schedule differ; they were kept.", None,
                                      "spoolctl add --key daily --note changed -- true"),

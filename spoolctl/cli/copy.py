@@ -10,20 +10,20 @@ import click
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
 from spoolctl.cli.render import Reply, emit
 from spoolctl.config import resolve_db
-from spoolctl.db.url import POSTGRES_SCHEMES, checked_postgres_url, is_url, masked
+from spoolctl.db.url import looks_like_url, masked, parse_db_url
 from spoolctl.errors import InvalidInput
 
 
 def target_url(url: str) -> str:
     """The URL if it names a PostgreSQL database; anything else is INVALID_INPUT."""
-    scheme = url.split("://", 1)[0].lower() if is_url(url) else None
-    if scheme not in POSTGRES_SCHEMES:
+    kind = parse_db_url(url, "copy-to URL")[0] if looks_like_url(url) else None
+    if kind != "postgresql":
         raise InvalidInput(
             "copy-to copies into a PostgreSQL database: give its URL, "
             "postgresql://user@host/dbname (the SQLite queue is named by --db)",
             target=masked(url),
         )
-    return checked_postgres_url(url, "copy-to URL")
+    return parse_db_url(url, "copy-to URL")[1]
 
 
 @verb(

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
-from spoolctl.cli.contract import capabilities_data
+from spoolctl.cli.contract import capabilities_data, verb_commands
 
 HEADER = """# spoolctl verb reference
 
@@ -65,8 +64,9 @@ def verb_section(verb: dict[str, Any]) -> list[str]:
         pairs = "; ".join(f"`{a}` / `{b}`" for a, b in verb["exclusive"])
         lines.append(f"Mutually exclusive: {pairs}.")
     lines += ["", f"JSON data: `{verb['data_schema']}`", ""]
-    if verb["examples"]:
-        lines += ["```", *(shlex.join(e) for e in verb["examples"]), "```", ""]
+    examples = verb_commands()[verb["name"]].examples
+    if examples:  # as written: a shell reads them (shlex.join would quote "$(…)" away)
+        lines += ["```", *examples, "```", ""]
     return lines
 
 

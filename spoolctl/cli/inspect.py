@@ -27,6 +27,7 @@ from spoolctl.cli.queues import open_read
 from spoolctl.cli.render import ProgressLine, Reply, age, emit, local_time, style, table
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
 from spoolctl.services import dependencies, lanes, query
+from spoolctl.services.outcome import exit_label
 from spoolctl.states import JobState
 from spoolctl.text import shown, shown_argv
 
@@ -251,7 +252,7 @@ def links_text(detail: dict[str, Any]) -> list[str]:
 def attempts_table(attempts: list[dict[str, Any]]) -> str:
     rows = [
         [str(a["attempt_no"]), shown(a["state"]), shown(a["failure_reason"] or "-"),
-         "-" if a["exit_code"] is None else shown(a["exit_code"]),
+         shown(exit_label(a["exit_code"], a.get("signal")) or "-"),
          local_time(a["started_at"]), shown(a["worker_id"])]
         for a in attempts
     ]  # fmt: skip

@@ -7,10 +7,11 @@ import json
 import math
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from spoolctl import validate
 from spoolctl.cli.options import (
@@ -87,7 +88,12 @@ BATCH_FIELDS = {
 )
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.option("-c", "--command", "command", default=None, help="A shell string, run as sh -c.")
-@click.option("--batch", default=None, help="NDJSON file of jobs ('-' for stdin); all or none.")
+@click.option(
+    "--batch",
+    default=None,
+    help="NDJSON file of jobs ('-' for stdin); all or none. Job flags given with it are "
+    "every line's defaults.",
+)
 @click.option(
     "--timeout",
     "timeout_seconds",
@@ -170,7 +176,9 @@ def add(
     if batch is not None:
         if argv or command is not None:
             raise InvalidInput("--batch cannot be combined with a command")
-        specs = read_batch(batch, local)
+        run_at = None if after is None and at is None else (at if at is not None else local + after)  # type: ignore[operator]
+        defaults = batch_defaults(options, run_at, tags, env)
+        specs = read_batch(batch, local, defaults)
         queue = open_write(db, synchronous="FULL")
         now = queue_now(queue, local)
         rebased = [rebase(s, local, now) for s in specs]
@@ -289,8 +297,82 @@ def after_refs(value: Any, positions: dict[int, int]) -> tuple[tuple[int, ...], 
     return tuple(ids), tuple(lines)
 
 
-def read_batch(source: str, now: float) -> list[JobSpec]:
+@dataclass(frozen=True)
+class BatchDefaults:
+    """The per-job flags given with --batch: the default of every line (a
+    line's own key wins; tags and env merge, a line's own tag or variable
+    winning)."""
+
+    fields: dict[str, Any]
+    run_at: float | None = None
+    tags: dict[str, str] = dataclasses.field(default_factory=dict)
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    after_jobs: tuple[int, ...] = ()
+
+
+BATCH_FLAG_FIELDS = {
+    "timeout_seconds": "timeout",
+    "max_retries": "max_retries",
+    "max_crashes": "max_crashes",
+    "priority": "priority",
+    "queue": "queue",
+    "note": "note",
+    "cwd": "cwd",
+}
+"""add's parameter -> the batch line field it is the default of."""
+BATCH_LINE_MAX = 1 << 20
+"""Bytes in one batch line: far above any valid job (a note is at most
+10,000 characters, env values 4,096)."""
+
+
+def batch_defaults(
+    options: dict[str, Any],
+    run_at: float | None,
+    tags: tuple[tuple[str, str], ...],
+    env: tuple[tuple[str, str], ...],
+) -> BatchDefaults:
+    """The flags given on the command line beside --batch; --key, which names
+    one job, cannot be the default of many: INVALID_INPUT."""
+    ctx = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+
+    if given("idempotency_key"):
+        raise InvalidInput(
+            '--key names one job and cannot apply to a batch: give each line its own "key"',
+            flag="--key",
+        )
+    return BatchDefaults(
+        fields={name: options[name] for name in BATCH_FLAG_FIELDS if given(name)},
+        run_at=run_at,
+        tags=validate.tag_map(dict(tags)),
+        env=validate.env_map(dict(env)),
+        after_jobs=tuple(options.get("after_jobs") or ()),
+    )
+
+
+def with_defaults(spec: JobSpec, line: dict[str, Any], defaults: BatchDefaults) -> JobSpec:
+    """One line's spec with the batch's flags filled in where the line is silent."""
+    changes: dict[str, Any] = {
+        name: value
+        for name, value in defaults.fields.items()
+        if BATCH_FLAG_FIELDS[name] not in line
+    }
+    if defaults.run_at is not None and "after" not in line and "at" not in line:
+        changes["run_at"] = defaults.run_at
+    if defaults.tags:
+        changes["tags"] = validate.tag_map({**defaults.tags, **spec.tags})
+    if defaults.env:
+        changes["env"] = validate.env_map({**defaults.env, **spec.env})
+    if defaults.after_jobs and "after_jobs" not in line:
+        changes["after_jobs"] = defaults.after_jobs
+    return replace(spec, **changes) if changes else spec
+
+
+def read_batch(source: str, now: float, defaults: BatchDefaults | None = None) -> list[JobSpec]:
     """Every line validated before anything is inserted."""
+    defaults = defaults or BatchDefaults(fields={})
     try:
         if source == "-":
             lines = sys.stdin.read().splitlines()
@@ -305,8 +387,8 @@ def read_batch(source: str, now: float) -> list[JobSpec]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-            spec = spec_from_object(obj, now)
+            obj = parse_line(line)
+            spec = with_defaults(spec_from_object(obj, now), obj, defaults)
             if "after_jobs" in obj:
                 ids, earlier = after_refs(obj["after_jobs"], positions)
                 spec = replace(spec, after_jobs=ids, after_lines=earlier)
@@ -316,6 +398,20 @@ def read_batch(source: str, now: float) -> list[JobSpec]:
             message = getattr(exc, "message", str(exc))
             raise InvalidInput(f"batch line {number}: {message}", line=number) from None
     return specs
+
+
+def parse_line(line: str) -> Any:
+    """One line's JSON, with plain words for what the parser cannot take."""
+    if len(line) > BATCH_LINE_MAX:
+        raise InvalidInput(f"the line is longer than {BATCH_LINE_MAX} characters")
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise InvalidInput("the line's JSON is nested too deeply") from None
+    except ValueError as exc:
+        if "digits" in str(exc) and "integer" in str(exc):
+            raise InvalidInput("the line holds a number of more than 4300 digits") from None
+        raise InvalidInput(f"the line is not valid JSON: {exc}") from None
 
 
 def spec_from_object(obj: Any, now: float) -> JobSpec:

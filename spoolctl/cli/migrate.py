@@ -16,8 +16,8 @@ from spoolctl.cli.options import db_option, json_option, verb
 from spoolctl.cli.queues import target_of
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import Target, display, schema_status
-from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
-from spoolctl.errors import SafetyBlock
+from spoolctl.db.revision import DELETE_STORED_OUTPUT_FLAG, HEAD_REVISION, KNOWN_REVISIONS
+from spoolctl.errors import InvalidInput, SafetyBlock
 
 MODES = ("status", "history", "sql")
 REVISION_FLAGS = ("to", "downgrade")
@@ -28,8 +28,13 @@ NO_BACKUP_POSTGRES = "none (PostgreSQL: take one with pg_dump before migrating)"
     "migrate",
     exclusive=(
         *((a, b) for i, a in enumerate(MODES) for b in MODES[i + 1 :]),
-        *((a, b) for a in ("status", "history") for b in (*REVISION_FLAGS, "yes", "no_backup")),
+        *(
+            (a, b)
+            for a in ("status", "history")
+            for b in (*REVISION_FLAGS, "yes", "no_backup", "delete_stored_output")
+        ),
         ("to", "downgrade"),
+        ("to", "delete_stored_output"),
         ("sql", "yes"),
         ("sql", "no_backup"),
     ),
@@ -53,6 +58,13 @@ NO_BACKUP_POSTGRES = "none (PostgreSQL: take one with pg_dump before migrating)"
               help="Downgrade to this revision (needs --yes).")  # fmt: skip
 @click.option("--yes", is_flag=True, help="Confirm a downgrade.")
 @click.option(
+    DELETE_STORED_OUTPUT_FLAG,
+    "delete_stored_output",
+    is_flag=True,
+    help="Let a --downgrade below 0004_output_chunks delete the output stored in the "
+    "database (PostgreSQL); without it such a downgrade is refused while any is stored.",
+)
+@click.option(
     "--no-backup", is_flag=True, help="Skip the VACUUM INTO backup beside the file (SQLite)."
 )
 @db_option
@@ -64,6 +76,7 @@ def migrate(
     to: str | None,
     downgrade: str | None,
     yes: bool,
+    delete_stored_output: bool,
     no_backup: bool,
     db: str | None,
     as_json: bool,
@@ -79,7 +92,18 @@ def migrate(
     whose last_error says why (counted in quarantined_rows). Workers of another
     version stop at their next transaction with SCHEMA_OUTDATED or
     SCHEMA_TOO_NEW.
+
+    A downgrade below 0004_output_chunks deletes the output stored in the
+    database (on PostgreSQL, the only copy other machines read): it is
+    refused (exit 2, SAFETY_BLOCK, naming how much) while any is stored,
+    unless given --delete-stored-output. Output files are kept.
     """
+    if delete_stored_output and downgrade is None:
+        raise InvalidInput(
+            f"{DELETE_STORED_OUTPUT_FLAG} only applies to a downgrade: "
+            f"spoolctl migrate --downgrade REV --yes {DELETE_STORED_OUTPUT_FLAG}",
+            flag=DELETE_STORED_OUTPUT_FLAG,
+        )
     where = target_of(db)
     if status:
         return emit(status_reply(where), as_json)
@@ -87,14 +111,17 @@ def migrate(
         return emit(history_reply(where), as_json)
     target = downgrade or (HEAD_REVISION if to in (None, "head") else to)
     if sql:
-        return emit(sql_reply(where, target, downgrade is not None), as_json)
+        return emit(sql_reply(where, target, downgrade is not None, delete_stored_output), as_json)
     if downgrade is not None and not yes:
         raise SafetyBlock(
             f"downgrading {display(where)} to {downgrade} changes its schema under every worker; "
             "confirm with --yes",
             target=downgrade,
         )
-    return emit(change_reply(where, target, downgrade is not None, not no_backup), as_json)
+    return emit(
+        change_reply(where, target, downgrade is not None, not no_backup, delete_stored_output),
+        as_json,
+    )
 
 
 def status_reply(where: Target) -> Reply:
@@ -160,18 +187,30 @@ def history_text(revisions: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def sql_reply(where: Target, target: str, downgrade: bool) -> Reply:
+def sql_reply(
+    where: Target, target: str, downgrade: bool, delete_stored_output: bool = False
+) -> Reply:
     from spoolctl.db.migration import migration_sql
 
-    text = migration_sql(where, target, downgrade=downgrade)
+    text = migration_sql(
+        where, target, downgrade=downgrade, delete_stored_output=delete_stored_output
+    )
     data = {"db_path": display(where), "target": target, "downgrade": downgrade, "sql": text}
     return Reply(data, text=text.rstrip("\n"))
 
 
-def change_reply(where: Target, target: str, downgrade: bool, backup: bool) -> Reply:
+def change_reply(
+    where: Target, target: str, downgrade: bool, backup: bool, delete_stored_output: bool = False
+) -> Reply:
     from spoolctl.db.migration import migrate_file
 
-    result = migrate_file(where, target, downgrade=downgrade, backup=backup)
+    result = migrate_file(
+        where,
+        target,
+        downgrade=downgrade,
+        backup=backup,
+        delete_stored_output=delete_stored_output,
+    )
     data = {
         "db_path": display(where),
         "from_revision": result.from_revision,

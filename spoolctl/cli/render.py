@@ -19,8 +19,10 @@ from typing import Any
 import click
 
 from spoolctl import __version__
+from spoolctl.db.codec import json_text
 from spoolctl.errors import (
     Conflict,
+    ExtraMissing,
     IdempotencyConflict,
     Internal,
     InvalidInput,
@@ -30,8 +32,10 @@ from spoolctl.errors import (
     SchemaOutdated,
     SchemaTooNew,
     SpoolError,
+    StorageFault,
     UnknownCommand,
     UnknownFlag,
+    Unreachable,
     WaitTimeout,
 )
 from spoolctl.text import shown
@@ -56,7 +60,7 @@ class Reply:
 
 
 def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return json_text(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
 
 
 def envelope(
@@ -94,6 +98,7 @@ always one line. The parsed value is the same."""
 
 def write_json(obj: Any) -> None:
     text = json.dumps(obj, ensure_ascii=False, default=str).translate(LINE_BREAKS_IN_JSON)
+    text = json_text(text)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
@@ -157,6 +162,39 @@ HINTS: dict[str, tuple[str, ...]] = {
     SchemaOutdated.code: ("run 'spoolctl migrate' (it writes a backup first)",),
     SchemaTooNew.code: ("upgrade spoolctl; 'spoolctl migrate --status' shows the file's revision",),
     Locked.code: ("retry in a moment; SPOOLCTL_BUSY_TIMEOUT=SECONDS waits longer for the lock",),
+    Unreachable.code: (
+        "check that the server runs and this machine can reach it, then retry; "
+        "'spoolctl doctor' checks the connection",
+    ),
+    ExtraMissing.code: ("install it with: {install}",),
+    f"{StorageFault.code}:not_a_queue": (
+        "point --db (or SPOOLCTL_DB, config db_path) at a spoolctl queue; "
+        "'spoolctl config-show' says which one is used",
+    ),
+    f"{StorageFault.code}:damaged": (
+        "stop the workers and restore the queue from a backup (migrate writes one beside it); "
+        "'spoolctl doctor' runs an integrity check",
+    ),
+    f"{StorageFault.code}:unreadable": (
+        "check the permissions of the file and its folder for this user",
+    ),
+    f"{StorageFault.code}:read_only": (
+        "make the file and its folder writable for this user, or remount the disk read-write",
+    ),
+    f"{StorageFault.code}:not_creatable": (
+        "choose a --db whose folder can be created and written by this user",
+    ),
+    f"{StorageFault.code}:disk_full": (
+        "free space on that disk: 'spoolctl prune' deletes old output",
+    ),
+    f"{StorageFault.code}:login_refused": (
+        "check the user name and password in the URL (percent-encode reserved characters) "
+        "and the server's pg_hba.conf",
+    ),
+    f"{StorageFault.code}:no_such_database": (
+        "create the database first (createdb NAME), or fix the name in the URL",
+    ),
+    StorageFault.code: ("run 'spoolctl doctor' for what is wrong with the queue",),
     WaitTimeout.code: (
         "the jobs keep running: wait again with a longer --timeout, "
         "or watch them with 'spoolctl status --watch'",
@@ -174,7 +212,9 @@ HINTS: dict[str, tuple[str, ...]] = {
 def error_hint(exc: SpoolError, verb: str | None) -> str | None:
     """The next step for a person, or None when the message already says it."""
     fields = {**exc.detail, **({"verb": verb} if verb else {})}
-    for template in HINTS.get(exc.code, ()):
+    reason = exc.detail.get("reason")
+    templates = HINTS.get(f"{exc.code}:{reason}", ()) + HINTS.get(exc.code, ())
+    for template in templates:
         try:
             hint = template.format_map(fields)
         except (KeyError, IndexError, AttributeError):

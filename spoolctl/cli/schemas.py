@@ -81,7 +81,9 @@ ATTEMPT = obj({
     "attempt_no": INT, "state": one_of(*AttemptState), "worker_id": STR, "worker_pid": INT,
     "started_at": NUM, "finished_at": opt(NUM), "exit_code": opt(INT), "error": opt(STR),
     "failure_reason": opt(one_of(*FailureReason)), "stdout_path": STR, "stderr_path": STR,
-})  # fmt: skip
+}, {"signal": opt(INT)})  # fmt: skip
+"""exit_code is null for a timed-out attempt (as in 0.4.11); `signal` is the
+signal that ended the job, when one did (15 for a timeout's SIGTERM)."""
 
 EVENT = obj({
     "id": INT, "job_id": opt(INT), "at": NUM, "event": one_of(*EventKind),

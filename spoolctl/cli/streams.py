@@ -373,7 +373,8 @@ def feedback_text(data: dict[str, Any], picked: tuple[str, ...] = ("stdout", "st
     verdict_word = {True: "succeeded", False: "did not succeed", None: "not finished"}
     lines = [
         f"job {data['job_id']}: {shown(data['state'])} ({verdict_word[data['succeeded']]})",
-        f"  exit code {data['exit_code']}  reason {shown(data['failure_reason'] or '-')}"
+        f"  exit code {'-' if data['exit_code'] is None else data['exit_code']}"
+        f"  reason {shown(data['failure_reason'] or '-')}"
         f"  attempts {data['attempts_total']}  failures {shown(data['attempts'])}"
         f"  duration {data['duration_seconds']}s",
     ]

@@ -17,7 +17,7 @@ from spoolctl.cli.options import BoundedInt, BoundedText, db_option, json_option
 from spoolctl.cli.queues import open_read, open_write, target_of
 from spoolctl.cli.render import Reply, emit, write_json
 from spoolctl.db.queue import display
-from spoolctl.errors import Internal, InvalidInput, SafetyBlock
+from spoolctl.errors import ExtraMissing, InvalidInput, SafetyBlock
 from spoolctl.services.lanes import operator_identity
 
 TOKEN_MIN = 16
@@ -64,9 +64,9 @@ def web(
         from spoolctl.web.common import Settings
         from spoolctl.web.guard import Guard
     except ModuleNotFoundError as exc:
-        raise Internal(
-            f"spoolctl web needs the web extra ({exc.name} is missing): "
-            "pip install 'spoolctl[web]'",
+        raise ExtraMissing(
+            f"spoolctl web needs the web extra ({exc.name} is missing)",
+            extra="web",
             missing=exc.name,
         ) from None
     addresses = server.addresses_of(host)

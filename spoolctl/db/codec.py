@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class DamagedValue(ValueError):
@@ -11,7 +14,14 @@ class DamagedValue(ValueError):
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    return json_text(json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True))
+
+
+def json_text(text: str) -> str:
+    """JSON text that any UTF-8 store or stream accepts: a lone surrogate (an
+    argv byte that is not UTF-8, PEP 383) is written as its `\\udcXX` escape,
+    which reads back as the same string."""
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def load_argv(raw: str | None) -> list[str]:

@@ -14,6 +14,7 @@ transaction instead of writing into a schema it does not know.
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 import time
@@ -53,8 +54,14 @@ def ensure_spool(db_path: Path) -> None:
             os.close(fd)
     except OSError as exc:
         raise StorageFault(
-            f"cannot create the queue at {db_path}: {exc.strerror or exc}", path=str(db_path)
+            f"cannot create the queue at {db_path}: {exc.strerror or exc}",
+            reason=CREATE_FAULTS.get(exc.errno or 0, "not_creatable"),
+            path=str(db_path),
         ) from None
+
+
+CREATE_FAULTS = {errno.EROFS: "read_only", errno.EACCES: "unreadable", errno.EPERM: "unreadable"}
+"""Why a queue could not be created -> its DB_UNUSABLE reason."""
 
 
 def make_engine(
@@ -317,20 +324,35 @@ def read_tx(engine: Engine) -> Iterator[Connection]:
             yield conn
 
 
-STORAGE_HINTS = (
-    ("unable to open database file", "check that the folder exists and is writable"),
-    ("file is not a database", "the file is corrupt or not a spoolctl queue"),
-    ("readonly database", "the database file or its folder is read-only for this user"),
-    ("disk i/o error", "the disk failed or the file was removed underneath"),
-    ("database or disk is full", "free space on the disk holding the spool folder"),
-    ("no such table", "the file is not a spoolctl queue (or was replaced underneath)"),
-)
+STORAGE_FAULTS = (
+    ("unable to open database file", "unreadable",
+     "check that the file and its folder exist and that this user may read and write them"),
+    ("file is not a database", "damaged", "the file is damaged or not an SQLite database"),
+    ("malformed", "damaged", "the file is damaged: restore the queue from a backup"),
+    ("readonly database", "read_only",
+     "the database file or its folder is read-only for this user"),
+    ("disk i/o error", "unusable", "the disk failed or the file was removed underneath"),
+    ("database or disk is full", "disk_full", "free space on the disk holding the spool folder"),
+    ("no such table", "not_a_queue",
+     "the file is not a spoolctl queue (or was replaced underneath)"),
+)  # fmt: skip
+"""SQLite's words for a file it cannot use -> (DB_UNUSABLE reason, what to check)."""
+
+
+def storage_fault(text: str) -> tuple[str, str | None]:
+    """The DB_UNUSABLE reason and hint for one of SQLite's error texts."""
+    lowered = text.lower()
+    for words, reason, hint in STORAGE_FAULTS:
+        if words in lowered:
+            return reason, hint
+    return "unusable", None
 
 
 @contextmanager
 def translate_errors(engine: Engine) -> Iterator[None]:
     """Busy beyond the timeout becomes `Locked` (exit 4); a file SQLite cannot
-    use becomes `StorageFault` (exit 3) with what to check; integrity
+    use becomes `StorageFault` (DB_UNUSABLE, exit 3) with its reason and what
+    to check; integrity
     violations (bugs) pass through as they are. Errors of statements run on the
     driver directly (`prepared.py`) are treated the same way."""
     if is_postgres_engine(engine):
@@ -351,11 +373,12 @@ def translate_errors(engine: Engine) -> Iterator[None]:
                 "the queue database stayed locked beyond the busy timeout; try again",
                 sqlite_error=text,
             ) from None
-        hint = next((h for key, h in STORAGE_HINTS if key in text.lower()), None)
-        fault = DiskFull if "database or disk is full" in text.lower() else StorageFault
-        raise fault(
-            f"cannot use the queue database {db_path_of(engine)}: {text}"
-            + (f" ({hint})" if hint else ""),
-            path=db_path_of(engine),
-            sqlite_error=text,
+        reason, hint = storage_fault(text)
+        message = f"cannot use the queue database {db_path_of(engine)}: {text}" + (
+            f" ({hint})" if hint else ""
+        )
+        if reason == "disk_full":
+            raise DiskFull(message, path=db_path_of(engine), sqlite_error=text) from None
+        raise StorageFault(
+            message, reason=reason, path=db_path_of(engine), sqlite_error=text
         ) from None

@@ -39,6 +39,8 @@ def database_checks(path: Path) -> list[Check]:
         return checks
     checks.append(Check("database_exists", "pass", str(path)))
     opened = guarded("sqlite_open_readwrite", lambda: opens_read_write(path))
+    if opened.status == "fail" and opened.remediation is None:
+        opened.remediation = UNOPENABLE_FIX
     checks.append(opened)
     if opened.status == "fail":
         checks += [Check(n, "skip", "cannot open", blocked_by="sqlite_open_readwrite")
@@ -83,8 +85,18 @@ def postgres_connect_check(url: str) -> Check:
     return Check("database_connect", "pass", f"PostgreSQL {shown}")
 
 
+UNOPENABLE_FIX = (
+    "point --db (or SPOOLCTL_DB, config db_path) at the queue; if this file is the queue, "
+    "make it readable and writable, or stop its workers and restore it from a backup"
+)
+"""A file SQLite cannot open (not a database, damaged, unreadable)."""
+CREATES_THE_QUEUE = "the first `spoolctl add` or `spoolctl work` creates the queue"
+"""What makes a queue where there is none: no other verb creates one, doctor never."""
+
+
 def missing_check(path: Path) -> Check:
-    """No file: normal before the first add, alarming if its WAL is still there."""
+    """No file: the queue does not exist yet, so nothing is ready to use (not
+    ready, exit 3, as in 0.4.11); alarming if its WAL is still there."""
     wal = path.with_name(path.name + "-wal")
     if wal.exists():
         return Check("database_exists", "fail",
@@ -92,8 +104,9 @@ def missing_check(path: Path) -> Check:
                      "the database was deleted or moved underneath",
                      "stop every worker of this queue, then restore the file from a backup "
                      "or move the -wal and -shm files aside")  # fmt: skip
-    fix = "it is created by the first `spoolctl add` or `spoolctl work`"
-    return Check("database_exists", "warn", f"{path} does not exist yet", fix)
+    return Check("database_exists", "fail",
+                 f"the queue does not exist yet: there is no database at {path}",
+                 f"{CREATES_THE_QUEUE}; or point --db at the queue you meant")  # fmt: skip
 
 
 def guarded(check_id: str, probe: Callable[[], Check]) -> Check:
@@ -101,7 +114,12 @@ def guarded(check_id: str, probe: Callable[[], Check]) -> Check:
     try:
         return probe()
     except (OSError, sqlite3.Error, sqlalchemy.exc.SQLAlchemyError, SpoolError) as exc:
-        return Check(check_id, "fail", f"{type(exc).__name__}: {exc}")
+        shown = (
+            f"{exc.code}: {exc.message}"
+            if isinstance(exc, SpoolError)
+            else f"{type(exc).__name__}: {exc}"
+        )
+        return Check(check_id, "fail", shown)
 
 
 def folder_check(folder: Path) -> Check:
@@ -164,9 +182,10 @@ def schema_check(path: Path | str) -> Check:
     from spoolctl.db.queue import schema_status
 
     found = schema_status(path)
-    if found is None:
-        return Check("schema_version", "warn", "no schema yet",
-                     "it is created by the first `spoolctl add` or `spoolctl work`")  # fmt: skip
+    if found is None:  # an empty file or database: no queue in it yet, as for no file
+        return Check("schema_version", "fail",
+                     "the queue does not exist yet: the database holds no spoolctl schema",
+                     f"{CREATES_THE_QUEUE} (so does `spoolctl migrate`)")  # fmt: skip
     status = found
     if status.is_head:
         return Check("schema_version", "pass", f"at head revision {revision.HEAD_REVISION}")

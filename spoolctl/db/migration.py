@@ -71,14 +71,23 @@ class Adoption:
 
 
 def migrate_file(
-    path: Target, target: str | None = None, *, downgrade: bool = False, backup: bool = True
+    path: Target,
+    target: str | None = None,
+    *,
+    downgrade: bool = False,
+    backup: bool = True,
+    delete_stored_output: bool = False,
 ) -> MigrationResult:
     """Bring the queue to `target` (default: the head; creating the file when
     missing), backing an SQLite file up first. `path` is an SQLite file or a
-    PostgreSQL URL."""
+    PostgreSQL URL. A downgrade below 0004_output_chunks is refused
+    (SafetyBlock, nothing changed) while output is stored in the database,
+    unless `delete_stored_output`."""
     target = target or revision.HEAD_REVISION
     if isinstance(path, str):
-        return _migrate_postgres(path, target, downgrade=downgrade)
+        return _migrate_postgres(
+            path, target, downgrade=downgrade, delete_stored_output=delete_stored_output
+        )
     ensure_spool(path)
     timeout_s = max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S)
     engine = make_engine(
@@ -97,7 +106,7 @@ def migrate_file(
             if not steps:
                 return MigrationResult(status.current, status.current, [], None, False)
             saved = take_backup(path, status.label) if backup and status.has_tables else None
-            adoption = _apply(conn, path, status, target, downgrade)
+            adoption = _apply(conn, path, status, target, downgrade, delete_stored_output)
             revision.check_foreign_keys(conn)
             reached = revision.inspect_schema(conn).current
         committed = True
@@ -124,9 +133,11 @@ def migrate_file(
     )
 
 
-def _migrate_postgres(url: str, target: str, *, downgrade: bool) -> MigrationResult:
+def _migrate_postgres(
+    url: str, target: str, *, downgrade: bool, delete_stored_output: bool
+) -> MigrationResult:
     """One transaction under the migration lock: look, plan, apply, commit;
-    any failure rolls back every step."""
+    any failure (a refusal included) rolls back every step."""
     from spoolctl.db.backends.postgresql import lock_migrations
 
     engine = _postgres_engine(url)
@@ -137,7 +148,7 @@ def _migrate_postgres(url: str, target: str, *, downgrade: bool) -> MigrationRes
             steps = plan(status, target, downgrade=downgrade, path=url)
             if not steps:
                 return MigrationResult(status.current, status.current, [], None, False)
-            _apply(conn, url, status, target, downgrade)
+            _apply(conn, url, status, target, downgrade, delete_stored_output)
             reached = revision.inspect_schema(conn).current
     finally:
         engine.dispose()
@@ -211,11 +222,16 @@ def _refuse_foreign(status: SchemaStatus, path: Target) -> None:
 
 
 def _apply(
-    conn: Connection, path: Target, status: SchemaStatus, target: str, downgrade: bool
+    conn: Connection,
+    path: Target,
+    status: SchemaStatus,
+    target: str,
+    downgrade: bool,
+    delete_stored_output: bool = False,
 ) -> Adoption:
     """Run the change inside the caller's transaction."""
     if downgrade:
-        revision.downgrade_in(conn, target)
+        revision.downgrade_in(conn, target, delete_stored_output=delete_stored_output)
         return Adoption()
     adoption = Adoption()
     if status.is_legacy and isinstance(path, Path):
@@ -262,16 +278,24 @@ def take_backup(path: Path, label: str) -> Path:
     return target
 
 
-def migration_sql(path: Target, target: str, *, downgrade: bool = False) -> str:
+def migration_sql(
+    path: Target, target: str, *, downgrade: bool = False, delete_stored_output: bool = False
+) -> str:
     """The SQL `migrate_file` would run on this queue, rendered without changing
-    it (for PostgreSQL: PostgreSQL's DDL, in one BEGIN ... COMMIT)."""
+    it (for PostgreSQL: PostgreSQL's DDL, in one BEGIN ... COMMIT; a downgrade
+    below 0004_output_chunks aborts there while output is stored, unless
+    `delete_stored_output`)."""
     status = _read_status(path)
     steps = plan(status, target, downgrade=downgrade, path=path)
     if not steps:
         return f"-- {display(path)} is already at {status.label}: nothing to run\n"
     if isinstance(path, str):
         return revision.offline_sql(
-            status.current, target, downgrade=downgrade, dialect="postgresql"
+            status.current,
+            target,
+            downgrade=downgrade,
+            dialect="postgresql",
+            delete_stored_output=delete_stored_output,
         )
     if not status.is_legacy:
         return revision.offline_sql(status.current, target, downgrade=downgrade)

@@ -8,7 +8,6 @@ new database or to migrate one.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ import sqlalchemy
 from sqlalchemy import Connection
 
 from spoolctl.db.url import masked
-from spoolctl.errors import Internal, NotAQueue, SchemaOutdated, SchemaTooNew
+from spoolctl.errors import NotAQueue, SchemaOutdated, SchemaTooNew, StorageFault
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -33,6 +32,12 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0004_output_chunks",
 )
 """Every revision this code knows, oldest first."""
+DELETE_STORED_OUTPUT_FLAG = "--delete-stored-output"
+"""The `migrate` flag that lets a downgrade below 0004_output_chunks (which
+drops the output stored in the database) delete it; without it such a
+downgrade is refused while any output is stored."""
+DELETE_STORED_OUTPUT = "delete_stored_output"
+"""The alembic Config attribute that carries that flag to the revision script."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,6 @@ def refuse_unless_current(status: SchemaStatus, where: Path | str) -> None:
             "no legacy meta table); spoolctl, `migrate` included, never changes it. "
             "Check --db / SPOOLCTL_DB / config db_path",
             path=str(db_path),
-            reason="not_a_spoolctl_queue",
         )
     migrate_cmd = f"spoolctl migrate --db {db_path}"
     if status.is_legacy:
@@ -153,11 +157,14 @@ def auto_migrate_enabled() -> bool:
 
 
 def migrations_dir() -> Path:
-    """The shipped revision scripts: inside the wheel, or the repository's folder."""
-    spec = importlib.util.find_spec("spoolctl._migrations")
-    if spec is not None and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations)))
-    return Path(__file__).resolve().parents[2] / "migrations"
+    """The revision scripts of the code that runs: inside the installed wheel,
+    else the folder beside the package in its repository. Never looked up by
+    module name: an editable install maps `spoolctl._migrations` to its own
+    checkout, whose scripts need not be those of a spoolctl imported from
+    another (a worktree's)."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "_migrations"
+    return shipped if shipped.is_dir() else package.parent / "migrations"
 
 
 def alembic_config(
@@ -187,22 +194,34 @@ def upgrade_in(conn: Connection, target: str = "head") -> None:
     command.upgrade(alembic_config(conn), target)
 
 
-def downgrade_in(conn: Connection, target: str) -> None:
-    """Run downgrade scripts on a connection already inside a write transaction."""
+def downgrade_in(conn: Connection, target: str, *, delete_stored_output: bool = False) -> None:
+    """Run downgrade scripts on a connection already inside a write transaction.
+    Below 0004_output_chunks its script refuses while output is stored,
+    unless `delete_stored_output`."""
     from alembic import command
 
-    command.downgrade(alembic_config(conn), target)
+    config = alembic_config(conn)
+    config.attributes[DELETE_STORED_OUTPUT] = delete_stored_output
+    command.downgrade(config, target)
 
 
 def offline_sql(
-    start: str | None, target: str, *, downgrade: bool = False, dialect: str = "sqlite"
+    start: str | None,
+    target: str,
+    *,
+    downgrade: bool = False,
+    dialect: str = "sqlite",
+    delete_stored_output: bool = False,
 ) -> str:
     """The SQL alembic would run from `start` to `target` on `dialect`, rendered
-    without a database."""
+    without a database. Rendered for PostgreSQL, a downgrade below
+    0004_output_chunks first runs a statement that aborts the script while
+    output is stored, unless `delete_stored_output`."""
     from alembic import command
 
     buffer = io.StringIO()
     config = alembic_config(output_buffer=buffer, dialect=dialect)
+    config.attributes[DELETE_STORED_OUTPUT] = delete_stored_output
     span = target if start is None else f"{start}:{target}"
     if downgrade:
         command.downgrade(config, span, sql=True)
@@ -242,7 +261,9 @@ def check_foreign_keys(conn: Connection) -> None:
         return  # PostgreSQL checks every reference as it is written
     violations = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
     if violations:
-        raise Internal(
-            f"migration left {len(violations)} foreign key violation(s); nothing was changed",
+        raise StorageFault(
+            f"the database holds {len(violations)} reference(s) to rows that do not exist, "
+            "so the migration was not committed; nothing was changed",
+            reason="damaged",
             violations=[list(v) for v in violations[:20]],
         )

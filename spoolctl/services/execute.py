@@ -30,7 +30,7 @@ from spoolctl import procs
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts
 from spoolctl.services.claim import Claim
-from spoolctl.services.outcome import Outcome
+from spoolctl.services.outcome import Outcome, signal_name, signal_of
 from spoolctl.states import FailureReason
 
 TERM_GRACE_S = 5.0
@@ -71,11 +71,7 @@ def job_environment(
 
 def describe_exit(returncode: int) -> str:
     if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"killed by {name}"
+        return f"killed by {signal_name(-returncode)}"
     return f"exit {returncode}"
 
 
@@ -183,17 +179,17 @@ class Execution:
         return True  # only zombies or processes stuck in the kernel are left: record anyway
 
     def _outcome(self, returncode: int) -> Outcome:
+        """A timed-out attempt has no exit code (null, as in 0.4.11), only the
+        signal that stopped it; every other outcome keeps the leader's code."""
+        ended_by = signal_of(returncode)
         if self.forced is not None:
-            return Outcome(returncode, self.forced, self.forced_error)
+            return Outcome(returncode, self.forced, self.forced_error, ended_by)
         if self.timed_out:
-            return Outcome(
-                returncode,
-                FailureReason.TIMEOUT,
-                f"timed out after {self.claim.timeout_seconds}s",
-            )
+            error = f"timed out after {self.claim.timeout_seconds}s"
+            return Outcome(None, FailureReason.TIMEOUT, error, ended_by)
         if returncode == 0:
             return Outcome(0, None, None)
-        return Outcome(returncode, FailureReason.PROCESS_EXIT, describe_exit(returncode))
+        return Outcome(returncode, FailureReason.PROCESS_EXIT, describe_exit(returncode), ended_by)
 
     def _enforce_timeout(self, now: float) -> None:
         assert self.proc is not None

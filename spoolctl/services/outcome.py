@@ -7,6 +7,7 @@ being reaped, canceled or force-retried) changes nothing.
 
 from __future__ import annotations
 
+import signal as signals
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +23,18 @@ from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one execution ended. reason None means success."""
+    """How one execution ended. reason None means success.
+
+    exit_code is null for a timed-out attempt, as in 0.4.11 (its scripts read
+    null there): the job did not exit, it was stopped. How it was stopped is
+    `signal`, kept apart, never in exit_code's place."""
 
     exit_code: int | None
     reason: FailureReason | None
     error: str | None = None
+    signal: int | None = None
+    """The signal that ended the job's leader, when one did: a timeout's
+    SIGTERM, SIGKILL after the grace period, or a kill from outside."""
 
     @property
     def succeeded(self) -> bool:
@@ -37,11 +45,33 @@ class Outcome:
         return "succeeded" if self.reason is None else self.reason.value
 
 
+def signal_of(returncode: int) -> int | None:
+    """The signal a child's return code says ended it (Popen's -N), else None."""
+    return -returncode if returncode < 0 else None
+
+
+def signal_name(number: int) -> str:
+    """SIGTERM for 15; `signal N` for a number the platform has no name for."""
+    try:
+        return signals.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exit_label(exit_code: int | None, signal: int | None) -> str | None:
+    """How an attempt ended, for people: its exit code, else the signal that
+    stopped it (a timed-out attempt has no exit code), else None."""
+    if exit_code is not None:
+        return str(exit_code)
+    return None if signal is None else signal_name(signal)
+
+
 def record_outcome(
     conn: Connection,
     *,
     job_id: int,
     attempt_id: int,
+    attempt_no: int,
     worker_id: str,
     outcome: Outcome,
     now: float,
@@ -52,7 +82,12 @@ def record_outcome(
             conn, job_id=job_id, attempt_id=attempt_id, worker_id=worker_id, now=now
         )
     return record_failure(
-        conn, job_id=job_id, attempt_id=attempt_id, worker_id=worker_id, outcome=outcome, now=now
+        conn,
+        job_id=job_id,
+        attempt=(attempt_id, attempt_no),
+        worker_id=worker_id,
+        outcome=outcome,
+        now=now,
     )
 
 
@@ -137,15 +172,20 @@ def record_failure(
     conn: Connection,
     *,
     job_id: int,
-    attempt_id: int,
+    attempt: tuple[int, int],
     worker_id: str,
     outcome: Outcome,
     now: float,
 ) -> JobState | None:
     """A job-owned failure (exit, timeout, spawn failure, shutdown kill), or a
     worker crash that the worker recorded itself (it fenced itself after it
-    could not heartbeat): that one counts against the crash budget."""
+    could not heartbeat): that one counts against the crash budget.
+
+    attempt: (row id, attempt number). The event's detail names the attempt
+    and the signal that ended it: the ledger is where the signal is kept (the
+    attempts table has no column for it), and `show` reads it back from there."""
     assert outcome.reason is not None
+    attempt_id, attempt_no = attempt
     job = _owned_job(conn, job_id, attempt_id, worker_id)
     if job is None:
         return None
@@ -162,7 +202,9 @@ def record_failure(
         now,
         worker_id=worker_id,
         detail={
+            "attempt": attempt_no,
             "exit_code": outcome.exit_code,
+            "signal": outcome.signal,
             "reason": outcome.reason.value,
             "error": outcome.error,
         },

@@ -10,7 +10,10 @@ On a PostgreSQL queue the database holds each attempt's output (see
 `output_store`), so it can be read from any machine: the `stored_*` functions
 read it there. This machine's file of the stream is read instead only when
 the stored copy was cut at the cap and the file, inside this machine's spool,
-is longer and holds the same bytes where the stored copy ends.
+is longer and holds the same bytes where the stored copy ends. A stream of
+an ended attempt with nothing stored is `missing`, as a missing file is on
+SQLite (never read from this machine's file instead: nothing stored is left to
+tell that file is the attempt's own).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from spoolctl.errors import NotFound
 from spoolctl.services import output_store
 from spoolctl.services.output_store import StoredSpan
 from spoolctl.services.query import get_job_row
+from spoolctl.states import AttemptState
 
 STREAMS = ("stdout", "stderr")
 PREVIEW_BYTES = 65_536
@@ -177,6 +181,13 @@ def copy_all(path: str, sink: Any, chunk: int = PREVIEW_BYTES) -> int:
 # -- PostgreSQL: the copy stored in the database -------------------------------
 
 
+def stored_missing(ref: AttemptOutput, span: StoredSpan) -> bool:
+    """Whether the stored copy of a stream is gone: every stream of an ended
+    attempt keeps at least one chunk (see `output_store`), while a running
+    attempt's stream with none has printed nothing yet."""
+    return not span.present and ref.state != AttemptState.RUNNING
+
+
 def stored_facts(span: StoredSpan, from_file: bool) -> dict[str, Any]:
     """Keys a stream gets on a PostgreSQL queue, besides the usual ones."""
     return {
@@ -214,7 +225,7 @@ def stored_preview(
         "size_bytes": size,
         "preview": data.decode("utf-8", errors="replace"),
         "preview_truncated": size > len(data),
-        "missing": False,
+        "missing": stored_missing(ref, span),
         **stored_facts(span, from_file),
     }
 
@@ -231,7 +242,7 @@ def stored_tail(conn: Connection, ref: AttemptOutput, name: str, budget: int) ->
         "size_bytes": size,
         "tail": data.decode("utf-8", errors="replace"),
         "truncated": size > len(data),
-        "missing": False,
+        "missing": stored_missing(ref, span),
         **stored_facts(span, from_file),
     }
 

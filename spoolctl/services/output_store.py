@@ -14,6 +14,14 @@ its stored output.
   and the last chunk kept carries `truncated = 1` (an empty chunk when the
   cap fell on a chunk's end): the full output is then only in the worker's
   local file.
+- Every stream of an attempt whose worker recorded its end has at least one
+  chunk: an empty stream is stored as one empty chunk at offset 0, in the
+  transaction that records the outcome (`copy-to` does the same). So the
+  database holds no copy of a stream of an ended attempt that has no chunk
+  at all, and readers say it is missing: dropped by a downgrade told to,
+  deleted underneath, its file gone when the attempt ended, or never stored
+  (its worker died first, or was spoolctl 0.5.1 or older, which stored no
+  empty chunk). A running attempt's stream with none has printed nothing yet.
 - The copier's positions advance only after the transaction that stored the
   chunks committed. After a failed one it reads where the database stands
   before copying again, so a failed pass loses nothing and stores nothing twice.
@@ -68,6 +76,8 @@ class _Stream:
     """Bytes of the stream stored so far (the next chunk's offset)."""
     capped: bool = False
     """The cap was reached and flagged: nothing more is stored."""
+    present: bool = False
+    """Some chunk of the stream is stored (an empty one, at least)."""
 
 
 @dataclass
@@ -167,15 +177,18 @@ def _lock_existing(conn: Connection, attempt_ids: list[int]) -> set[int]:
 
 
 def _stored_stream(conn: Connection, attempt_id: int, name: str, stream: _Stream) -> _Stream:
-    stored, truncated = stored_extent(conn, attempt_id, name)
-    return _Stream(stream.path, stored, truncated)
+    found = stored_extent(conn, attempt_id, name)
+    stored, truncated = found or (0, False)
+    return _Stream(stream.path, stored, truncated, present=found is not None)
 
 
 def _chunk_rows(
     attempt_id: int, name: str, stream: _Stream, cap: int, final: bool
 ) -> tuple[list[dict[str, Any]], _Stream]:
     """The rows holding the stream's bytes from `stream.stored` on, and where
-    the stream stands once they are stored."""
+    the stream stands once they are stored. A final pass over a stream that
+    is stored nowhere yet stores at least an empty chunk (none when its file
+    cannot be read: that stream's output is missing)."""
     room = max(0, cap - stream.stored)
     span = _read_from(stream.path, stream.stored, room if final else min(room, PASS_BUDGET_BYTES))
     if span is None:
@@ -191,10 +204,10 @@ def _chunk_rows(
     capped = end >= cap and size > end
     if capped and rows:
         rows[-1]["truncated"] = 1
-    elif capped:
+    elif capped or (final and not rows and not stream.present):
         rows.append({"attempt_id": attempt_id, "stream": name, "offset": end, "data": b"",
-                     "truncated": 1})  # fmt: skip
-    return rows, _Stream(stream.path, end, capped)
+                     "truncated": int(capped)})  # fmt: skip
+    return rows, _Stream(stream.path, end, capped, present=stream.present or bool(rows))
 
 
 def _read_from(path: str, offset: int, budget: int) -> tuple[bytes, int] | None:
@@ -233,10 +246,14 @@ class StoredSpan:
     """Bytes of the stream stored in all."""
     truncated: bool
     """The cap cut the stored copy: the stream went on past `stored`."""
+    present: bool = True
+    """Some chunk of the stream is stored (see the module's docstring for
+    what none means)."""
 
 
-def stored_extent(conn: Connection, attempt_id: int, stream: str) -> tuple[int, bool]:
-    """(bytes stored, truncated flag) of one stream: its last chunk says both."""
+def stored_extent(conn: Connection, attempt_id: int, stream: str) -> tuple[int, bool] | None:
+    """(bytes stored, truncated flag) of one stream, as its last chunk says;
+    None when no chunk of it is stored."""
     last = conn.execute(
         select(output_chunks.c.offset, func.length(output_chunks.c.data), output_chunks.c.truncated)
         .where(output_chunks.c.attempt_id == attempt_id, output_chunks.c.stream == stream)
@@ -244,7 +261,7 @@ def stored_extent(conn: Connection, attempt_id: int, stream: str) -> tuple[int, 
         .limit(1)
     ).first()
     if last is None:
-        return 0, False
+        return None
     return int(last[0]) + int(last[1]), bool(last[2])
 
 
@@ -253,7 +270,10 @@ def read_stored(
 ) -> StoredSpan:
     """Up to `budget` stored bytes from `start` (negative: that many bytes
     before the end of what is stored)."""
-    stored, truncated = stored_extent(conn, attempt_id, stream)
+    found = stored_extent(conn, attempt_id, stream)
+    if found is None:
+        return StoredSpan(b"", 0, 0, truncated=False, present=False)
+    stored, truncated = found
     begin = max(0, stored + start) if start < 0 else min(start, stored)
     end = min(stored, begin + budget)
     rows = conn.execute(

@@ -62,11 +62,31 @@ def job_detail(conn: Connection, job_id: int) -> dict[str, Any] | None:
     event_rows = conn.execute(
         select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.id)
     ).mappings()
+    events = [{**dict(e), "detail": codec.load_detail(e["detail"])} for e in event_rows]
+    signals = attempt_signals(events)
     return {
         "job": decode_job(row),
-        "attempts": [dict(a) for a in attempt_rows],
-        "events": [{**dict(e), "detail": codec.load_detail(e["detail"])} for e in event_rows],
+        "attempts": [{**dict(a), "signal": signals.get(a["attempt_no"])} for a in attempt_rows],
+        "events": events,
     }
+
+
+ENDING_EVENTS = (EventKind.FAILED.value, EventKind.TIMED_OUT.value)
+
+
+def attempt_signals(events: list[dict[str, Any]]) -> dict[int, int]:
+    """attempt number -> the signal that ended it, read from the ledger: the
+    `failed`/`timed_out` event's detail is the one place it is kept (a timed-out
+    attempt's exit_code is null). Events written before it was kept, or damaged
+    ones, name no signal."""
+    found: dict[int, int] = {}
+    for event in events:
+        detail = event["detail"]
+        if event["event"] in ENDING_EVENTS and isinstance(detail, dict):
+            number, signal = detail.get("attempt"), detail.get("signal")
+            if type(number) is int and type(signal) is int:
+                found[number] = signal
+    return found
 
 
 def queue_summary(conn: Connection, now: float) -> dict[str, dict[str, Any]]:

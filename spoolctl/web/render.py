@@ -17,6 +17,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from spoolctl import __version__
+from spoolctl.services.outcome import exit_label
 from spoolctl.states import EventKind, JobState
 from spoolctl.text import shown, shown_argv
 
@@ -90,6 +91,12 @@ def attempt_badge(state: Any) -> Markup:
     return state_badge(state, ATTEMPT_CLASSES)
 
 
+def attempt_exit(attempt: Any) -> str:
+    """The Exit cell: the exit code, else the signal that stopped the job (a
+    timed-out attempt has no exit code), else nothing."""
+    return exit_label(attempt.get("exit_code"), attempt.get("signal")) or ""
+
+
 def output(text: Any) -> Markup:
     """A stream's text (views.output_text made it) with its newlines and tabs:
     escaped here, so the environment's one-line `shown` leaves it alone."""
@@ -115,7 +122,8 @@ def make_environment() -> Environment:
     )
     env.filters.update(
         ts=timestamp, secs=seconds, command=command, json=compact_json, badge=state_badge,
-        attempt_badge=attempt_badge, event_class=event_class, output=output,
+        attempt_badge=attempt_badge, event_class=event_class, exit_label=attempt_exit,
+        output=output,
     )  # fmt: skip
     env.globals.update(version=__version__, states=list(STATE_CLASSES), shown_states=SHOWN_STATES)
     return env

@@ -25,26 +25,23 @@ END = "<!-- allowed-differences:end -->"
 @dataclass(frozen=True)
 class Allowed:
     """Differences of `kinds` at paths matching `where`, in the scenarios and
-    command lines matching `scenario` and `command` (shell-style patterns)."""
+    command lines matching `scenario` and `command` (shell-style patterns);
+    an entry's `cases` each give their own, the entry's `scenario` by default."""
 
     id: str
     title: str
-    scenario: str
-    cases: tuple[tuple[str, str], ...]  # (command pattern, key path pattern)
+    cases: tuple[tuple[str, str, str], ...]  # (scenario, command, key path) patterns
     kinds: tuple[str, ...]
     original: str
     ours: str
     reason: str
 
     def covers(self, scenario: str, command: str, difference: Difference) -> bool:
-        return (
-            fnmatch.fnmatchcase(scenario, self.scenario)
-            and difference.kind in self.kinds
-            and any(
-                fnmatch.fnmatchcase(command, pattern)
-                and fnmatch.fnmatchcase(difference.where, where)
-                for pattern, where in self.cases
-            )
+        return difference.kind in self.kinds and any(
+            fnmatch.fnmatchcase(scenario, in_scenario)
+            and fnmatch.fnmatchcase(command, pattern)
+            and fnmatch.fnmatchcase(difference.where, where)
+            for in_scenario, pattern, where in self.cases
         )
 
 
@@ -54,9 +51,8 @@ def load() -> list[Allowed]:
         Allowed(
             id=e["id"],
             title=e["title"],
-            scenario=e.get("scenario", "*"),
             cases=tuple(
-                (c["command"], c.get("where", "*"))
+                (c.get("scenario", e.get("scenario", "*")), c["command"], c.get("where", "*"))
                 for c in e.get(
                     "cases", [{"command": e.get("command"), "where": e.get("where", "*")}]
                 )

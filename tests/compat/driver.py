@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import sys
 import tempfile
 import time
@@ -142,13 +143,21 @@ def reap(pid: int, timeout: float) -> tuple[int, bool]:
 
 
 def prepare(step: dict[str, Any], cwd: str) -> dict[str, Any]:
-    """File set-up steps: remove, write a file (text or hex bytes), make a folder,
-    chmod, or report a path's permission bits."""
+    """File set-up steps: remove, write a file (text or hex bytes, or an SQLite
+    database made by statements), make a folder, chmod, or report a path's
+    permission bits."""
     path = os.path.join(cwd, step["path"])
     if "remove" in step and os.path.lexists(path):
         shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     if "mkdir" in step:
         os.makedirs(path, exist_ok=True)
+    if "sqlite" in step:  # an SQLite database of another program (statements run on a new file)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        conn = sqlite3.connect(path)
+        try:
+            conn.executescript(step["sqlite"])
+        finally:
+            conn.close()
     if "text" in step or "hex" in step:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         data = bytes.fromhex(step["hex"]) if "hex" in step else step["text"].encode()

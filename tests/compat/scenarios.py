@@ -9,6 +9,7 @@ states, verdicts) rather than an id, a time or a path.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -339,6 +340,92 @@ def worker_knobs() -> Scenario:
     return Scenario("worker-knobs", tuple(steps))
 
 
+def timeout() -> Scenario:
+    """A job that runs past its --timeout, beside one that exits 3: 0.4.11
+    records no exit code for the timed-out attempt (null, everywhere it shows)."""
+    ended = (
+        "data.job.state",
+        "data.job.last_exit_code",
+        "data.job.last_failure_reason",
+        *(f"data.attempts[0].{k}" for k in ("state", "exit_code", "failure_reason")),
+    )
+    listed = tuple(f"data.jobs[{i}].{k}" for i in (0, 1) for k in ("state", "last_exit_code"))
+    waited = tuple(f"data.jobs.{i}.{k}" for i in (1, 2) for k in ("state", "last_exit_code"))
+    return Scenario("timeout", (
+        q("add", "--timeout", "1", "--max-retries", "0", "--", "sleep", "30", pins=ADD_PINS),
+        q("add", "--max-retries", "0", "-c", "exit 3", pins=ADD_PINS),
+        q("work", "--drain", pins=("data.drained", "data.executed")),
+        q("show", "1", pins=ended), q("show", "2", pins=ended),
+        q("list", pins=("data.count", *listed)),
+        q("list", "--state", "dead", pins=("data.count", *listed)),
+        q("wait", "1", "2", "--timeout", "5", pins=("data.all_succeeded", *waited)),
+        q("feedback", "1", pins=FEEDBACK_PINS), q("feedback", "2", pins=FEEDBACK_PINS),
+        q("events", "--job", "1", pins=("data.count", "data.events[[]*[]].event")),
+        q("status", pins=STATUS_PINS),
+        bare("show", "1", "--db", DB), bare("feedback", "1", "--db", DB),
+    ))  # fmt: skip
+
+
+def missing_database() -> Scenario:
+    """A --db naming no database yet: in a folder that is missing too, in one
+    that exists, and a file of zero bytes. doctor runs first (0.4.11's reading
+    verbs create the file, ours create nothing: the stat steps show it)."""
+    steps: list[Step] = [file("there", mkdir=True), file("zero/queue.db", text="")]
+    for db in ("{dir}/nowhere/queue.db", "{dir}/there/queue.db", "{dir}/zero/queue.db"):
+        steps += [
+            bare("doctor", "--json", "--db", db, pins=("data.ready",)),
+            bare("doctor", "--db", db),
+            bare("status", "--json", "--db", db, pins=STATUS_PINS),
+            bare("list", "--json", "--db", db, pins=("data.count",)),
+            bare("show", "1", "--json", "--db", db),
+            bare("status", "--db", db),
+        ]
+    steps += [file("nowhere", stat=True), file("there/queue.db", stat=True)]
+    return Scenario("missing-database", tuple(steps))
+
+
+FOREIGN_SQLITE = (
+    "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT);"
+    "INSERT INTO notes (body) VALUES ('not a queue');"
+)
+RANDOM_BYTES = random.Random(20).randbytes(4096).hex()
+FOREIGN_VERBS = (("status",), ("list",), ("add", "--", "true"), ("migrate", "--status"),
+                 ("doctor",))  # fmt: skip
+
+
+def foreign_file() -> Scenario:
+    """--db naming a file that is no queue: another program's SQLite database,
+    and 4 KiB of random bytes. Each verb gets a fresh copy, so what it answers
+    is not what an earlier verb made of the file (0.4.11 writes its tables
+    into the other program's database)."""
+    steps: list[Step] = []
+    for kind, setup in (("sqlite", {"sqlite": FOREIGN_SQLITE}), ("random", {"hex": RANDOM_BYTES})):
+        for verb, *args in FOREIGN_VERBS:
+            path = f"{kind}/{verb}.db"
+            pins = ("data.ready",) if verb == "doctor" else ()
+            run = bare(verb, "--json", "--db", f"{{dir}}/{path}", *args, pins=pins)
+            steps += [file(path, **setup), run]
+    return Scenario("foreign-file", tuple(steps))
+
+
+def follow() -> Scenario:
+    """events --follow --json, bounded so it ends: from a --since-id it replays
+    what follows it; without one it starts at the current end of the ledger
+    (as `tail -f`), so on a queue with no new events it ends idle, empty."""
+    kinds = ("frames[[]*[]].event", "frames[[]*[]].control.reason")
+    return Scenario("follow", (
+        q("add", "--", "true"), q("add", "--max-retries", "0", "-c", "exit 3"),
+        q("work", "--drain", pins=("data.executed",)),
+        q("events", "--follow", "--since-id", "0", "--max-events", "3", pins=kinds),
+        q("events", "--follow", "--since-id", "2", "--idle-timeout", "0.3", pins=kinds),
+        q("events", "--follow", "--since-id", "0", "--max-events", "100", "--idle-timeout",
+          "0.3", pins=kinds),
+        q("events", "--follow", "--idle-timeout", "0.3", pins=kinds),
+        q("events", "--follow", "--max-events", "1", "--idle-timeout", "0.3", pins=kinds),
+        q("events", "--follow", "--job", "1", "--idle-timeout", "0.3", pins=kinds),
+    ))  # fmt: skip
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     empty_queue(),
     self_description(),
@@ -351,4 +438,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     config_files(),
     undecodable_config(),
     worker_knobs(),
+    timeout(),
+    missing_database(),
+    foreign_file(),
+    follow(),
 )

@@ -13,6 +13,8 @@ compared element by element: lists of objects that carry a string `name` or
 `id` (flags, checks) are matched by it, other lists by position; ours may hold
 more elements. A list of plain values (strings, numbers) may be shorter in ours:
 how many there are is a value, not a shape; their types still must match.
+Pins reach into lists by index (`data.attempts[0].exit_code`) and into NDJSON
+frames (`frames[0].control.reason`).
 """
 
 from __future__ import annotations
@@ -121,16 +123,28 @@ def pinned_differences(original: Any, ours: Any, pins: tuple[str, ...]) -> list[
 
 
 def leaves(value: Any, path: str) -> list[tuple[str, Any]]:
+    """(path, value) of every leaf; list elements are `path[i]`, so a pin can
+    name one (`data.attempts[0].exit_code`), and an empty list is a leaf."""
     if isinstance(value, dict):
         return [leaf for k, v in value.items() for leaf in leaves(v, f"{path}.{k}" if path else k)]
+    if isinstance(value, list) and value:
+        return [leaf for i, v in enumerate(value) for leaf in leaves(v, f"{path}[{i}]")]
     return [(path, value)]
 
 
 def lookup(value: Any, path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(value, dict) or key not in value:
-            return "<absent>"
-        value = value[key]
+    """The value at a path `leaves` names, or "<absent>"."""
+    for part in path.split("."):
+        key, *indexes = part.split("[")
+        steps: list[str | int] = [key] if key else []
+        steps += [int(i.rstrip("]")) for i in indexes]
+        for step in steps:
+            if isinstance(step, int):
+                if not isinstance(value, list) or step >= len(value):
+                    return "<absent>"
+            elif not isinstance(value, dict) or step not in value:
+                return "<absent>"
+            value = value[step]
     return value
 
 
@@ -175,7 +189,9 @@ def compare(
     if theirs is None:  # NDJSON frames (events --follow): compared frame by frame
         frames = original.frames()
         if frames:
-            found += shape_differences(frames, ours.frames() or [], "frames")
+            mine_frames = ours.frames() or []
+            found += shape_differences(frames, mine_frames, "frames")
+            found += pinned_differences({"frames": frames}, {"frames": mine_frames}, pins)
         return found
     if mine is None:
         return [

@@ -149,3 +149,23 @@ def test_the_comparison_catches_what_it_promises() -> None:
               "warnings": []}  # fmt: skip
     kinds = {d.kind for d in compare(ok, Answer(5, json.dumps(failed), ""), as_json=True)}
     assert {"exit", "error_code"} <= kinds
+
+
+def test_pins_reach_into_lists_and_frames() -> None:
+    """A pin names a list element (a null exit code in 0.4.11 is not "anything"
+    in ours there) or an NDJSON frame (a follow that ends at once)."""
+    original = {"ok": True, "data": {"attempts": [{"exit_code": None}]}, "meta": {},
+                "errors": [], "warnings": []}  # fmt: skip
+    signalled = json.loads(json.dumps(original))
+    signalled["data"]["attempts"][0]["exit_code"] = -15
+    pins = ("data.attempts[0].exit_code",)
+    found = compare(Answer(0, json.dumps(original), ""), Answer(0, json.dumps(signalled), ""),
+                    as_json=True, pins=pins)  # fmt: skip
+    assert [(d.kind, d.where) for d in found] == [("value", "data.attempts[0].exit_code")]
+
+    ended = Answer(0, json.dumps({"control": {"type": "end", "reason": "idle_timeout"}}), "")
+    replayed = Answer(0, json.dumps({"id": 1, "event": "added"}) + "\n" + ended.stdout, "")
+    pins = ("frames[[]*[]].control.reason",)
+    found = compare(ended, replayed, as_json=True, pins=pins)
+    assert ("value", "frames[0].control.reason") in {(d.kind, d.where) for d in found}
+    assert compare(ended, ended, as_json=True, pins=pins) == []

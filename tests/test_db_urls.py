@@ -1,0 +1,194 @@
+"""What `--db` names: a value that looks like a URL is parsed as one and is
+never taken for a file path; a password never shows, however the URL is
+written (SPEC §7; issue 20 items 1 and 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy.engine import make_url
+
+from spoolctl.db.url import (
+    MASK,
+    connect_kwargs,
+    looks_like_url,
+    masked,
+    parse_db_url,
+    scrub,
+)
+from spoolctl.errors import InvalidInput
+from tests.helpers import cli_json, inproc
+
+Capsys = pytest.CaptureFixture[str]
+
+SECRET = "s3cr3t"
+NEAR_URLS = [
+    f"postgresql:/user:{SECRET}@host:5432/db",
+    f"postgresql//user:{SECRET}@host:5432/db",
+    f"postgres:/user:{SECRET}@host/db",
+    f" postgresql://user:{SECRET}@host/db",
+    f"postgresql://user:{SECRET}@host/db ",
+    f"user:{SECRET}@host/db",
+    f"mysql://user:{SECRET}@host/db",
+    f"postgresql://user:{SECRET}@host:54x/db",
+    f"postgresql://user:{SECRET}@h@host/db",
+    f"postgresql://us@er:{SECRET}@host/db",
+    f"postgresql://user:{SECRET}@host:99999/db",
+    f"postgresql://user:{SECRET}@host/",
+    "sqlite://",
+    "sqlite:///:memory:",
+    "sqlite://host/file.db",
+    "sqlite:///q.db?mode=ro",
+    "queue:1.db",
+]
+
+
+GIVEN_AS = [("flag", value) for value in NEAR_URLS] + [
+    (source, value) for source in ("env", "config") for value in NEAR_URLS[:4]
+]
+
+
+@pytest.mark.parametrize(("given_as", "value"), GIVEN_AS)
+def test_a_near_url_is_refused_and_creates_nothing(
+    value: str, given_as: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    flag: list[str] = []
+    if given_as == "flag":
+        flag = ["--db", value]
+    elif given_as == "env":
+        monkeypatch.setenv("SPOOLCTL_DB", value)
+    else:
+        (tmp_path / ".spoolctl").mkdir()
+        (tmp_path / ".spoolctl" / "config.json").write_text(json.dumps({"db_path": value}))
+    before = sorted(tmp_path.rglob("*"))
+    result = inproc("add", "--json", *flag, "--", "true", capsys=capsys)
+    error = result.envelope["errors"][0]
+    assert (result.exit_code, error["code"]) == (1, "INVALID_INPUT"), error
+    assert SECRET not in result.stdout + result.stderr
+    assert sorted(tmp_path.rglob("*")) == before, "a near-URL became a file or folder"
+    for verb in ("doctor", "config-show", "status", "list"):
+        for as_json in ([], ["--json"]):
+            shown = inproc(verb, *as_json, *flag, capsys=capsys)
+            assert SECRET not in shown.stdout + shown.stderr, (verb, shown.stdout, shown.stderr)
+    assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_malformed_url_gets_the_percent_encoding_hint() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        parse_db_url(f"postgresql://user:{SECRET}@h@host/db", "--db")
+    assert "%40" in refused.value.message and SECRET not in refused.value.message
+
+
+def test_a_relative_path_with_a_colon_is_usable_with_dot_slash(tmp_path: Path) -> None:
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        refused = cli_json("add", "--db", "name:with:colon.db", "--", "true")
+        assert refused.envelope["errors"][0]["code"] == "INVALID_INPUT"
+        assert "./name:with:colon" in refused.envelope["errors"][0]["message"]
+        added = cli_json("add", "--db", "./name:with:colon.db", "--", "true")
+        assert added.exit_code == 0, added.stdout
+    finally:
+        os.chdir(cwd)
+    assert (tmp_path / "name:with:colon.db").is_file()
+
+
+@pytest.mark.parametrize("slashes", ["///", "////"])
+def test_an_sqlite_url_names_a_file(slashes: str, tmp_path: Path) -> None:
+    path = f"{tmp_path}/spool/queue.db".lstrip("/") if slashes == "////" else "spool/queue.db"
+    url = f"sqlite:{slashes}{path}"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        added = cli_json("add", "--db", url, "--", "true")
+        listed = cli_json("list", "--db", str(tmp_path / "spool" / "queue.db"))
+    finally:
+        os.chdir(cwd)
+    assert added.exit_code == 0, added.stdout
+    assert listed.data["count"] == 1
+
+
+@pytest.mark.parametrize(
+    "password",
+    ["se/cret", "se#cret", "se?cret", "se:cret", "s e", "per%cent", "pa%2Fss", "ümlaut", "a@b"],
+)
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres", "postgresql+psycopg"])
+def test_a_password_never_shows_however_written(scheme: str, password: str) -> None:
+    url = f"{scheme}://user:{password}@localhost:5432/queue"
+    shown = masked(url)
+    assert password not in shown and MASK in shown, shown
+    assert shown.startswith(f"{scheme}://")
+    try:
+        kind, canonical = parse_db_url(url, "--db")
+    except InvalidInput as refused:
+        assert password not in refused.message and password not in json.dumps(refused.detail)
+        return
+    assert kind == "postgresql"
+    decoded = unquote(password)  # userinfo is percent-decoded, as in every URL
+    assert make_url(canonical).password == decoded
+    assert password not in masked(canonical) and decoded not in masked(canonical)
+    assert decoded not in scrub(f"FATAL: login as user with {decoded} failed", canonical)
+
+
+def test_secret_query_options_are_masked_too() -> None:
+    shown = masked(f"postgresql://u@h/db?password={SECRET}&sslmode=require")
+    assert SECRET not in shown and "sslmode=require" in shown
+
+
+def test_connect_kwargs_hand_the_password_over_undecoded_by_libpq() -> None:
+    canonical = parse_db_url("postgresql://u:se/cr#et@h:6543/db?sslmode=disable", "--db")[1]
+    assert connect_kwargs(canonical) == {
+        "user": "u",
+        "password": "se/cr#et",
+        "host": "h",
+        "port": 6543,
+        "dbname": "db",
+        "sslmode": "disable",
+    }
+
+
+@pytest.mark.parametrize(
+    "value", ["queue.db", "./a:b.db", "/tmp/x/queue.db", "2024:logs.db", "~/q.db", " queue.db"]
+)
+def test_paths_stay_paths(value: str) -> None:
+    assert not looks_like_url(value)
+
+
+ANY_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+HEADS = [
+    "postgresql://",
+    "postgres://",
+    "postgresql+psycopg://",
+    "postgresql:/",
+    "postgresql//",
+    " ",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(user=st.text("abcxyz", min_size=1, max_size=6), password=ANY_TEXT,
+       head=st.sampled_from(HEADS))  # fmt: skip
+def test_masking_never_leaks_a_password(user: str, password: str, head: str) -> None:
+    """Whatever the characters (reserved, spaces, '@', '%', non-ASCII), the
+    password is neither in the masked form nor in any refusal."""
+    rest = f"{head}{user}:@localhost:5432/queue{MASK}"
+    if password in rest or unquote(password) in rest:
+        return  # too short to tell apart from the rest of the URL
+    url = f"{head}{user}:{password}@localhost:5432/queue"
+    assert password not in masked(url), url
+    if not looks_like_url(url):
+        return
+    try:
+        kind, canonical = parse_db_url(url, "--db")
+    except InvalidInput as refused:
+        assert password not in refused.message + json.dumps(refused.detail), url
+        return
+    assert kind == "postgresql"
+    assert unquote(password) not in masked(canonical), url
