@@ -194,7 +194,8 @@ def test_events_follow_ends_with_a_control_frame(q: Populated) -> None:
 
 def test_text_tables_are_aligned_and_plain_without_a_tty(q: Populated) -> None:
     text = run_quiet(*q.args("list")).stdout.splitlines()
-    assert text[0].split() == ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "CREATED", "COMMAND"]
+    headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
+    assert text[0].split() == headers
     column = text[0].index("STATE")
     assert all(line[column - 2 : column] == "  " for line in text[1:])
     assert "\x1b[" not in run_quiet(*q.args("status")).stdout

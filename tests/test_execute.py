@@ -143,9 +143,8 @@ def test_timeout_kills_the_whole_process_group(db: Db, tmp_path: Path) -> None:
     assert (row["state"], row["last_error"]) == ("dead", "timed out after 1s")
     assert events_of(db, job_id) == ["added", "claimed", "timed_out", "dead"]
     assert ended_by(db, job_id) == (None, None, 15), "a timeout's exit code is null (0.4.11)"
-    (line,) = [
-        ln for ln in cli("show", str(job_id), db=db).stdout.splitlines() if "timed_out" in ln
-    ]
+    shown = cli("show", str(job_id), db=db).stdout.splitlines()
+    (line,) = [ln for ln in shown if ln.split()[1:2] == ["timed_out"]]  # the attempts table
     assert line.split()[1:4] == ["timed_out", "timeout", "SIGTERM"], line
     assert "exit code -  reason timeout" in cli("feedback", str(job_id), db=db).stdout
     for pid in recorded_pids(pidfile):

@@ -32,6 +32,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, event
 
+from spoolctl.cli.inspect import page_with_waits
 from spoolctl.db.engine import make_engine, read_tx, write_tx
 from spoolctl.services import claim, ledger, prune, query, reaper
 from spoolctl.services.query import JobFilter
@@ -186,6 +187,15 @@ def test_list_reads_exactly_what_its_filters_name(
     assert matches(plan, expected), plan
     # meta.pagination.first_id: the smallest id, read off the primary key's end
     assert plan_of(plans, "SELECT min(jobs.id)") == ["SEARCH jobs"]
+
+
+def test_list_counts_each_shown_jobs_attempts_through_the_attempts_index(engine: Engine) -> None:
+    """`list` shows how many attempts each job had: one grouped count over the
+    page's ids, read off the (job_id, attempt_no) index alone, never the table."""
+    plans = plans_of(engine, lambda c: page_with_waits(c, JobFilter(limit=100)))
+    assert plan_of(plans, "FROM attempts WHERE attempts.job_id IN") == [
+        "SEARCH attempts USING COVERING INDEX sqlite_autoindex_attempts_1 (job_id=?)"
+    ]
 
 
 def test_list_without_an_equality_filter_stops_at_its_limit(engine: Engine, db: Path) -> None:

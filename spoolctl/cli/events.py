@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from spoolctl.cli.render import Reply, emit, local_time, write_json
 from spoolctl.db.queue import QueueFile
 from spoolctl.errors import InvalidInput, SpoolError
 from spoolctl.services.ledger import Page, read_events
+from spoolctl.text import shown
 
 POLL_S = 0.1
 MAX_WAIT_S = 86_400
@@ -171,12 +173,26 @@ def control(kind: str, reason: str, as_json: bool, cursor: int, message: str = "
 
 
 def event_line(event: dict[str, Any]) -> str:
-    worker = f"  {event['worker_id']}" if event["worker_id"] else ""
+    """One event for people: id, time, its job (or lane), kind, worker and
+    its detail as compact JSON, every value shown escaped."""
+    worker = f"  {shown(event['worker_id'])}" if event["worker_id"] else ""
     when = local_time(event["at"])
+    detail = detail_text(event["detail"])
+    kind = shown(event["event"])
     if event["job_id"] is None:  # a lane event: paused, resumed
         lane = event["detail"].get("queue") if isinstance(event["detail"], dict) else None
-        return f"{event['id']:>6}  {when}  lane {lane or '?':<5} {event['event']}{worker}"
-    return f"{event['id']:>6}  {when}  job {event['job_id']:<6} {event['event']}{worker}"
+        head = f"{event['id']:>6}  {when}  lane {shown(lane or '?'):<5} {kind}{worker}"
+    else:
+        head = f"{event['id']:>6}  {when}  job {event['job_id']:<6} {kind}{worker}"
+    return f"{head}  {detail}" if detail else head
+
+
+def detail_text(detail: Any) -> str:
+    """An event's detail on one line: compact JSON, escaped (JSON leaves C1
+    controls, U+2028 and lone surrogates raw); empty when it has none."""
+    if detail is None or detail == {}:
+        return ""
+    return shown(json.dumps(detail, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
 def events_text(page: Page) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from spoolctl import validate
+from spoolctl.cli.events import event_line
 from spoolctl.cli.options import (
     JOB_ID,
     TAG_FILTER,
@@ -28,6 +29,7 @@ from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeou
 from spoolctl.services import dependencies, lanes, query
 from spoolctl.services.outcome import exit_label
 from spoolctl.states import JobState
+from spoolctl.text import shown, shown_argv
 
 STATE_COLORS = {
     "done": "green", "dead": "red", "running": "cyan", "canceled": "yellow", "waiting": "blue",
@@ -96,7 +98,12 @@ def paused_text(paused: list[dict[str, Any]], now: float) -> list[str]:
     if not paused:
         return []
     rows = [
-        [p["queue"], age(p["paused_at"], now), p["paused_by"], (p["reason"] or "")[:50]]
+        [
+            shown(p["queue"]),
+            age(p["paused_at"], now),
+            shown(p["paused_by"]),
+            shown(p["reason"] or "")[:50],
+        ]
         for p in paused
     ]
     heading = style(f"paused lanes: {len(paused)} (spoolctl resume QUEUE)", fg="yellow")
@@ -119,27 +126,30 @@ def watch_status(db: str | None, limit: int, interval: float) -> int:
 
 def status_text(data: dict[str, Any], now: float) -> str:
     counts = data["counts"]
-    parts = [f"{style(k, fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"]
+    parts = [
+        f"{style(shown(k), fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"
+    ]
     lines = ["jobs: " + "  ".join(parts) + f"  (scheduled {data['scheduled']})"]
     if data["queues"]:
         rows = [
-            [name + (" (paused)" if q.get("paused") else ""), str(q["counts"]["queued"]),
+            [shown(name) + (" (paused)" if q.get("paused") else ""), str(q["counts"]["queued"]),
              str(q["counts"]["running"]), str(q["counts"].get("waiting", 0)), str(q["scheduled"])]
             for name, q in sorted(data["queues"].items())
         ]  # fmt: skip
         lines += ["", table(["QUEUE", "QUEUED", "RUNNING", "WAITING", "SCHEDULED"], rows)]
     if data["recent_dead"]:
         rows = [
-            [str(d["id"]), (d["command"] or "?")[:50], str(d["attempts"]),
-             (d["last_error"] or "")[:40], age(d["finished_at"], now)]
+            [str(d["id"]), command_text(d["argv"], "?")[:50], shown(d["attempts"]),
+             shown(d["last_error"] or "")[:40], age(d["finished_at"], now)]
             for d in data["recent_dead"]
         ]  # fmt: skip
-        lines += ["", table(["DEAD", "COMMAND", "ATTEMPTS", "LAST ERROR", "FINISHED"], rows)]
+        lines += ["", table(["DEAD", "COMMAND", "FAILURES", "LAST ERROR", "FINISHED"], rows)]
     workers = data["workers"]
     lines += ["", f"workers: {len(workers)} live"]
     if workers:
         rows = [
-            [w["id"], w["queue"], str(w["pid"]), ",".join(map(str, w["running_jobs"])) or "-",
+            [shown(w["id"]), shown(w["queue"]), shown(w["pid"]),
+             ",".join(map(str, w["running_jobs"])) or "-",
              "?" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f}s"]
             for w in workers
         ]  # fmt: skip
@@ -154,8 +164,8 @@ def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
     if not orphans:
         return []
     rows = [
-        [str(o["job_id"]), "?" if o["pid"] is None else str(o["pid"]), o["dead_worker"] or "?",
-         age(o["since"], now), (o["reason"] or "")[:60]]
+        [str(o["job_id"]), "?" if o["pid"] is None else str(o["pid"]),
+         shown(o["dead_worker"] or "?"), age(o["since"], now), shown(o["reason"] or "")[:60]]
         for o in orphans
     ]  # fmt: skip
     heading = style(f"unconfirmed orphans: {len(orphans)} (kept running, not requeued)", fg="red")
@@ -187,41 +197,72 @@ def detail_with_dependencies(conn: Any, job_id: int) -> dict[str, Any] | None:
 
 
 def show_text(detail: dict[str, Any]) -> str:
+    """Every column, the attempts (how many, and apart the failures) and the
+    events, each value shown escaped."""
     job = detail["job"]
-    argv = job["argv"]
+    state = shown(job["state"])
     lines = [
-        f"job {job['id']}  {style(job['state'], fg=STATE_COLORS.get(job['state']), bold=True)}"
-        f"  queue {job['queue']}  priority {job['priority']}",
-        f"  command   {' '.join(argv) if argv else '(damaged)'}",
+        f"job {job['id']}  {style(state, fg=STATE_COLORS.get(state), bold=True)}"
+        f"  queue {shown(job['queue'])}  priority {shown(job['priority'])}",
+        f"  command   {command_text(job['argv'])}",
         f"  created   {local_time(job['created_at'])}",
         f"  next run  {local_time(job['next_run_at'])}",
-        f"  attempts  {job['attempts']} (crashes {job['crashes']}) of max_retries "
-        f"{job['max_retries']}, max_crashes {job['max_crashes']}",
-        f"  timeout   {job['timeout_seconds']}s",
+        f"  attempts  {len(detail['attempts'])}, failures {shown(job['attempts'])}"
+        f" (crashes {shown(job['crashes'])}) of max_retries {shown(job['max_retries'])},"
+        f" max_crashes {shown(job['max_crashes'])}",
+        f"  timeout   {shown(job['timeout_seconds'])}s",
+        *job_facts(job),
+        *links_text(detail),
     ]
-    for label in ("cwd", "idempotency_key", "note", "last_error"):
+    if detail["attempts"]:
+        lines += ["", attempts_table(detail["attempts"])]
+    if detail.get("events"):
+        lines += ["", style("events:", bold=True)]
+        lines += [f"  {event_line(e)}" for e in detail["events"]]
+    return "\n".join(lines)
+
+
+def job_facts(job: dict[str, Any]) -> list[str]:
+    """The optional columns, env and tags as K=V, and what is damaged."""
+    lines = [
+        f"  {label:<9} {shown(job[label])}"
+        for label in ("cwd", "idempotency_key", "note", "last_error")
+        if job.get(label)
+    ]
+    for label in ("env", "tags"):
         if job.get(label):
-            lines.append(f"  {label:<9} {job[label]}")
-    if job.get("env"):
-        lines.append("  env       " + " ".join(f"{k}={v}" for k, v in job["env"].items()))
-    if job.get("tags"):
-        lines.append("  tags      " + " ".join(f"{k}={v}" for k, v in job["tags"].items()))
+            pairs = " ".join(f"{shown(k)}={shown(v)}" for k, v in job[label].items())
+            lines.append(f"  {label:<9} {pairs}")
     for problem in job.get("damaged", []):
-        lines.append(style(f"  damaged   {problem}", fg="red"))
+        lines.append(style(f"  damaged   {shown(problem)}", fg="red"))
+    return lines
+
+
+def links_text(detail: dict[str, Any]) -> list[str]:
+    """The jobs this one waits for, and those that wait for it."""
+    lines = []
     if detail.get("after_jobs"):
-        waits = ", ".join(f"{p['job_id']} ({p['state']})" for p in detail["after_jobs"])
+        waits = ", ".join(f"{p['job_id']} ({shown(p['state'])})" for p in detail["after_jobs"])
         lines.append(f"  after     {waits}")
     if detail.get("dependents"):
         lines.append("  before    " + ", ".join(map(str, detail["dependents"])))
-    if detail["attempts"]:
-        rows = [
-            [str(a["attempt_no"]), a["state"], a["failure_reason"] or "-",
-             exit_label(a["exit_code"], a.get("signal")) or "-",
-             local_time(a["started_at"]), a["worker_id"]]
-            for a in detail["attempts"]
-        ]  # fmt: skip
-        lines += ["", table(["#", "STATE", "REASON", "EXIT", "STARTED", "WORKER"], rows)]
-    return "\n".join(lines)
+    return lines
+
+
+def attempts_table(attempts: list[dict[str, Any]]) -> str:
+    rows = [
+        [str(a["attempt_no"]), shown(a["state"]), shown(a["failure_reason"] or "-"),
+         shown(exit_label(a["exit_code"], a.get("signal")) or "-"),
+         local_time(a["started_at"]), shown(a["worker_id"])]
+        for a in attempts
+    ]  # fmt: skip
+    return table(["#", "STATE", "REASON", "EXIT", "STARTED", "WORKER"], rows)
+
+
+def command_text(argv: list[str] | None, damaged: str = "(damaged)") -> str:
+    """A job's command as the shell would read it back, escaped (see
+    `spoolctl.text.shown_argv`)."""
+    return shown_argv(argv) if argv else damaged
 
 
 @verb(
@@ -267,11 +308,16 @@ def list_jobs(
 def page_with_waits(
     conn: Any, where: query.JobFilter
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A page of `list`, each job with the ids it waits for (one query)."""
+    """A page of `list`, each job with the ids it waits for and its number of
+    attempts (`attempts_total`; `attempts` counts failures, as in 0.4.11): one
+    indexed query each for the page."""
     jobs, pagination = query.list_page(conn, where)
-    waits = dependencies.waits_for(conn, [j["id"] for j in jobs])
+    ids = [j["id"] for j in jobs]
+    waits = dependencies.waits_for(conn, ids)
+    counts = query.attempt_counts(conn, ids)
     for job in jobs:
         job["after_jobs"] = [p["job_id"] for p in waits.get(job["id"], [])]
+        job["attempts_total"] = counts.get(job["id"], 0)
     return jobs, pagination
 
 
@@ -280,12 +326,13 @@ def list_text(jobs: list[dict[str, Any]]) -> str:
         return "no jobs"
     now = time.time()
     rows = [
-        [str(j["id"]), style(j["state"], fg=STATE_COLORS.get(j["state"])), j["queue"],
-         str(j["priority"]), str(j["attempts"]), age(j["created_at"], now),
-         " ".join(j["argv"] or ["(damaged)"])[:60]]
+        [str(j["id"]), style(shown(j["state"]), fg=STATE_COLORS.get(j["state"])),
+         shown(j["queue"]), shown(j["priority"]), str(j["attempts_total"]), shown(j["attempts"]),
+         age(j["created_at"], now), command_text(j["argv"])[:60]]
         for j in jobs
     ]  # fmt: skip
-    return table(["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "CREATED", "COMMAND"], rows)
+    headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
+    return table(headers, rows)
 
 
 @verb("workers", examples=("spoolctl workers", "spoolctl workers --all --json"))
@@ -327,7 +374,8 @@ def workers_text(
     if not rows:
         return "\n".join(["no workers", *orphans_text(orphans or [], now)])
     lines = [
-        [w["id"], w["hostname"], str(w["pid"]), w["queue"], str(w["slots"] or "-"), w["state"],
+        [shown(w["id"]), shown(w["hostname"]), shown(w["pid"]), shown(w["queue"]),
+         shown(w["slots"] or "-"), shown(w["state"]),
          ",".join(map(str, w["running_jobs"])) or "-", local_time(w["started_at"]),
          age(w["heartbeat_at"], now)]
         for w in rows
@@ -384,14 +432,17 @@ def wait(
 
 def wait_progress(summary: dict[int, dict[str, Any]], elapsed: float) -> str:
     states = Counter(s["state"] for s in summary.values())
-    parts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    parts = ", ".join(f"{n} {shown(state)}" for state, n in sorted(states.items()))
     return f"waiting for {len(summary)} jobs: {parts} ({elapsed:.0f}s)"
 
 
 def wait_reply(summary: dict[int, dict[str, Any]]) -> Reply:
     all_done = all(s["state"] == JobState.DONE for s in summary.values())
     data = {"all_succeeded": all_done, "jobs": {str(i): s for i, s in summary.items()}}
-    lines = [f"job {i}: {s['state']} (attempts {s['attempts']})" for i, s in summary.items()]
+    lines = [
+        f"job {i}: {shown(s['state'])} (failures {shown(s['attempts'])})"
+        for i, s in summary.items()
+    ]
     return Reply(
         data, text="\n".join(lines), exit_code=EXIT_OK if all_done else EXIT_JOB_UNSUCCESSFUL
     )

@@ -12,6 +12,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services import lanes
+from spoolctl.text import shown
 
 REASON_MAX = 1000
 
@@ -43,10 +44,10 @@ def change_reply(
         lines = []
         for name in change.queues:
             if name in change.changed:
-                lines.append(f"lane {name!r} {verb_word}")
+                lines.append(f"lane '{shown(name)}' {verb_word}")
             else:
                 lines.append(
-                    f"lane {name!r} was already {'paused' if change.paused else 'running'}"
+                    f"lane '{shown(name)}' was already {'paused' if change.paused else 'running'}"
                 )
         text = "\n".join(lines)
     return Reply(data, text=text)

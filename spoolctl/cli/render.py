@@ -38,6 +38,7 @@ from spoolctl.errors import (
     Unreachable,
     WaitTimeout,
 )
+from spoolctl.text import shown
 
 CONTRACT_VERSION = "2"
 NUMBER = re.compile(r"^-[0-9.]")  # a negative number where click looked for a flag
@@ -110,7 +111,7 @@ def emit(reply: Reply, as_json: bool) -> int:
     if text:
         click.echo(text)
     for warning in reply.warnings:
-        message = one_line(str(warning["message"]))
+        message = shown(str(warning["message"]))
         click.echo(f"spoolctl: warning: {warning['code']}: {message}", err=True)
     return reply.exit_code
 
@@ -232,22 +233,11 @@ def emit_error(exc: SpoolError, as_json: bool, verb: str | None = None) -> int:
     if as_json:
         write_json(envelope(None, errors=[error_object(exc, verb)]))
         return exc.exit_code
-    click.echo(f"spoolctl: {exc.code}: {one_line(exc.message)}", err=True)
+    click.echo(f"spoolctl: {exc.code}: {shown(exc.message)}", err=True)
     hint = error_hint(exc, verb)
     if hint:
-        click.echo(f"  hint: {one_line(hint)}", err=True)
+        click.echo(f"  hint: {shown(hint)}", err=True)
     return exc.exit_code
-
-
-def one_line(text: str) -> str:
-    """A message that echoes user input stays one line on the terminal: line
-    breaks and other unprintable characters (\\r, \\x85, U+2028 ...) are shown
-    escaped."""
-    if text.isprintable():
-        return text
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
-    )
 
 
 def from_click(exc: click.ClickException) -> SpoolError:

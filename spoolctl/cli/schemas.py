@@ -67,11 +67,11 @@ LIST_JOB = obj({
     "cwd": opt(STR), "last_exit_code": opt(INT), "last_error": opt(STR),
     "idempotency_key": opt(STR), "tags": opt(str_map(STR)), "note": opt(STR),
     "env_keys": STR_LIST,
-}, {"damaged": STR_LIST, "after_jobs": arr(INT)})  # fmt: skip
+}, {"damaged": STR_LIST, "after_jobs": arr(INT), "attempts_total": INT})  # fmt: skip
 
 SHOW_JOB = obj({
     **{k: v for k, v in LIST_JOB["properties"].items()
-       if k not in ("env_keys", "damaged", "after_jobs")},
+       if k not in ("env_keys", "damaged", "after_jobs", "attempts_total")},
     "max_crashes": opt(INT), "env": opt(str_map(STR)), "locked_by": opt(STR),
     "locked_pid": opt(INT), "locked_at": opt(NUM), "heartbeat_at": opt(NUM),
     "last_failure_reason": opt(STR),

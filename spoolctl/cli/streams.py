@@ -26,6 +26,7 @@ from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
 from spoolctl.services.output import AttemptOutput
 from spoolctl.services.query import decode_job, get_job_row
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, FailureReason, JobState
+from spoolctl.text import shown
 
 STREAM_CHOICE = click.Choice(["stdout", "stderr", "both"])
 FOLLOW_POLL_S = 0.1
@@ -124,19 +125,22 @@ def refuse_outside(
 
 def refusal(ref: AttemptOutput, name: str, path: str) -> str:
     return (
-        f"{name} of job {ref.job_id} attempt {ref.attempt_no} is recorded as {path}, "
+        f"{name} of job {ref.job_id} attempt {ref.attempt_no} is recorded as {shown(path)}, "
         "outside the spool's output folder: not read"
     )
 
 
 def output_text(data: dict[str, Any]) -> str:
+    """Each stream's header and preview; the preview keeps its newlines and
+    tabs, every other control character (escape sequences, \\r) is shown
+    escaped: `--raw` writes the bytes as they are."""
     parts = []
     for name, info in data["streams"].items():
         head = f"== {name} of job {data['job_id']} attempt {data['attempt_no']}"
-        parts.append(
-            style(f"{head} ({data['attempt_state']}, {info['size_bytes']} bytes) ==", bold=True)
-        )
-        parts.append(info["preview"].rstrip("\n") if not info["missing"] else "(no file)")
+        state = shown(data["attempt_state"])
+        parts.append(style(f"{head} ({state}, {info['size_bytes']} bytes) ==", bold=True))
+        preview = shown(info["preview"].rstrip("\n"), keep_newlines=True)
+        parts.append(preview if not info["missing"] else "(no file)")
         if info["preview_truncated"]:
             parts.append(f"... truncated; `--raw` prints all {info['size_bytes']} bytes")
         if info.get("stored_truncated") and info["source"] == "database":
@@ -147,7 +151,7 @@ def output_text(data: dict[str, Any]) -> str:
 def cut_note(name: str, stored: int, path: str) -> str:
     return (
         f"... {name} was cut at {stored} bytes in the database ({output_store.CAP_ENV});"
-        f" the rest is only in the worker's file {path}"
+        f" the rest is only in the worker's file {shown(path)}"
     )
 
 
@@ -290,8 +294,8 @@ def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json:
         data["remediation"] = dependency_remediation(job_id, after_jobs)
     # JSON always carries both streams (as 0.4.11 did); --stream picks what text shows
     data["streams"] = tails(queue, ref, tail_bytes)
-    shown = selected(stream)
-    reply = Reply(data, text=lambda: feedback_text(data, shown))
+    picked = selected(stream)
+    reply = Reply(data, text=lambda: feedback_text(data, picked))
     refuse_outside(queue, reply, ref, data["streams"])
     if ref.attempt_no is None:
         reply.warn("NO_ATTEMPTS_YET", f"job {job_id} has no attempt yet")
@@ -365,24 +369,25 @@ NOT_RUN_TAIL: dict[str, Any] = {
 }  # fmt: skip
 
 
-def feedback_text(data: dict[str, Any], shown: tuple[str, ...] = ("stdout", "stderr")) -> str:
+def feedback_text(data: dict[str, Any], picked: tuple[str, ...] = ("stdout", "stderr")) -> str:
     verdict_word = {True: "succeeded", False: "did not succeed", None: "not finished"}
     lines = [
-        f"job {data['job_id']}: {data['state']} ({verdict_word[data['succeeded']]})",
+        f"job {data['job_id']}: {shown(data['state'])} ({verdict_word[data['succeeded']]})",
         f"  exit code {'-' if data['exit_code'] is None else data['exit_code']}"
-        f"  reason {data['failure_reason'] or '-'}"
-        f"  attempts {data['attempts_total']}  duration {data['duration_seconds']}s",
+        f"  reason {shown(data['failure_reason'] or '-')}"
+        f"  attempts {data['attempts_total']}  failures {shown(data['attempts'])}"
+        f"  duration {data['duration_seconds']}s",
     ]
     if data["last_error"]:
-        lines.append(f"  last error: {data['last_error']}")
+        lines.append(f"  last error: {shown(data['last_error'])}")
     if data.get("after_jobs"):
-        waits = ", ".join(f"{p['job_id']} ({p['state']})" for p in data["after_jobs"])
+        waits = ", ".join(f"{p['job_id']} ({shown(p['state'])})" for p in data["after_jobs"])
         lines.append(f"  after jobs: {waits}")
     for name, info in data["streams"].items():
-        if info["tail"] and name in shown:
+        if info["tail"] and name in picked:
             lines += [
                 style(f"-- {name} (last {len(info['tail'])} chars) --", bold=True),
-                info["tail"].rstrip("\n"),
+                shown(info["tail"].rstrip("\n"), keep_newlines=True),
             ]
     if data["remediation"]:
         lines.append(f"next: {data['remediation']}")

@@ -315,3 +315,17 @@ def wait_summary(conn: Connection, job_ids: list[int]) -> dict[int, dict[str, An
         ).where(jobs.c.id.in_(job_ids))
     ).mappings()
     return {row["id"]: {k: row[k] for k in row if k != "id"} for row in rows}
+
+
+def attempt_counts(conn: Connection, job_ids: list[int]) -> dict[int, int]:
+    """How many attempts (rows in attempts) each of these jobs has had; a job
+    with none is absent. One statement, served by the (job_id, attempt_no)
+    unique index alone: what it costs grows with the page, not the queue."""
+    if not job_ids:
+        return {}
+    found = conn.execute(
+        select(attempts.c.job_id, func.count())
+        .where(attempts.c.job_id.in_(job_ids))
+        .group_by(attempts.c.job_id)
+    )
+    return {int(job_id): int(count) for job_id, count in found}

@@ -1,11 +1,15 @@
 """Templates and the filters they use. Jinja2 escapes every value (autoescape
 is on for every template); the only markup built here is this module's own,
-around escaped values, so nothing a job controls reaches a page unescaped."""
+around escaped values, so nothing a job controls reaches a page unescaped.
+Before that, every string a template prints passes through
+`spoolctl.text.shown` (the environment's `finalize`): a control character or
+an invisible one shows as its escape (`\\x1b`, `\\r`), never as a box or as
+nothing, and a lone surrogate (a byte that is not UTF-8) as `\\xXX` instead
+of failing the response's encoding."""
 
 from __future__ import annotations
 
 import json
-import shlex
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,6 +19,7 @@ from markupsafe import Markup, escape
 from spoolctl import __version__
 from spoolctl.services.outcome import exit_label
 from spoolctl.states import EventKind, JobState
+from spoolctl.text import shown, shown_argv
 
 STATE_CLASSES = {state.value: f"state-{state.value}" for state in JobState}
 ATTEMPT_CLASSES = {
@@ -63,9 +68,10 @@ def seconds(value: Any) -> str:
 
 
 def command(argv: Any) -> str:
+    """The command as the shell reads it back, escaped (`shown_argv`)."""
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         return "(damaged)"
-    return shlex.join(argv)
+    return shown_argv(argv)
 
 
 def compact_json(value: Any) -> str:
@@ -78,7 +84,7 @@ def state_badge(state: Any, classes: dict[str, str] = STATE_CLASSES) -> Markup:
     """A state as a coloured badge; a value the code does not know is shown
     as text with a neutral colour."""
     css = classes.get(state, "state-unknown") if isinstance(state, str) else "state-unknown"
-    return Markup('<span class="badge {}">{}</span>').format(css, escape(str(state)))
+    return Markup('<span class="badge {}">{}</span>').format(css, escape(shown(state)))
 
 
 def attempt_badge(state: Any) -> Markup:
@@ -91,6 +97,20 @@ def attempt_exit(attempt: Any) -> str:
     return exit_label(attempt.get("exit_code"), attempt.get("signal")) or ""
 
 
+def output(text: Any) -> Markup:
+    """A stream's text (views.output_text made it) with its newlines and tabs:
+    escaped here, so the environment's one-line `shown` leaves it alone."""
+    return escape(shown(text, keep_newlines=True))
+
+
+def printed(value: Any) -> Any:
+    """What a template prints: strings shown escaped; markup this module built
+    (already escaped) and other values as they are."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return shown(value)
+    return value
+
+
 def make_environment() -> Environment:
     env = Environment(
         loader=PackageLoader("spoolctl.web", "templates"),
@@ -98,10 +118,12 @@ def make_environment() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=printed,
     )
     env.filters.update(
         ts=timestamp, secs=seconds, command=command, json=compact_json, badge=state_badge,
         attempt_badge=attempt_badge, event_class=event_class, exit_label=attempt_exit,
+        output=output,
     )  # fmt: skip
     env.globals.update(version=__version__, states=list(STATE_CLASSES), shown_states=SHOWN_STATES)
     return env

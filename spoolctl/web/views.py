@@ -4,6 +4,8 @@ no SQL of its own. Each function runs inside one read snapshot
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,10 +13,12 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from spoolctl import validate
+from spoolctl.config import Timing
 from spoolctl.errors import InvalidInput
 from spoolctl.services import dependencies, lanes, ledger, output_store, query
 from spoolctl.services import output as outputs
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
+from spoolctl.text import shown
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -31,6 +35,14 @@ OUTPUT_TAIL = 65_536
 OUTPUT_CHUNK = 65_536
 """The most bytes of a stream one poll of a live page returns."""
 STATES = tuple(s.value for s in JobState)
+COLOUR = re.compile(r"\x1b\[[0-9;:]*m")
+"""SGR sequences (colours, bold): a page drops them, so coloured output reads as
+its text; every other escape sequence is shown escaped."""
+OPEN_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*)?\Z")
+"""An escape sequence begun at the end of a read and not finished yet."""
+ESCAPE_HOLD_MAX = 32
+"""The longest unfinished sequence held back for the next read; a longer one
+is no colour code and is shown escaped as it is."""
 
 
 def empty_counts() -> dict[str, int]:
@@ -41,15 +53,19 @@ def empty_counts() -> dict[str, int]:
 
 
 def overview(conn: Connection, now: float) -> dict[str, Any]:
-    """`status` plus paused lanes and the commands of running jobs."""
+    """`status` plus paused lanes, who serves each lane and the commands of
+    running jobs."""
     data = query.status_summary(conn, now, dead_limit=OVERVIEW_DEAD)
     paused = lanes.paused_lanes(conn)
     queues: dict[str, dict[str, Any]] = data["queues"]
     for lane in paused:
         queues.setdefault(lane["queue"], {"counts": empty_counts(), "scheduled": 0})
     by_name = {lane["queue"]: lane for lane in paused}
+    serving = serving_workers(data["workers"], Timing.from_env().reap_threshold_s)
     for name, entry in queues.items():
         entry["paused"] = by_name.get(name)
+        entry["workers"] = serving.get(name, 0)
+        entry["due"] = max(0, entry["counts"].get("queued", 0) - entry["scheduled"])
     running = query.list_jobs(
         conn, query.JobFilter(state=JobState.RUNNING.value, limit=RUNNING_SHOWN)
     )
@@ -58,6 +74,17 @@ def overview(conn: Connection, now: float) -> dict[str, Any]:
     data["paused_lanes"] = paused
     data["now"] = now
     return data
+
+
+def serving_workers(workers: list[dict[str, Any]], silent_after: float) -> Counter[str]:
+    """Live workers per lane: running, and heard from within the reap
+    threshold (a worker killed without a word keeps its `running` row until a
+    reaper comes; it serves nothing)."""
+    return Counter(
+        w["queue"]
+        for w in workers
+        if isinstance(w["heartbeat_age_s"], int | float) and w["heartbeat_age_s"] <= silent_after
+    )
 
 
 def empty_overview(now: float) -> dict[str, Any]:
@@ -160,11 +187,15 @@ def parse_filters(params: Mapping[str, Sequence[str]]) -> Filters:
 
 
 def job_list(conn: Connection, filters: Filters) -> dict[str, Any]:
-    """One page of jobs, newest first, each with the jobs it waits for."""
+    """One page of jobs, newest first, each with the jobs it waits for and its
+    number of attempts (`attempts` counts failures)."""
     jobs, pagination = query.list_page(conn, filters.job_filter())
-    waits = dependencies.waits_for(conn, [job["id"] for job in jobs])
+    ids = [job["id"] for job in jobs]
+    waits = dependencies.waits_for(conn, ids)
+    counts = query.attempt_counts(conn, ids)
     for job in jobs:
         job["after_jobs"] = waits.get(job["id"], [])
+        job["attempts_total"] = counts.get(job["id"], 0)
     return {"jobs": jobs, "pagination": pagination}
 
 
@@ -206,7 +237,7 @@ def stream_tail(
         data, size = found if found is not None else (b"", 0)
         start, missing = size - len(data), found is None
     head = skip_partial_head(data) if start else 0
-    text, used = decode_complete(data[head:], final=ref.state != AttemptState.RUNNING)
+    text, used = output_text(data[head:], final=ref.state != AttemptState.RUNNING)
     return {
         "text": text,
         "start": start + head,
@@ -249,7 +280,7 @@ def output_chunk(
     else:
         found = outputs.read_span(ref.paths[name], offset, OUTPUT_CHUNK)
         data = b"" if found is None else found[0]
-    text, used = decode_complete(data, final=not reply["running"] and len(data) < OUTPUT_CHUNK)
+    text, used = output_text(data, final=not reply["running"] and len(data) < OUTPUT_CHUNK)
     reply.update(text=text, offset=offset + used, more=len(data) == OUTPUT_CHUNK)
     return reply
 
@@ -262,9 +293,25 @@ def skip_partial_head(data: bytes) -> int:
     return skip
 
 
+def output_text(data: bytes, *, final: bool) -> tuple[str, int]:
+    """What a page shows of `data`, and the bytes it used: colour codes
+    dropped; other controls and bytes that are not UTF-8 shown escaped
+    (`spoolctl.text.shown`), newline and tab kept. A UTF-8 character or an
+    escape sequence cut at the end is held back for the next read unless the
+    stream is final, so a split colour code is dropped whole."""
+    text, used = decode_complete(data, final=final)
+    if not final:
+        cut = OPEN_ESCAPE.search(text)
+        if cut and len(text) - cut.start() <= ESCAPE_HOLD_MAX:
+            used -= len(text) - cut.start()  # ASCII: one byte per character
+            text = text[: cut.start()]
+    return shown(COLOUR.sub("", text), keep_newlines=True), used
+
+
 def decode_complete(data: bytes, *, final: bool) -> tuple[str, int]:
     """Text of `data` and the bytes it used: a UTF-8 character cut at the end
-    is held back for the next read unless the stream is final."""
+    is held back for the next read unless the stream is final. Bytes that are
+    not UTF-8 decode to lone surrogates (surrogateescape), for `shown`."""
     used = len(data)
     if not final:
         for back in range(1, min(4, len(data)) + 1):
@@ -274,7 +321,7 @@ def decode_complete(data: bytes, *, final: bool) -> tuple[str, int]:
             if byte >= 0xC0 and back < _utf8_length(byte):
                 used = len(data) - back
             break
-    return data[:used].decode("utf-8", errors="replace"), used
+    return data[:used].decode("utf-8", errors="surrogateescape"), used
 
 
 def _utf8_length(lead: int) -> int:
