@@ -12,6 +12,7 @@ import pytest
 from spoolctl.cli import run
 from spoolctl.cli.render import HINTS, error_hint
 from spoolctl.errors import (
+    DB_UNUSABLE_REASONS,
     ERROR_CODES,
     Locked,
     SafetyBlock,
@@ -98,8 +99,13 @@ def test_hints_for_errors_raised_below_the_cli() -> None:
 
 
 def test_every_error_code_is_decided() -> None:
-    """A new error code must get a hint or be knowingly left without one."""
-    assert set(HINTS) | {SafetyBlock.code} == set(ERROR_CODES)
+    """A new error code must get a hint or be knowingly left without one, and
+    DB_UNUSABLE one per reason (keys `CODE:reason`)."""
+    codes = {key.partition(":")[0] for key in HINTS}
+    assert codes | {SafetyBlock.code} == set(ERROR_CODES)
+    reasons = {key.partition(":")[2] for key in HINTS if key.startswith("DB_UNUSABLE:")}
+    left_generic = {"server_too_old", "replaced", "unusable"}  # their messages say what to do
+    assert reasons | left_generic == set(DB_UNUSABLE_REASONS)
 
 
 def test_the_quick_start_shows_the_real_error_text(
