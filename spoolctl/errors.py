@@ -215,4 +215,5 @@ WARNING_CODES: dict[str, str] = {
     "NO_ATTEMPTS_YET": "the job has not run yet",
     "OUTPUT_PATH_REFUSED": "an attempt's recorded output path is outside the spool: not read",
     "DEPENDENCY_FAILED": "add --after-job: a job it waits for already ended dead or canceled",
+    "NO_QUEUE": "no queue exists where --db points yet: a read verb's answer is empty",
 }

@@ -261,3 +261,25 @@ def test_colour_only_on_a_tty_and_never_with_no_color(monkeypatch: pytest.Monkey
     assert render.style("dead", fg="red") != "dead"
     monkeypatch.setenv("NO_COLOR", "1")
     assert render.style("dead", fg="red") == "dead"
+
+
+def test_a_read_verb_on_a_queue_that_does_not_exist_says_so(db: Db) -> None:
+    """A mistyped --db must not look like an empty queue: the answer is the
+    empty one, with warning NO_QUEUE naming where it looked; a job asked of
+    it is NOT_FOUND saying no queue is there. Nothing is created."""
+    where = str(db).split("@")[-1] if is_postgres(db) else str(db)
+    for verb in (["status"], ["list"], ["workers"], ["events"]):
+        answer = run_quiet(verb[0], "--json", "--db", str(db), *verb[1:])
+        assert answer.exit_code == 0, answer.stdout
+        (warning,) = answer.envelope["warnings"]
+        assert warning["code"] == "NO_QUEUE" and where in warning["message"], warning
+        text = run_quiet(verb[0], "--db", str(db))
+        assert "warning: NO_QUEUE: no queue exists at" in text.stderr
+    for verb in (["show", "7"], ["output", "7"], ["feedback", "7"], ["retry", "7"], ["wait", "7"]):
+        refused = run_quiet(verb[0], "--json", "--db", str(db), *verb[1:])
+        (found,) = refused.envelope["errors"]
+        assert (refused.exit_code, found["code"]) == (1, "NOT_FOUND")
+        assert "no queue exists at" in found["message"], (verb, found)
+    assert not has_queue(db)
+    add(db, "true")
+    assert run_quiet("status", "--json", "--db", str(db)).envelope["warnings"] == []

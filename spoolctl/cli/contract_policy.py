@@ -68,6 +68,9 @@ CODE_NOTES: dict[str, tuple[str, bool | None, str]] = {
                         "spoolctl output 1 --json before a worker runs job 1"),
     "OUTPUT_PATH_REFUSED": ("A recorded output path lies outside the spool and was not read.",
                             None, "spoolctl output 1 --json on a tampered queue file"),
+    "NO_QUEUE": ("A read verb found no queue where --db points (none was created): its "
+                 "answer is empty; check --db if another queue was meant.", None,
+                 "spoolctl status --json --db no/such/queue.db"),
     "DEPENDENCY_FAILED": ("add --after-job named a job that already ended dead or canceled: "
                           "the new job was created canceled.", None,
                           "spoolctl add --after-job 1 --json -- true when job 1 is dead"),

@@ -17,7 +17,7 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import open_read
+from spoolctl.cli.queues import open_read, warn_no_queue
 from spoolctl.cli.render import Reply, emit, local_time, write_json
 from spoolctl.db.queue import QueueFile
 from spoolctl.errors import InvalidInput, SpoolError
@@ -90,7 +90,8 @@ def events(
         meta["wait"] = {"reason": reason, "waited_ms": round((time.monotonic() - started) * 1000)}
     meta["pagination"] = {"cursor": page.cursor, "first_id": page.first_id}
     data = {"count": len(page.events), "events": page.events}
-    return emit(Reply(data, text=lambda: events_text(page), meta=meta), as_json)
+    reply = Reply(data, text=lambda: events_text(page), meta=meta)
+    return emit(reply if ledger.queue is not None else warn_no_queue(reply, db), as_json)
 
 
 class Ledger:

@@ -23,7 +23,7 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import open_read
+from spoolctl.cli.queues import no_job, open_read, warn_no_queue
 from spoolctl.cli.render import ProgressLine, Reply, age, emit, local_time, style, table
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
 from spoolctl.services import dependencies, lanes, query
@@ -68,14 +68,19 @@ def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bo
         return watch_status(db, limit, interval)
     now = time.time()
     data = status_data(db, limit, now)
-    return emit(Reply(data, text=lambda: status_text(data, now)), as_json)
+    reply = Reply(data, text=lambda: status_text(data, now))
+    return emit(reply if data is not EMPTY_STATUS else warn_no_queue(reply, db), as_json)
+
+
+EMPTY_STATUS = empty_status()
+"""`status` of a queue that does not exist yet (read-only: never changed)."""
 
 
 def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
     """`now` is this machine's clock; a PostgreSQL queue is judged by its server's."""
     queue = open_read(db)
     if queue is None:
-        return empty_status()
+        return EMPTY_STATUS
     if queue.is_postgres:
         now = queue.now()
     return queue.read(
@@ -183,7 +188,7 @@ def show(job_id: int, db: str | None, as_json: bool) -> int:
         None if queue is None else queue.read(lambda conn: detail_with_dependencies(conn, job_id))
     )
     if detail is None:
-        raise NotFound(f"no job {job_id}", job_id=job_id)
+        raise no_job(job_id, db) if queue is None else NotFound(f"no job {job_id}", job_id=job_id)
     return emit(Reply(detail, text=lambda: show_text(detail)), as_json)
 
 
@@ -302,7 +307,8 @@ def list_jobs(
         ([], empty) if found is None else found.read(lambda conn: page_with_waits(conn, where))
     )
     data = {"count": len(jobs), "jobs": jobs}
-    return emit(Reply(data, text=lambda: list_text(jobs), meta={"pagination": pagination}), as_json)
+    reply = Reply(data, text=lambda: list_text(jobs), meta={"pagination": pagination})
+    return emit(reply if found is not None else warn_no_queue(reply, db), as_json)
 
 
 def page_with_waits(
@@ -359,13 +365,10 @@ def workers(include_all: bool, db: str | None, as_json: bool) -> int:
         row["lane_paused"] = row["queue"] in names
     data = {"count": len(rows), "workers": rows, "orphans_unconfirmed": orphans,
             "paused_lanes": paused}  # fmt: skip
-    return emit(
-        Reply(
-            data,
-            text=lambda: "\n".join([workers_text(rows, now, orphans), *paused_text(paused, now)]),
-        ),
-        as_json,
+    reply = Reply(
+        data, text=lambda: "\n".join([workers_text(rows, now, orphans), *paused_text(paused, now)])
     )
+    return emit(reply if found is not None else warn_no_queue(reply, db), as_json)
 
 
 def workers_text(
@@ -414,6 +417,8 @@ def wait(
                 {} if found is None else found.read(lambda conn: query.wait_summary(conn, ids))
             )
             missing = [i for i in ids if i not in summary]
+            if missing and found is None:
+                raise no_job(missing[0], db)
             if missing:
                 raise NotFound(f"no job {missing[0]}", job_ids=missing)
             pending = [i for i in ids if summary[i]["state"] not in WAIT_FINAL]

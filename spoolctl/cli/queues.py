@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from spoolctl.cli.render import Reply
 from spoolctl.config import resolve_db
 from spoolctl.db.engine import Synchronous
 from spoolctl.db.queue import QueueFile, Target, open_for_read, open_for_write
+from spoolctl.errors import NotFound
+
+NO_QUEUE = "NO_QUEUE"
 
 
 def target_of(db_flag: str | None) -> Target:
@@ -23,3 +27,24 @@ def open_write(db_flag: str | None, *, synchronous: Synchronous = "NORMAL") -> Q
 def open_read(db_flag: str | None) -> QueueFile | None:
     """None when no queue exists there yet: read-only verbs never create one."""
     return open_for_read(target_of(db_flag))
+
+
+def nowhere(db_flag: str | None) -> str:
+    """Where the verb looked and found no queue, in words that fit a message."""
+    return f"no queue exists at {resolve_db(db_flag).display} yet"
+
+
+def warn_no_queue(reply: Reply, db_flag: str | None) -> Reply:
+    """An empty answer from a queue that does not exist says so (a mistyped
+    --db would otherwise look like an empty queue)."""
+    reply.warn(
+        NO_QUEUE,
+        f"{nowhere(db_flag)}: the answer is empty; the first `spoolctl add` or "
+        "`spoolctl work` creates it (check --db, SPOOLCTL_DB or config db_path)",
+    )
+    return reply
+
+
+def no_job(job_id: int, db_flag: str | None) -> NotFound:
+    """NOT_FOUND for a job asked of a queue that does not exist."""
+    return NotFound(f"no job {job_id}: {nowhere(db_flag)}", job_id=job_id)

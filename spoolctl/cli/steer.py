@@ -7,10 +7,10 @@ from dataclasses import asdict
 import click
 
 from spoolctl.cli.options import JOB_ID, Duration, StateList, db_option, json_option, verb
-from spoolctl.cli.queues import open_read, open_write
+from spoolctl.cli.queues import no_job, open_read, open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import QueueFile
-from spoolctl.errors import NotFound, SafetyBlock
+from spoolctl.errors import SafetyBlock
 from spoolctl.services import prune as pruning
 from spoolctl.services.cancel import cancel as cancel_job
 from spoolctl.services.deadletter import requeue
@@ -23,7 +23,7 @@ def existing_queue(db: str | None, job_id: int) -> QueueFile:
     """The queue for a change to one job; a missing queue is not created for it."""
     found = open_read(db)
     if found is None:
-        raise NotFound(f"no job {job_id}", job_id=job_id)
+        raise no_job(job_id, db)
     found.dispose()
     return open_write(db)
 

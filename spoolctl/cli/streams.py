@@ -15,11 +15,10 @@ from typing import Any
 import click
 
 from spoolctl.cli.options import JOB_ID, BoundedInt, db_option, json_option, verb
-from spoolctl.cli.queues import open_read
+from spoolctl.cli.queues import no_job, open_read
 from spoolctl.cli.render import Reply, emit, style, write_json
 from spoolctl.config import Timing
 from spoolctl.db.queue import QueueFile
-from spoolctl.errors import NotFound
 from spoolctl.services import output as outputs
 from spoolctl.services import output_store
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
@@ -42,7 +41,7 @@ def selected(stream: str) -> tuple[str, ...]:
 def open_existing(db: str | None, job_id: int) -> QueueFile:
     found = open_read(db)
     if found is None:
-        raise NotFound(f"no job {job_id}", job_id=job_id)
+        raise no_job(job_id, db)
     return found
 
 
