@@ -22,6 +22,7 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
+from spoolctl.cli.outages import waits_text
 from spoolctl.cli.queues import open_read
 from spoolctl.cli.render import ProgressLine, Reply, age, emit, local_time, style, table
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
@@ -315,7 +316,9 @@ def workers(include_all: bool, db: str | None, as_json: bool) -> int:
     return emit(
         Reply(
             data,
-            text=lambda: "\n".join([workers_text(rows, now, orphans), *paused_text(paused, now)]),
+            text=lambda: "\n".join(
+                [workers_text(rows, now, orphans), *waits_text(rows), *paused_text(paused, now)]
+            ),
         ),
         as_json,
     )
