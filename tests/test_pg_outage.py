@@ -75,7 +75,7 @@ class FakeTime:
         self.now += seconds
 
 
-def down(message: str = "the server could not be reached") -> Any:
+def down(message: str = "the server did not answer") -> Any:
     def fail() -> None:
         raise Unreachable(message)
 
@@ -91,7 +91,7 @@ def test_a_bounded_wait_gives_up_with_the_last_error() -> None:
         clock=lambda: time.now,
         sleep=time.sleep,
     )
-    with pytest.raises(Unreachable, match="could not be reached"):
+    with pytest.raises(Unreachable, match="did not answer"):
         server.call(down(), patience_s=ONE_SHOT_WAIT_S)
     assert time.now - 100.0 == pytest.approx(ONE_SHOT_WAIT_S)
     assert time.sleeps[:5] == [0.5, 1.0, 2.0, 4.0, 8.0] and max(time.sleeps) == 10.0
@@ -117,7 +117,7 @@ def test_a_listener_hears_once_when_the_wait_begins_and_once_when_it_ends() -> N
 
 def test_only_an_unreachable_server_is_waited_for() -> None:
     def refused() -> None:
-        raise StorageFault("password authentication failed")
+        raise StorageFault("password authentication failed", reason="login_refused")
 
     time = FakeTime()
     server = Reconnecting(Signals(), clock=lambda: time.now, sleep=time.sleep)
@@ -152,7 +152,7 @@ def test_a_one_shot_worker_gives_up_after_its_bound_and_a_signal_ends_a_looping_
 
     def unreachable() -> None:
         tries.append(1)
-        raise Unreachable("the PostgreSQL server could not be reached")
+        raise Unreachable("the PostgreSQL server did not answer")
 
     once = WorkerOptions(mode="once", server_wait_s=0.6)
     worker = Worker(engine, tmp_path, once, Timing.from_env(), prepare=unreachable)
@@ -300,7 +300,7 @@ def test_a_worker_started_while_the_server_is_down_waits_and_then_runs_the_queue
     row = next(w for w in listed["workers"] if w["id"] == "w-late")
     waited = row["waited_for_server"]
     assert waited["failed_tries"] >= 1 and waited["waited_s"] > 0
-    assert "could not be reached" in waited["error"] and server.password not in waited["error"]
+    assert "did not answer" in waited["error"] and server.password not in waited["error"]
     assert "worker w-late waited" in cli("workers", db=url).stdout
     lane_events = rows(url, "SELECT event, worker_id FROM job_events WHERE job_id IS NULL")
     assert [tuple(e) for e in lane_events] == [("waited_for_server", "w-late")]
@@ -356,7 +356,8 @@ def test_a_refused_login_or_a_missing_database_is_not_waited_for(
     worker = spawn(worker_args(bad, "w-refused"), out, terminal, spool(tmp_path))
     assert worker.wait(timeout=60) == 3
     error = json.loads(out.read_text())["errors"][0]
-    assert error["exit_code"] == 3 and error["code"] not in ("LOCKED", "UNREACHABLE")
+    reason = "login_refused" if wrong == "password" else "no_such_database"
+    assert (error["code"], error["detail"]["reason"]) == ("DB_UNUSABLE", reason)
     assert WAITING not in terminal.seen
 
 
