@@ -13,7 +13,9 @@ half the hang threshold kills its jobs and claims nothing (`lease.py`).
 
 On a PostgreSQL queue the worker also copies its running jobs' output into
 the database every OUTPUT_COPY_EVERY_S, and what is left of it in the
-transaction that records the outcome (`services/output_store.py`).
+transaction that records the outcome (`services/output_store.py`). A worker
+started while the server cannot be reached waits for it before it registers
+(`outage.py`), and one that loses it later keeps its loop and retries.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
+from spoolctl.cli.events import DEFAULT_IDLE_TIMEOUT_S, MAX_WAIT_S
 from spoolctl.cli.options import JOB_ID, BoundedInt, Duration, db_option, json_option, verb
 from spoolctl.cli.outages import outage_notice
 from spoolctl.cli.queues import open_read
@@ -35,9 +36,6 @@ from spoolctl.wakeup import StopRequested, counting_signals
 STREAM_CHOICE = click.Choice(["stdout", "stderr", "both"])
 FOLLOW_POLL_S = 0.1
 FOLLOW_CHUNK = 65_536
-FOLLOW_IDLE_TIMEOUT_S = 3600
-"""--follow's default --idle-timeout, as `events --follow`'s."""
-MAX_WAIT_S = 86_400
 ChunkReader = Callable[[str, int], bytes]
 """The next bytes of a stream from an offset (empty: none yet)."""
 T = TypeVar("T")
@@ -81,7 +79,8 @@ def open_existing(db: str | None, job_id: int) -> QueueFile:
                    " attempt, once it starts.")  # fmt: skip
 @click.option("--idle-timeout", type=Duration(MAX_WAIT_S), default=None,
               help="With --follow: give up after this long with nothing to follow (no attempt"
-                   " yet, or the server unreachable); default 3600 (1h).")  # fmt: skip
+                   f" yet, or the server unreachable); default {DEFAULT_IDLE_TIMEOUT_S}"
+                   " (as events --follow).")  # fmt: skip
 @db_option
 @json_option
 def output(
@@ -105,7 +104,7 @@ def output(
     """
     names = selected(stream)
     if follow:
-        bound = FOLLOW_IDLE_TIMEOUT_S if idle_timeout is None else idle_timeout
+        bound = DEFAULT_IDLE_TIMEOUT_S if idle_timeout is None else idle_timeout
         return follow_job(db, job_id, attempt_no, names, (as_json, bound))
     if idle_timeout is not None:
         raise InvalidInput("--idle-timeout only applies with --follow", flag="--idle-timeout")

@@ -95,8 +95,9 @@ def work(
 
     A PostgreSQL server that cannot be reached when the worker starts is
     waited for, trying again after 0.5 s, doubling to 10 s between tries:
-    without end, or up to 60 s with --once or --drain (then it exits 4). A
-    refused login or a missing database is not waited for (exit 3).
+    without end, or up to 60 s with --once or --drain (then UNREACHABLE,
+    exit 4). A refused login or a missing database is not waited for
+    (DB_UNUSABLE, exit 3).
     """
     timing = Timing.from_env()
     mode: Mode = "once" if once else "drain" if drain else "loop"
