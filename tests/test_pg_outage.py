@@ -161,14 +161,18 @@ def test_a_one_shot_worker_gives_up_after_its_bound_and_a_signal_ends_a_looping_
     assert len(tries) >= 2, "it tried again before giving up"
     assert not (tmp_path / "unused.db").exists(), "nothing was registered"
 
-    looping = Worker(engine, tmp_path, WorkerOptions(), Timing.from_env(), prepare=unreachable)
-    timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGTERM))
-    timer.start()
-    try:
-        report = looping.run()
-    finally:
-        timer.cancel()
-    assert report.stopped_by_signal and report.claimed == 0
+    def stopped_on_the_third_try() -> None:
+        tries.append(1)
+        if len(tries) == 3:  # a try during the outage: the signal cuts it short
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise Unreachable("the PostgreSQL server did not answer")
+
+    tries.clear()
+    looping = Worker(
+        engine, tmp_path, WorkerOptions(), Timing.from_env(), prepare=stopped_on_the_third_try
+    )
+    report = looping.run()
+    assert report.stopped_by_signal and report.claimed == 0 and len(tries) == 3
     assert not (tmp_path / "unused.db").exists()
 
 
