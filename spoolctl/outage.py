@@ -128,7 +128,7 @@ class Reconnecting:
 
     def _bound(self, give_up_at: float | None, patience_s: float | None) -> float | None:
         assert self.outage is not None
-        bounds = [b for b in (give_up_at,) if b is not None]
+        bounds = [] if give_up_at is None else [give_up_at]
         if patience_s is not None:
             bounds.append(self.outage.began + patience_s)
         return min(bounds) if bounds else None

@@ -89,7 +89,8 @@ EVENT = obj({
     "id": INT, "job_id": opt(INT), "at": NUM, "event": one_of(*EventKind),
     "worker_id": opt(STR), "detail": ANY,
 })  # fmt: skip
-"""job_id is null only for a lane event (paused, resumed): its detail names the queue."""
+"""job_id is null only for a lane event (paused, resumed, waited_for_server): its detail
+names the queue."""
 
 SERVER_WAIT = obj({"waited_s": NUM, "failed_tries": INT, "error": STR})
 """How a worker's start waited for an unreachable database server (PostgreSQL)."""
