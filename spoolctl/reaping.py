@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Engine
 
 from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx, write_quietly
-from spoolctl.errors import Locked
+from spoolctl.errors import Locked, Unreachable
 from spoolctl.services import reaper
 
 
@@ -48,7 +48,7 @@ class Reaping:
         try:
             with read_tx(self.engine) as conn:
                 candidates = self.stale(conn, now, own)
-        except Locked:
+        except (Locked, Unreachable):
             return
         self.reap(candidates, now)
 
@@ -103,7 +103,7 @@ class Reaping:
         try:
             with read_tx(self.engine) as conn:
                 stale = reaper.stale_workers(conn, now, self.timing.reap_threshold_s)
-        except Locked:
+        except (Locked, Unreachable):
             return
         dead = [
             row

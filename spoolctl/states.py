@@ -65,6 +65,10 @@ class EventKind(StrEnum):
     DEPENDENCY_FAILED = "dependency_failed"
     """A waiting job was canceled because a job it waited for ended dead or
     canceled; detail names that parent."""
+    WAITED_FOR_SERVER = "waited_for_server"
+    """A worker started while the database server could not be reached and
+    waited for it (job_id is null; worker_id names the worker; detail has
+    the queue, waited_s, failed_tries and the last error)."""
 
 
 class WorkerState(StrEnum):

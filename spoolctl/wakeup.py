@@ -17,12 +17,34 @@ from typing import Any, Protocol
 from sqlalchemy import Engine
 
 
+class StopRequested(BaseException):
+    """A stop signal came during a call marked `Signals.interruptible`, or
+    while waiting out an outage: the caller ends as it does on a signal.
+    Not an Exception, so no `except Exception` on the way swallows it."""
+
+
 @dataclass
 class Signals:
     """SIGINT/SIGTERM received so far, and a pipe that becomes readable on each."""
 
     count: int = 0
     wake_fd: int = -1
+    raising: bool = False
+    """True inside `interruptible()`: the next signal raises StopRequested."""
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A blocking call with nothing to clean up (a connection attempt to a
+        server that does not answer) is abandoned the moment a stop signal
+        comes, instead of after its timeout. A signal that already came
+        raises on entry."""
+        if self.count:
+            raise StopRequested
+        self.raising = True
+        try:
+            yield
+        finally:
+            self.raising = False
 
 
 @contextmanager
@@ -36,6 +58,9 @@ def counting_signals() -> Iterator[Signals]:
 
     def handler(_signum: int, _frame: FrameType | None) -> None:
         state.count += 1
+        if state.raising:
+            state.raising = False
+            raise StopRequested
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     old_wakeup = signal.set_wakeup_fd(write_fd)

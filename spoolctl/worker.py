@@ -13,7 +13,9 @@ half the hang threshold kills its jobs and claims nothing (`lease.py`).
 
 On a PostgreSQL queue the worker also copies its running jobs' output into
 the database every OUTPUT_COPY_EVERY_S, and what is left of it in the
-transaction that records the outcome (`services/output_store.py`).
+transaction that records the outcome (`services/output_store.py`). A worker
+started while the server cannot be reached waits for it before it registers
+(`outage.py`), and one that loses it later keeps its loop and retries.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Literal
 
 from sqlalchemy import Connection, Engine
 
-from spoolctl import procs
+from spoolctl import outage, procs
 from spoolctl.config import Timing
 from spoolctl.db.engine import (
     HeldConnection,
@@ -39,14 +41,22 @@ from spoolctl.db.engine import (
     write_quietly,
     write_tx,
 )
-from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault
+from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault, Unreachable
 from spoolctl.guard import LeaseGuard
+from spoolctl.outage import Reconnecting
 from spoolctl.reaping import Reaping
 from spoolctl.services import claim as claiming
 from spoolctl.services import execute, heartbeat, lanes, lease, output_store, reaper
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import FailureReason, JobState
-from spoolctl.wakeup import ChangeWatch, Signals, change_watch, counting_signals, wait_readable
+from spoolctl.wakeup import (
+    ChangeWatch,
+    Signals,
+    StopRequested,
+    change_watch,
+    counting_signals,
+    wait_readable,
+)
 
 Mode = Literal["loop", "once", "drain"]
 WATCH_TICK_S = 0.03
@@ -62,7 +72,11 @@ LOCK_SLICE_S = 0.25
 """The longest one write waits for the lock before the loop runs again."""
 RETRY_FIRST_S = 0.05
 RETRY_MAX_S = 2.0
-"""Backoff between writes that found the lock busy or the disk full."""
+"""Backoff between writes that found the lock busy, the disk full or the
+server unreachable."""
+TRANSIENT = (Locked, Unreachable, DiskFull)
+"""What a running worker retries instead of stopping (Unreachable named on
+its own: it need not stay a kind of Locked)."""
 HARD_STOP_RECORD_S = 5.0
 """After a second signal, how long the worker tries to record its killed jobs."""
 OUTPUT_COPY_EVERY_S = 0.25
@@ -77,6 +91,9 @@ class WorkerOptions:
     worker_id: str | None = None
     poll_interval_s: float = 1.0
     concurrency: int = 1
+    server_wait_s: float | None = None
+    """How long a start waits for a server that cannot be reached (None:
+    until it answers or a signal comes); then the server's error is raised."""
 
 
 @dataclass
@@ -120,8 +137,14 @@ class Worker:
         timing: Timing,
         clock: Callable[[], float] = time.time,
         on_result: Callable[[WorkReport], None] | None = None,
+        prepare: Callable[[], None] = lambda: None,
+        on_wait: outage.OutageListener | None = None,
     ) -> None:
         self.engine = engine
+        self.prepare = prepare
+        """Makes the schema usable (run before registering; may need the server)."""
+        self.on_wait = on_wait
+        """Told when the worker starts waiting for the server, and when it got through."""
         self.held = HeldConnection(engine)
         """The connection of the claim-and-record transactions, one per job."""
         self._job_env = execute.encoded_environment()
@@ -169,8 +192,13 @@ class Worker:
     # -- lifecycle -------------------------------------------------------
 
     def run(self) -> WorkReport:
-        self._db_identity = self._file_identity()
-        self._register()
+        with counting_signals() as self.signals:
+            if self._connect():
+                self._serve()
+        self.report.stopped_by_signal = self.signals.count > 0
+        return self.report
+
+    def _serve(self) -> None:
         watch = change_watch(self.engine)
         self._watch = watch
         hang = self.timing.hang_threshold_s
@@ -179,25 +207,48 @@ class Worker:
             # its jobs as worker crashes; before others may requeue (the whole).
             self._guard = LeaseGuard(hang * GUARD_FENCE_SHARE)
         try:
-            with counting_signals() as self.signals:
-                try:
-                    self._loop(watch)
-                finally:
-                    self._shutdown()
+            try:
+                self._loop(watch)
+            finally:
+                self._shutdown()
         finally:
             self.held.close()
             watch.close()
             if self._guard is not None:
                 self._guard.close()
-        self.report.stopped_by_signal = self.signals.count > 0
-        return self.report
+
+    # -- connecting ------------------------------------------------------
+
+    def _connect(self) -> bool:
+        """Make the schema usable and register, waiting out a server that
+        cannot be reached (`outage.py`) for up to options.server_wait_s
+        (then `Unreachable`). False when a stop signal ended the wait:
+        nothing was registered."""
+        server = Reconnecting(self.signals, self.on_wait)
+
+        def attempt() -> None:
+            if server.outage is None:
+                self.prepare()
+            else:  # a try that hangs on a silent server is abandoned on a signal
+                with self.signals.interruptible():
+                    self.prepare()
+            self._db_identity = self._file_identity()
+            self._register(server.outage, server.try_began)
+
+        try:
+            server.call(attempt, patience_s=self.options.server_wait_s)
+        except StopRequested:
+            return False
+        return True
 
     def _guard_groups(self) -> None:
         """Tell the lease guard which process groups run now (PostgreSQL)."""
         if self._guard is not None:
             self._guard.track({e.proc.pid for e in self.running.values() if e.proc is not None})
 
-    def _register(self) -> None:
+    def _register(self, waited: outage.Outage | None, tried_at: float) -> None:
+        """The worker's row; after an outage, with an event saying how long
+        the worker waited for the server (`workers` shows it)."""
         now = self.clock()
         with write_tx(self.engine) as conn:
             existing = heartbeat.get_worker(conn, self.worker_id)
@@ -223,6 +274,14 @@ class Worker:
                 ),
                 now,
             )
+            if waited is not None:
+                heartbeat.record_server_wait(
+                    conn,
+                    self.worker_id,
+                    self.options.queue,
+                    heartbeat.ServerWait(waited.waited_s(tried_at), waited.failures, waited.error),
+                    now,
+                )
         self._last_beat = now
 
     def _shutdown(self) -> None:
@@ -321,7 +380,7 @@ class Worker:
                 states = [self._settle(conn, e, o, now) for e, o in ended]
                 stale = self.reaping.stale(conn, now, self.running) if wanted else []
                 claims = [] if stale else self._claim_in(conn, now, wanted)
-        except (Locked, DiskFull):
+        except TRANSIENT:
             if self.output_copier is not None:
                 self.output_copier.failed()
             self._write_failed(now)
@@ -389,7 +448,7 @@ class Worker:
         try:
             with self.held.write_tx(LOCK_SLICE_S) as conn:
                 return self._claim_in(conn, now, wanted)
-        except (Locked, DiskFull):
+        except TRANSIENT:
             self._write_failed(now)
             return []
 
@@ -493,7 +552,7 @@ class Worker:
                 with read_tx(self.engine) as conn:
                     settled = claiming.lane_settled(conn, self.options.queue, now)
                     paused = lanes.is_paused(conn, self.options.queue)
-            except Locked:
+            except (Locked, Unreachable):
                 return False
             self.report.drained = settled
             self.report.paused = paused
@@ -534,7 +593,7 @@ class Worker:
                 reaper.release_forgotten(
                     conn, self.worker_id, self.identity.pid, set(self.running), now
                 )
-        except (Locked, DiskFull):
+        except TRANSIENT:
             self._write_failed(now)
             return
         self._write_ok()

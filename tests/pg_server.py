@@ -194,6 +194,36 @@ class PgServer:
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
 
+    @property
+    def running(self) -> bool:
+        """A server started here is up (between shut_down() and start_again() it is not)."""
+        return self.data_dir is not None and (self.data_dir / "postmaster.pid").exists()
+
+    def shut_down(self) -> None:
+        """pg_ctl stop -m fast, keeping the folder: every session ends and every
+        connection is refused until start_again() (only a server started here)."""
+        if self.data_dir is None:
+            raise PgServerError("only a server started by tests/pg_server.py can be shut down")
+        _pg_ctl_stop(self._run_as, self.data_dir, "fast")
+
+    def start_again(self) -> None:
+        """pg_ctl start after shut_down(), with the options the server last ran
+        with (its postmaster.opts): the same port, folder and data."""
+        if self.data_dir is None or self.root is None:
+            raise PgServerError("only a server started by tests/pg_server.py can be started")
+        words = shlex.split((self.data_dir / "postmaster.opts").read_text())[1:]
+        at = words.index("-D")
+        del words[at : at + 2]  # pg_ctl passes its own -D
+        _run(
+            [
+                *self._run_as,
+                str(pg_bin_dir() / "pg_ctl"),
+                *("start", "-w", "-t", "60", "-D", str(self.data_dir)),
+                *("-l", str(self.root / "server.log"), "-o", shlex.join(words)),
+            ],
+            cwd=self.root,
+        )
+
     def stop(self) -> None:
         """Close the admin connection; for a server started here, pg_ctl stop -m fast
         and remove its folder. Safe to call twice."""

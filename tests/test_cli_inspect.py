@@ -5,14 +5,18 @@ and on PostgreSQL."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.helpers import Db, WriteLock, add, has_queue, is_postgres
+from tests.helpers import Db, WriteLock, add, child_env, has_queue, is_postgres, wait_for
 from tests.populated import Populated, populate, run_quiet
 
 pytestmark = pytest.mark.both_backends
@@ -181,7 +185,8 @@ def test_events_wait_returns_when_a_record_arrives(db: Db) -> None:
 
 
 def test_events_follow_ends_with_a_control_frame(q: Populated) -> None:
-    result = run_quiet(*q.args("events", "--json", "--follow", "--max-events", "3"))
+    result = run_quiet(*q.args("events", "--json", "--follow", "--since-id", "0",
+                               "--max-events", "3"))  # fmt: skip
     frames = [json.loads(line) for line in result.stdout.splitlines()]
     assert [f["id"] for f in frames[:3]] == [1, 2, 3]
     assert frames[3]["control"]["type"] == "end" and frames[3]["control"]["reason"] == "max_events"
@@ -283,3 +288,39 @@ def test_a_read_verb_on_a_queue_that_does_not_exist_says_so(db: Db) -> None:
     assert not has_queue(db)
     add(db, "true")
     assert run_quiet("status", "--json", "--db", str(db)).envelope["warnings"] == []
+
+
+def test_events_follow_starts_at_the_end_of_the_ledger_unless_since_id_is_given(
+    db: Db, tmp_path: Path
+) -> None:
+    """As `tail -f` (and 0.4.11): without --since-id only events to come are
+    printed; --since-id 0 replays every one. A stop signal ends it with the
+    control frame `interrupted`."""
+    q = populate(db)
+    end = data(q, "events", "--limit", "0")["events"][-1]["id"]
+    out = tmp_path / "follow.ndjson"
+    with open(out, "w") as sink:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "spoolctl", *q.args("events", "--follow", "--json")],
+            stdout=sink, stdin=subprocess.DEVNULL, env=child_env(),
+        )  # fmt: skip
+    try:
+
+        def printed() -> list[dict[str, Any]]:
+            add(q.db, "true")  # until it has read the end: then the next event shows
+            lines = out.read_text().splitlines(keepends=True)
+            return [json.loads(line) for line in lines if line.endswith("\n")]
+
+        first = wait_for(printed, timeout=60, what="an event added after it started")[0]
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(timeout=30) == 0
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert first["id"] > end and first["event"] == "added", "nothing from before it started"
+    frames = [json.loads(line) for line in out.read_text().splitlines()]
+    assert frames[-1]["control"]["reason"] == "interrupted"
+    replay = run_quiet(*q.args("events", "--json", "--follow", "--since-id", "0",
+                               "--max-events", "1"))  # fmt: skip
+    assert json.loads(replay.stdout.splitlines()[0])["id"] == 1

@@ -11,13 +11,16 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from spoolctl.outage import Reconnecting
 from tests.helpers import (
     Db,
     add,
     attempts_of,
+    cli,
     events_of,
     execute_all,
     job,
@@ -193,3 +196,56 @@ def test_output_follow_streams_a_running_attempt_until_it_ends(
     assert frames[-1]["control"] == {
         "type": "end", "reason": "attempt_ended", "attempt_state": "succeeded",
     }  # fmt: skip
+
+
+def follow_after_a_first_look(
+    q: Populated, job_id: int, meanwhile: list[str], monkeypatch: pytest.MonkeyPatch
+) -> list[dict[str, Any]]:
+    """`output --follow --json` in this process; once it has looked and found
+    no attempt (its first pause), `spoolctl MEANWHILE` runs. Its frames, or
+    its one envelope."""
+    looked: list[float] = []
+    pause = Reconnecting.pause
+
+    def first_look_then(self: Reconnecting, seconds: float) -> None:
+        if not looked:
+            looked.append(seconds)
+            ran = cli(*meanwhile, db=q.db)
+            assert ran.exit_code == 0, ran.stdout + ran.stderr
+        pause(self, seconds)
+
+    monkeypatch.setattr(Reconnecting, "pause", first_look_then)
+    result = run_quiet(*q.args("output", str(job_id), "--follow", "--json", "--idle-timeout", "60"))
+    assert looked, "it looked before the job ran"
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_output_follow_waits_for_a_job_that_has_not_started(
+    q: Populated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = add(q.db, "echo", "late")
+    frames = follow_after_a_first_look(q, job_id, ["work", "--once"], monkeypatch)
+    assert frames == [
+        {"stream": "stdout", "offset": 0, "text": "late\n"},
+        {"control": {"type": "end", "reason": "attempt_ended", "attempt_state": "succeeded"}},
+    ]
+
+
+def test_output_follow_on_a_job_that_ends_without_an_attempt_warns_no_attempts_yet(
+    q: Populated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job_id = add(q.db, "echo", "never")
+    (envelope,) = follow_after_a_first_look(q, job_id, ["cancel", str(job_id)], monkeypatch)
+    assert envelope["ok"] and envelope["data"]["attempt_no"] is None
+    assert [w["code"] for w in envelope["warnings"]] == ["NO_ATTEMPTS_YET"]
+
+
+def test_output_follow_gives_up_on_a_job_not_started_after_its_idle_timeout(
+    q: Populated,
+) -> None:
+    waited = q.json("output", str(q.scheduled), "--follow", "--idle-timeout", "0.3")
+    (error,) = waited.envelope["errors"]
+    assert (waited.exit_code, error["code"]) == (4, "TIMEOUT")
+    assert error["detail"] == {"job_id": q.scheduled, "state": "queued"}
+    assert "--idle-timeout" in error["remediation"]
+    assert outcome(q, "output", str(q.done), "--idle-timeout", "1") == (1, "INVALID_INPUT")

@@ -204,7 +204,7 @@ def test_follow_frames_match_the_published_stream_schemas(tmp_path: Path) -> Non
     q = populate(tmp_path / "queue.db")
     streams = schema_data()["streams"]
     for args, stream in (
-        (["events", "--follow", "--max-events", "2"], "events_follow"),
+        (["events", "--follow", "--since-id", "0", "--max-events", "2"], "events_follow"),
         (["events", "--follow", "--since-id", "999", "--idle-timeout", "0"], "events_follow"),
         (["output", str(q.done), "--follow"], "output_follow"),
     ):

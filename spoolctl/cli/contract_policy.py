@@ -114,11 +114,15 @@ FOLLOW_FRAMES = {
     "control_shape": {"control": {"type": "end|error", "reason": "max_events|idle_timeout|…"}},
     "cursor": {"field": "id", "flag": "--since-id", "aliases": ["--since-cursor"]},
     "delivery": "best-effort-tail-over-replayable-ledger",
-    "defaults": {"follow_start": "--since-id (0: the whole ledger)",
-                 "one_shot_start": "--since-id (0: the whole ledger)"},
+    "defaults": {"follow_start": "high-water mark unless --since-id/--since-cursor is supplied",
+                 "one_shot_start": "beginning unless --since-id/--since-cursor is supplied"},
     "termination": {"signals": ["SIGINT", "SIGTERM", "EPIPE"],
                     "max_events": "a final end control frame with reason max_events",
-                    "idle_timeout": "a final end control frame with reason idle_timeout"},
+                    "idle_timeout": "a final end control frame with reason idle_timeout",
+                    "interrupted": "SIGINT/SIGTERM: a final end control frame with reason "
+                                   "interrupted",
+                    "unreachable": "a server that does not answer is waited for while the "
+                                   "idle timeout runs, then a final error control frame"},
     "ordering": "end appears exactly once and last on a bounded ending",
 }  # fmt: skip
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from typing import Any
 
 import click
@@ -17,12 +18,15 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
+from spoolctl.cli.outages import outage_notice
 from spoolctl.cli.queues import open_read, warn_no_queue
 from spoolctl.cli.render import Reply, emit, local_time, write_json
 from spoolctl.db.queue import QueueFile
 from spoolctl.errors import InvalidInput, SpoolError
-from spoolctl.services.ledger import Page, read_events
+from spoolctl.outage import Reconnecting
+from spoolctl.services.ledger import Page, ledger_end, read_events
 from spoolctl.text import shown
+from spoolctl.wakeup import StopRequested, counting_signals
 
 POLL_S = 0.1
 MAX_WAIT_S = 86_400
@@ -43,9 +47,9 @@ DEFAULT_IDLE_TIMEOUT_S = 3600
         "spoolctl events --follow --json --max-events 10",
     ),
 )
-@click.option("--since-id", "--since-cursor", "since_id", type=BoundedInt(0, None), default=0,
-              show_default=True,
-              help="Only events after this id (pass meta.pagination.cursor back).")  # fmt: skip
+@click.option("--since-id", "--since-cursor", "since_id", type=BoundedInt(0, None), default=None,
+              help="Only events after this id (pass meta.pagination.cursor back); default 0,"
+                   " with --follow the current end of the ledger.")  # fmt: skip
 @click.option("--job", "job_id", type=JOB_ID, default=None, help="Only events of this job.")
 @click.option("--limit", type=BoundedInt(0, 10_000), default=1000, show_default=True,
               help="Most events returned (0: all).")  # fmt: skip
@@ -62,7 +66,7 @@ DEFAULT_IDLE_TIMEOUT_S = 3600
 @db_option
 @json_option
 def events(
-    since_id: int,
+    since_id: int | None,
     job_id: int | None,
     limit: int,
     wait: bool,
@@ -74,7 +78,14 @@ def events(
     db: str | None,
     as_json: bool,
 ) -> int:
-    """The event ledger, oldest first, read with a cursor."""
+    """The event ledger, oldest first, read with a cursor.
+
+    --follow starts at the current end of the ledger, as `tail -f` does,
+    unless --since-id is given (--since-id 0: every event). It rides out a
+    server restart or a lost connection (PostgreSQL): it connects again and
+    goes on from its cursor, as long as --idle-timeout allows; SIGINT or
+    SIGTERM ends it at once with the control frame `interrupted`.
+    """
     if max_events is not None and not follow:
         raise InvalidInput("--max-events only applies with --follow", flag="--max-events")
     ledger = Ledger(db)
@@ -82,7 +93,7 @@ def events(
         bounds = (max_events, idle_timeout, poll_interval)
         return follow_events(ledger, since_id, job_id, bounds, as_json)
     started = time.monotonic()
-    page = ledger.fetch(since_id, job_id, limit)
+    page = ledger.fetch(since_id or 0, job_id, limit)
     meta: dict[str, Any] = {}
     if wait:
         page = long_poll(ledger, page, job_id, limit, (started + wait_timeout, poll_interval))
@@ -99,16 +110,25 @@ class Ledger:
 
     def __init__(self, db: str | None) -> None:
         self.db = db
-        self.queue: QueueFile | None = open_read(db)
+        self.queue: QueueFile | None = None
 
-    def fetch(self, since_id: int, job_id: int | None, limit: int) -> Page:
+    def _opened(self) -> QueueFile | None:
         if self.queue is None:
             self.queue = open_read(self.db)
-        if self.queue is None:
+        return self.queue
+
+    def fetch(self, since_id: int, job_id: int | None, limit: int) -> Page:
+        queue = self._opened()
+        if queue is None:
             return Page([], since_id)
-        return self.queue.read(
+        return queue.read(
             lambda conn: read_events(conn, since_id=since_id, job_id=job_id, limit=limit)
         )
+
+    def end(self) -> int:
+        """The cursor of the current end of the ledger (0: no queue yet)."""
+        queue = self._opened()
+        return 0 if queue is None else queue.read(ledger_end)
 
 
 def long_poll(
@@ -124,35 +144,64 @@ def long_poll(
 
 def follow_events(
     ledger: Ledger,
-    since_id: int,
+    since_id: int | None,
     job_id: int | None,
     bounds: tuple[int | None, float, float],
     as_json: bool,
 ) -> int:
     """Print events as they come, then one control frame saying why it ended.
-    bounds: (max events, idle timeout, poll interval)."""
-    max_events, idle_timeout, poll = bounds
-    cursor, seen = since_id, 0
-    idle_deadline = time.monotonic() + idle_timeout
-    try:
+    bounds: (max events, idle timeout, poll interval). since_id None: from
+    the end of the ledger at the first read."""
+    with counting_signals() as signals:
+        follower = EventFollower(ledger, job_id, since_id, Reconnecting(signals, outage_notice()))
+        try:
+            return follower.run(bounds, as_json)
+        except StopRequested:
+            return control("end", "interrupted", as_json, follower.cursor)
+        except SpoolError as exc:
+            control("error", exc.code, as_json, follower.cursor, message=exc.message)
+            return exc.exit_code
+
+
+class EventFollower:
+    """The follow loop and its cursor. An unreachable server is waited for
+    (`outage.py`) while the idle timeout runs; reads resume after the cursor,
+    so nothing is skipped or printed twice across a reconnection."""
+
+    def __init__(
+        self, ledger: Ledger, job_id: int | None, since_id: int | None, server: Reconnecting
+    ) -> None:
+        self.ledger = ledger
+        self.job_id = job_id
+        self.cursor = since_id
+        """None until the end of the ledger is read (no --since-id)."""
+        self.server = server
+
+    def run(self, bounds: tuple[int | None, float, float], as_json: bool) -> int:
+        max_events, idle_timeout, poll = bounds
+        seen = 0
+        idle_deadline = time.monotonic() + idle_timeout
         while True:
             budget = 0 if max_events is None else max_events - seen
-            page = ledger.fetch(cursor, job_id, budget)
+            page = self.server.call(partial(self._read, budget), give_up_at=idle_deadline)
             for event in page.events:
                 print_event(event, as_json)
-            seen, cursor = seen + len(page.events), page.cursor
+            seen, self.cursor = seen + len(page.events), page.cursor
             if max_events is not None and seen >= max_events:
-                return control("end", "max_events", as_json, cursor)
+                return control("end", "max_events", as_json, self.cursor)
             if page.events:
                 idle_deadline = time.monotonic() + idle_timeout
             elif time.monotonic() >= idle_deadline:
-                return control("end", "idle_timeout", as_json, cursor)
-            time.sleep(poll)
-    except KeyboardInterrupt:
-        return control("end", "interrupted", as_json, cursor)
-    except SpoolError as exc:
-        control("error", exc.code, as_json, cursor, message=exc.message)
-        return exc.exit_code
+                return control("end", "idle_timeout", as_json, self.cursor)
+            self.server.pause(poll)
+
+    def _read(self, budget: int) -> Page:
+        """The next page after the cursor; a stop signal cuts it short (it
+        prints nothing, so nothing is left half-written)."""
+        with self.server.signals.interruptible():
+            if self.cursor is None:
+                self.cursor = self.ledger.end()
+            return self.ledger.fetch(self.cursor, self.job_id, budget)
 
 
 def print_event(event: dict[str, Any], as_json: bool) -> None:
@@ -162,7 +211,9 @@ def print_event(event: dict[str, Any], as_json: bool) -> None:
         click.echo(event_line(event))
 
 
-def control(kind: str, reason: str, as_json: bool, cursor: int, message: str = "") -> int:
+def control(kind: str, reason: str, as_json: bool, cursor: int | None, message: str = "") -> int:
+    """The last frame; `cursor` is null only when the ledger was never read
+    (no --since-id, and the server never answered)."""
     frame: dict[str, Any] = {"type": kind, "reason": reason, "cursor": cursor}
     if message:
         frame["message"] = message

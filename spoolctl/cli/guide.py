@@ -73,8 +73,9 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Stream and page safely", (
         "spoolctl events --since-id CURSOR --wait --json long-polls the ledger; pass "
         "meta.pagination.cursor back as --since-id next time.",
-        "spoolctl events --follow --json prints NDJSON frames and ends with a control frame; "
-        "bound it with --max-events or --idle-timeout.",
+        "spoolctl events --follow --json prints the events to come (after --since-id N if "
+        "given) as NDJSON frames and ends with a control frame; bound it with --max-events "
+        "or --idle-timeout.",
         "spoolctl list --json --limit 50 pages newest first; meta.pagination.truncated says "
         "whether more matched.",
         "status, list, show and workers are read-only and never block workers.",

@@ -23,6 +23,7 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
+from spoolctl.cli.outages import waits_text
 from spoolctl.cli.queues import no_job, open_read, warn_no_queue
 from spoolctl.cli.render import ProgressLine, Reply, age, emit, local_time, style, table
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
@@ -366,7 +367,10 @@ def workers(include_all: bool, db: str | None, as_json: bool) -> int:
     data = {"count": len(rows), "workers": rows, "orphans_unconfirmed": orphans,
             "paused_lanes": paused}  # fmt: skip
     reply = Reply(
-        data, text=lambda: "\n".join([workers_text(rows, now, orphans), *paused_text(paused, now)])
+        data,
+        text=lambda: "\n".join(
+            [workers_text(rows, now, orphans), *waits_text(rows), *paused_text(paused, now)]
+        ),
     )
     return emit(reply if found is not None else warn_no_queue(reply, db), as_json)
 

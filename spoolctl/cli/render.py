@@ -196,6 +196,8 @@ HINTS: dict[str, tuple[str, ...]] = {
     ),
     StorageFault.code: ("run 'spoolctl doctor' for what is wrong with the queue",),
     WaitTimeout.code: (
+        "job {job_id} is still {state}: follow it again with a longer --idle-timeout, "
+        "or see why with 'spoolctl show {job_id}'",
         "the jobs keep running: wait again with a longer --timeout, "
         "or watch them with 'spoolctl status --watch'",
     ),

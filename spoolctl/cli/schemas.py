@@ -89,12 +89,16 @@ EVENT = obj({
     "id": INT, "job_id": opt(INT), "at": NUM, "event": one_of(*EventKind),
     "worker_id": opt(STR), "detail": ANY,
 })  # fmt: skip
-"""job_id is null only for a lane event (paused, resumed): its detail names the queue."""
+"""job_id is null only for a lane event (paused, resumed, waited_for_server): its detail
+names the queue."""
+
+SERVER_WAIT = obj({"waited_s": NUM, "failed_tries": INT, "error": STR})
+"""How a worker's start waited for an unreachable database server (PostgreSQL)."""
 
 WORKER = obj({
     "id": STR, "hostname": STR, "pid": INT, "queue": STR, "slots": opt(INT), "state": STR,
     "started_at": NUM, "heartbeat_at": NUM, "heartbeat_age_s": NUM, "running_jobs": arr(INT),
-}, {"lane_paused": BOOL})  # fmt: skip
+}, {"lane_paused": BOOL, "waited_for_server": opt(SERVER_WAIT)})  # fmt: skip
 
 PAUSED_LANE = obj({"queue": STR, "paused_at": NUM, "paused_by": STR, "reason": opt(STR)})
 LANE_CHANGE = obj({"queue": opt(STR), "queues": STR_LIST, "paused": BOOL, "changed": BOOL,

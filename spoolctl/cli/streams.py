@@ -7,18 +7,24 @@ carry `source`, `stored_bytes` and `stored_truncated` besides the usual keys.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, Protocol, TypeVar
 
 import click
 
-from spoolctl.cli.options import JOB_ID, BoundedInt, db_option, json_option, verb
+from spoolctl.cli.events import DEFAULT_IDLE_TIMEOUT_S, MAX_WAIT_S
+from spoolctl.cli.options import JOB_ID, BoundedInt, Duration, db_option, json_option, verb
+from spoolctl.cli.outages import outage_notice
 from spoolctl.cli.queues import no_job, open_read
 from spoolctl.cli.render import Reply, emit, style, write_json
 from spoolctl.config import Timing
 from spoolctl.db.queue import QueueFile
+from spoolctl.errors import InvalidInput, SpoolError, WaitTimeout
+from spoolctl.outage import Reconnecting
 from spoolctl.services import output as outputs
 from spoolctl.services import output_store
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
@@ -26,12 +32,20 @@ from spoolctl.services.output import AttemptOutput
 from spoolctl.services.query import decode_job, get_job_row
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, FailureReason, JobState
 from spoolctl.text import shown
+from spoolctl.wakeup import StopRequested, counting_signals
 
 STREAM_CHOICE = click.Choice(["stdout", "stderr", "both"])
 FOLLOW_POLL_S = 0.1
 FOLLOW_CHUNK = 65_536
 ChunkReader = Callable[[str, int], bytes]
 """The next bytes of a stream from an offset (empty: none yet)."""
+T = TypeVar("T")
+
+
+class Reading(Protocol):
+    """Runs one read of the database (for the follower: through outages)."""
+
+    def __call__(self, fn: Callable[[], T]) -> T: ...
 
 
 def selected(stream: str) -> tuple[str, ...]:
@@ -61,7 +75,13 @@ def open_existing(db: str | None, job_id: int) -> QueueFile:
               help="Which captured stream.")  # fmt: skip
 @click.option("--raw", is_flag=True,
               help="Write the bytes unframed (both: stderr's bytes to stderr).")  # fmt: skip
-@click.option("--follow", is_flag=True, help="Stream a running attempt until it ends.")
+@click.option("--follow", is_flag=True,
+              help="Stream a running attempt until it ends; a job not started yet: its first"
+                   " attempt, once it starts.")  # fmt: skip
+@click.option("--idle-timeout", type=Duration(MAX_WAIT_S), default=None,
+              help="With --follow: give up after this long with nothing to follow (no attempt"
+                   f" yet, or the server unreachable); default {DEFAULT_IDLE_TIMEOUT_S}"
+                   " (as events --follow).")  # fmt: skip
 @db_option
 @json_option
 def output(
@@ -70,16 +90,28 @@ def output(
     stream: str,
     raw: bool,
     follow: bool,
+    idle_timeout: float | None,
     db: str | None,
     as_json: bool,
 ) -> int:
-    """Captured stdout and stderr of a job's latest attempt (or of --attempt N)."""
+    """Captured stdout and stderr of a job's latest attempt (or of --attempt N).
+
+    --follow on a job that has no attempt yet waits for its first (a job that
+    ends without one answers as without --follow, warning NO_ATTEMPTS_YET);
+    after --idle-timeout it gives up with TIMEOUT (exit 4). It rides out a
+    server restart or a lost connection (PostgreSQL), going on from the
+    bytes it printed; SIGINT or SIGTERM ends it with the control frame
+    `interrupted`.
+    """
+    names = selected(stream)
+    if follow:
+        bound = DEFAULT_IDLE_TIMEOUT_S if idle_timeout is None else idle_timeout
+        return follow_job(db, job_id, attempt_no, names, (as_json, bound))
+    if idle_timeout is not None:
+        raise InvalidInput("--idle-timeout only applies with --follow", flag="--idle-timeout")
     queue = open_existing(db, job_id)
     found = queue.read(lambda conn: outputs.find_attempt(conn, job_id, attempt_no))
     ref = outputs.confine(found, queue.output_root)
-    names = selected(stream)
-    if ref.attempt_no is not None and follow:
-        return follow_output(queue, ref, names, as_json)
     if ref.attempt_no is not None and raw:
         return write_raw(queue, ref, names)
     return emit(output_reply(queue, ref, names), as_json)
@@ -178,28 +210,123 @@ def write_raw_stored(queue: QueueFile, ref: AttemptOutput, name: str, sink: Any)
         click.echo(f"spoolctl: warning: {note.removeprefix('... ')}", err=True)
 
 
-def follow_output(
-    queue: QueueFile, ref: AttemptOutput, names: tuple[str, ...], as_json: bool
+def follow_job(
+    db: str | None,
+    job_id: int,
+    attempt_no: int | None,
+    names: tuple[str, ...],
+    mode: tuple[bool, float],
 ) -> int:
-    """Print new bytes as they arrive until the attempt is no longer running.
+    """`output --follow`. mode: (as_json, idle timeout)."""
+    with counting_signals() as signals:
+        follower = OutputFollower(db, job_id, names, mode, Reconnecting(signals, outage_notice()))
+        try:
+            return follower.run(attempt_no)
+        except StopRequested:
+            return end_follow(mode[0], "interrupted", follower.state, set())
 
-    Bounded: a running attempt ends by itself, by its timeout, or by a reap; if
-    its owner falls silent for longer than the reap threshold, following stops
-    with reason `owner_silent` instead of waiting for a reaper that may never come.
-    """
-    offsets = dict.fromkeys(names, 0)
-    silent_after = Timing.from_env().reap_threshold_s
-    clock = queue.clock()  # heartbeats are stamped by the server's clock on PostgreSQL
-    cut: set[str] = set()
-    read = stored_reader(queue, ref, cut) if queue.is_postgres else file_reader(ref)
-    while True:
-        state, heartbeat = queue.read(lambda conn: attempt_liveness(conn, ref))
-        pump(read, offsets, as_json)
-        if state != AttemptState.RUNNING:
-            return end_follow(as_json, "attempt_ended", state, cut)
-        if heartbeat is not None and clock() - heartbeat > silent_after:
-            return end_follow(as_json, "owner_silent", state, cut)
-        time.sleep(FOLLOW_POLL_S)
+
+class OutputFollower:
+    """Follows one job's output through a server's outages (`outage.py`):
+    every read is tried again until the idle timeout passes, and printing
+    goes on from the byte offsets already printed."""
+
+    def __init__(
+        self,
+        db: str | None,
+        job_id: int,
+        names: tuple[str, ...],
+        mode: tuple[bool, float],
+        server: Reconnecting,
+    ) -> None:
+        self.db = db
+        self.job_id = job_id
+        self.names = names
+        self.as_json, self.idle_timeout = mode
+        self.server = server
+        self.state: str | None = None
+        """The followed attempt's state, as last read."""
+
+    def run(self, attempt_no: int | None) -> int:
+        deadline = time.monotonic() + self.idle_timeout
+        queue = self.server.call(
+            partial(self._read, lambda: open_existing(self.db, self.job_id)), give_up_at=deadline
+        )
+        ref = self._attempt(queue, attempt_no, deadline)
+        if ref.attempt_no is None:
+            return emit(output_reply(queue, ref, self.names), self.as_json)
+        try:
+            return self._stream(queue, ref)
+        except SpoolError as exc:  # frames are out: end the stream with a frame
+            return error_follow(self.as_json, exc, self.state)
+
+    def _read(self, fn: Callable[[], T]) -> T:
+        """A read of the database; a stop signal cuts it short (it prints
+        nothing, so nothing is left half-written)."""
+        with self.server.signals.interruptible():
+            return fn()
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        """A read, tried again for up to the idle timeout into an outage."""
+        return self.server.call(partial(self._read, fn), patience_s=self.idle_timeout)
+
+    def _attempt(self, queue: QueueFile, attempt_no: int | None, deadline: float) -> AttemptOutput:
+        """The attempt to follow, once there is one: a job with none yet is
+        waited for until it has one or ends without one (then the returned
+        ref has no attempt), at most until the deadline (then TIMEOUT)."""
+        look = partial(attempt_or_end, self.job_id, attempt_no)
+        while True:
+            found, state = self.server.call(
+                partial(self._read, lambda: queue.read(look)), give_up_at=deadline
+            )
+            if found.attempt_no is not None or state in TERMINAL_JOB_STATES:
+                return outputs.confine(found, queue.output_root)
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(
+                    f"job {self.job_id} has not started within {self.idle_timeout:g}s"
+                    " (--idle-timeout)",
+                    job_id=self.job_id,
+                    state=state,
+                )
+            self.server.pause(FOLLOW_POLL_S)
+
+    def _stream(self, queue: QueueFile, ref: AttemptOutput) -> int:
+        """Print new bytes as they arrive until the attempt is no longer running.
+
+        Bounded: a running attempt ends by itself, by its timeout, or by a
+        reap; if its owner falls silent for longer than the reap threshold
+        (counted from the end of an outage this follower saw, when the
+        owner could not heartbeat either), following stops with reason
+        `owner_silent` instead of waiting for a reaper that may never come.
+        """
+        offsets = dict.fromkeys(self.names, 0)
+        silent_after = Timing.from_env().reap_threshold_s
+        clock = queue.clock()  # heartbeats are stamped by the server's clock on PostgreSQL
+        cut: set[str] = set()
+        read = stored_reader(queue, ref, cut, self._call) if queue.is_postgres else file_reader(ref)
+        heard_from = -math.inf
+        while True:
+            outages = self.server.outages
+            self.state, heartbeat = self._call(
+                lambda: queue.read(lambda conn: attempt_liveness(conn, ref))
+            )
+            pump(read, offsets, self.as_json)
+            if self.server.outages != outages:
+                heard_from = clock()
+            if self.state != AttemptState.RUNNING:
+                return end_follow(self.as_json, "attempt_ended", self.state, cut)
+            if heartbeat is not None and clock() - max(heartbeat, heard_from) > silent_after:
+                return end_follow(self.as_json, "owner_silent", self.state, cut)
+            self.server.pause(FOLLOW_POLL_S)
+
+
+def attempt_or_end(
+    job_id: int, attempt_no: int | None, conn: Any
+) -> tuple[AttemptOutput, str | None]:
+    """The job's attempt (or the latest) and the job's state, in one snapshot."""
+    found = outputs.find_attempt(conn, job_id, attempt_no)
+    job = get_job_row(conn, job_id)
+    return found, None if job is None else job.state
 
 
 def file_reader(ref: AttemptOutput) -> ChunkReader:
@@ -210,14 +337,21 @@ def file_reader(ref: AttemptOutput) -> ChunkReader:
     return read
 
 
-def stored_reader(queue: QueueFile, ref: AttemptOutput, cut: set[str]) -> ChunkReader:
+def stored_reader(
+    queue: QueueFile, ref: AttemptOutput, cut: set[str], through: Reading
+) -> ChunkReader:
     """Reads the database's copy (PostgreSQL queues): an attempt's output is
     stored by the time it is seen ended, so the last poll gets all of it.
-    Streams whose stored copy was cut at the cap are added to `cut`."""
+    Streams whose stored copy was cut at the cap are added to `cut`. Each
+    read goes `through` the caller (which rides out outages)."""
 
     def read(name: str, offset: int) -> bytes:
-        span = queue.read(
-            lambda conn: output_store.read_stored(conn, ref.attempt_id, name, offset, FOLLOW_CHUNK)
+        span = through(
+            lambda: queue.read(
+                lambda conn: output_store.read_stored(
+                    conn, ref.attempt_id, name, offset, FOLLOW_CHUNK
+                )
+            )
         )
         if span.truncated:
             cut.add(name)
@@ -247,6 +381,17 @@ def pump(read: ChunkReader, offsets: dict[str, int], as_json: bool) -> None:
                 sink.write(chunk)
                 sink.flush()
             offsets[name] += len(chunk)
+
+
+def error_follow(as_json: bool, exc: SpoolError, state: str | None) -> int:
+    """The stream ends on an error (a server unreachable for longer than the
+    idle timeout): a control frame of type `error`; the error's exit code."""
+    if as_json:
+        control = {"type": "error", "reason": exc.code, "message": exc.message}
+        write_json({"control": {**control, "attempt_state": state}})
+    else:
+        click.echo(f"spoolctl: output ended: {exc.code}: {exc.message}", err=True)
+    return exc.exit_code
 
 
 def end_follow(as_json: bool, reason: str, state: str | None, cut: set[str]) -> int:

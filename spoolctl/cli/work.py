@@ -16,11 +16,13 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
+from spoolctl.cli.outages import outage_notice
 from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import ProgressLine, Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
 from spoolctl.db.queue import diagnose, prepare
+from spoolctl.outage import ONE_SHOT_WAIT_S
 from spoolctl.worker import Mode, Worker, WorkerOptions, WorkReport
 
 MAX_CONCURRENCY = 256
@@ -90,11 +92,16 @@ def work(
     Without --once or --drain it runs until SIGINT/SIGTERM: the first signal
     lets running jobs finish and be recorded, a second kills their process
     groups. Before each claim the worker reaps jobs of workers that died.
+
+    A PostgreSQL server that cannot be reached when the worker starts is
+    waited for, trying again after 0.5 s, doubling to 10 s between tries:
+    without end, or up to 60 s with --once or --drain (then UNREACHABLE,
+    exit 4). A refused login or a missing database is not waited for
+    (DB_UNUSABLE, exit 3).
     """
     timing = Timing.from_env()
     mode: Mode = "once" if once else "drain" if drain else "loop"
     queue_file = open_write(db)
-    prepare(queue_file.target)
     options = WorkerOptions(
         queue=queue,
         mode=mode,
@@ -102,6 +109,7 @@ def work(
         worker_id=worker_id,
         poll_interval_s=poll_interval,
         concurrency=concurrency,
+        server_wait_s=None if mode == "loop" else ONE_SHOT_WAIT_S,
     )
     progress = ProgressLine(as_json or mode != "drain")
     worker = Worker(
@@ -113,6 +121,8 @@ def work(
         on_result=(lambda report: progress.update(drain_progress(report)))
         if progress.active
         else None,
+        prepare=lambda: prepare(queue_file.target),
+        on_wait=outage_notice(),
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()

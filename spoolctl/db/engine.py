@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.exc import DBAPIError
 
-from spoolctl.errors import DiskFull, Locked, SpoolError, StorageFault
+from spoolctl.errors import DiskFull, Locked, SpoolError, StorageFault, Unreachable
 
 Synchronous = Literal["OFF", "NORMAL", "FULL"]
 READ_ONLY_OPTION = "spoolctl_read_only"
@@ -304,12 +304,12 @@ def write_quietly(
     engine: Engine, fn: Callable[[Connection], object], lock_wait_s: float | None = None
 ) -> bool:
     """Run fn in a write transaction; False (nothing written) if the lock
-    stayed busy beyond the timeout or the disk is full: for work that is
-    retried later anyway."""
+    stayed busy beyond the timeout, the disk is full or the server did not
+    answer: for work that is retried later anyway."""
     try:
         with write_tx(engine, lock_wait_s) as conn:
             fn(conn)
-    except (Locked, DiskFull):
+    except (Locked, Unreachable, DiskFull):
         return False
     return True
 

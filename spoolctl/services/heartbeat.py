@@ -15,7 +15,8 @@ from sqlalchemy import Connection, exists, select, update
 
 from spoolctl.db.dialects import upsert
 from spoolctl.db.tables import attempts, jobs, workers
-from spoolctl.states import AttemptState, JobState, WorkerState
+from spoolctl.services.events import record_event
+from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,32 @@ def register_worker(conn: Connection, info: WorkerInfo, now: float) -> None:
         stopped_at=None,
     )
     upsert(conn, workers, values, "id")
+
+
+@dataclass(frozen=True)
+class ServerWait:
+    """How a worker's start waited for an unreachable database server."""
+
+    waited_s: float
+    failed_tries: int
+    """Tries that failed before the one that got through."""
+    error: str
+    """The last failure's message."""
+
+
+def record_server_wait(
+    conn: Connection, worker_id: str, queue: str, wait: ServerWait, now: float
+) -> None:
+    """Put on the ledger, with the worker's registration, that it waited for
+    the server: `workers` and `status` show it on the worker's row
+    (`waited_for_server`), `events` as a lane event."""
+    detail = {
+        "queue": queue,
+        "waited_s": round(wait.waited_s, 3),
+        "failed_tries": wait.failed_tries,
+        "error": wait.error,
+    }
+    record_event(conn, None, EventKind.WAITED_FOR_SERVER, now, worker_id=worker_id, detail=detail)
 
 
 def get_worker(conn: Connection, worker_id: str) -> Any:

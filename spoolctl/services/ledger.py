@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from spoolctl.db import codec
 from spoolctl.db.tables import job_events
@@ -42,6 +42,13 @@ def read_events(
         for row in conn.execute(query).mappings()
     ]
     return Page(events, events[-1]["id"] if events else since_id)
+
+
+def ledger_end(conn: Connection) -> int:
+    """The id of the newest event (0 on an empty ledger): a cursor after
+    which only events yet to come are read (one look at the primary key)."""
+    found = conn.execute(select(func.max(job_events.c.id))).scalar()
+    return 0 if found is None else int(found)
 
 
 def recent_events(

@@ -148,6 +148,7 @@ def live_workers(
     if not include_all:
         query = query.where(workers.c.state == WorkerState.RUNNING.value)
     result = []
+    waits = server_waits(conn, include_all=include_all)
     for row in conn.execute(query).mappings():
         running = conn.execute(
             select(jobs.c.id).where(
@@ -155,12 +156,39 @@ def live_workers(
             )
         ).scalars()
         entry = {**dict(row), "heartbeat_age_s": None, "running_jobs": list(running)}
+        entry["waited_for_server"] = waits.get(row["id"])
         if isinstance(row["heartbeat_at"], int | float):
             entry["heartbeat_age_s"] = round(max(0.0, now - row["heartbeat_at"]), 3)
         else:
             entry["damaged"] = [f"heartbeat_at: not a number {row['heartbeat_at']!r:.80}"]
         result.append(entry)
     return result
+
+
+def server_waits(conn: Connection, *, include_all: bool) -> dict[str, dict[str, Any]]:
+    """Per worker id: how its start waited for an unreachable server
+    (`waited_s`, `failed_tries`, `error`), from the event its registration wrote
+    (at its started_at, so a later worker reusing the id does not inherit
+    it). Lane events are few: read through the job_id index (job_id null)."""
+    query = (
+        select(job_events.c.worker_id, job_events.c.detail)
+        .join(
+            workers,
+            (workers.c.id == job_events.c.worker_id) & (job_events.c.at >= workers.c.started_at),
+        )
+        .where(
+            job_events.c.job_id.is_(None),
+            job_events.c.event == EventKind.WAITED_FOR_SERVER.value,
+        )
+        .order_by(job_events.c.id)
+    )
+    if not include_all:
+        query = query.where(workers.c.state == WorkerState.RUNNING.value)
+    found = {}
+    for worker_id, raw in conn.execute(query):
+        detail = event_detail(raw)
+        found[worker_id] = {k: detail.get(k) for k in ("waited_s", "failed_tries", "error")}
+    return found
 
 
 def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dict[str, Any]:
