@@ -7,6 +7,7 @@ carry `source`, `stored_bytes` and `stored_truncated` besides the usual keys.
 
 from __future__ import annotations
 
+import codecs
 import math
 import sys
 import time
@@ -106,7 +107,7 @@ def output(
     names = selected(stream)
     if follow:
         bound = DEFAULT_IDLE_TIMEOUT_S if idle_timeout is None else idle_timeout
-        return follow_job(db, job_id, attempt_no, names, (as_json, bound))
+        return follow_job(db, job_id, attempt_no, names, (as_json, bound, raw))
     if idle_timeout is not None:
         raise InvalidInput("--idle-timeout only applies with --follow", flag="--idle-timeout")
     queue = open_existing(db, job_id)
@@ -215,9 +216,9 @@ def follow_job(
     job_id: int,
     attempt_no: int | None,
     names: tuple[str, ...],
-    mode: tuple[bool, float],
+    mode: tuple[bool, float, bool],
 ) -> int:
-    """`output --follow`. mode: (as_json, idle timeout)."""
+    """`output --follow`. mode: (as_json, idle timeout, raw)."""
     with counting_signals() as signals:
         follower = OutputFollower(db, job_id, names, mode, Reconnecting(signals, outage_notice()))
         try:
@@ -236,13 +237,14 @@ class OutputFollower:
         db: str | None,
         job_id: int,
         names: tuple[str, ...],
-        mode: tuple[bool, float],
+        mode: tuple[bool, float, bool],
         server: Reconnecting,
     ) -> None:
         self.db = db
         self.job_id = job_id
         self.names = names
-        self.as_json, self.idle_timeout = mode
+        self.as_json, self.idle_timeout, raw = mode
+        self.printer = FollowPrinter(self.as_json, raw, two_streams=len(names) == 2)
         self.server = server
         self.state: str | None = None
         """The followed attempt's state, as last read."""
@@ -310,7 +312,7 @@ class OutputFollower:
             self.state, heartbeat = self._call(
                 lambda: queue.read(lambda conn: attempt_liveness(conn, ref))
             )
-            pump(read, offsets, self.as_json)
+            pump(read, offsets, self.printer)
             if self.server.outages != outages:
                 heard_from = clock()
             if self.state != AttemptState.RUNNING:
@@ -366,21 +368,39 @@ def attempt_liveness(conn: Any, ref: AttemptOutput) -> tuple[str | None, float |
     return latest.state, None if job is None else job.heartbeat_at
 
 
-def pump(read: ChunkReader, offsets: dict[str, int], as_json: bool) -> None:
+def pump(read: ChunkReader, offsets: dict[str, int], printer: FollowPrinter) -> None:
     for name in offsets:
         while chunk := read(name, offsets[name]):
-            if as_json:
-                text = chunk.decode("utf-8", errors="replace")
-                write_json({"stream": name, "offset": offsets[name], "text": text})
-            else:
-                sink = (
-                    sys.stderr.buffer
-                    if name == "stderr" and len(offsets) == 2
-                    else sys.stdout.buffer
-                )
-                sink.write(chunk)
-                sink.flush()
+            printer.write(name, offsets[name], chunk)
             offsets[name] += len(chunk)
+
+
+class FollowPrinter:
+    """Where followed bytes go: NDJSON frames with --json; the bytes as they
+    are with --raw; otherwise text for a person, every control character a
+    job wrote shown escaped but newline and tab (an escape sequence reaches
+    the terminal as text, never as a command), decoded as it comes so a
+    character split between two reads stays whole. With both streams,
+    stderr's go to stderr."""
+
+    def __init__(self, as_json: bool, raw: bool, *, two_streams: bool) -> None:
+        self.as_json, self.raw, self.two_streams = as_json, raw, two_streams
+        self._decoders: dict[str, codecs.IncrementalDecoder] = {}
+
+    def write(self, name: str, offset: int, chunk: bytes) -> None:
+        if self.as_json:
+            text = chunk.decode("utf-8", errors="replace")
+            write_json({"stream": name, "offset": offset, "text": text})
+            return
+        sink = sys.stderr.buffer if name == "stderr" and self.two_streams else sys.stdout.buffer
+        if not self.raw:
+            decoder = self._decoders.setdefault(name, UTF8_AS_IS(errors="surrogateescape"))
+            chunk = shown(decoder.decode(chunk), keep_newlines=True).encode()
+        sink.write(chunk)
+        sink.flush()
+
+
+UTF8_AS_IS = codecs.getincrementaldecoder("utf-8")
 
 
 def error_follow(as_json: bool, exc: SpoolError, state: str | None) -> int:
