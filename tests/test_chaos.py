@@ -37,6 +37,8 @@ from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import cli, rows, start_worker, wait_for
 
+pytestmark = pytest.mark.subprocess
+
 JOB = r"""
 lock="$1/$SPOOLCTL_JOB_ID.lock"; log="$1/$SPOOLCTL_JOB_ID.log"
 exec 9>>"$lock"

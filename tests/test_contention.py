@@ -24,7 +24,7 @@ import pytest
 from tests.helpers import Db, WriteLock, attempts_of, child_env, job, rows, start_worker, wait_for
 from tests.populated import Populated, populate, run_quiet
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends, pytest.mark.subprocess]
 SUBMITTERS, ADDS_EACH = 8, 25
 
 SUBMITTER = """

@@ -25,7 +25,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import Result, add, attempts_of, cli_json, job, rows, start_worker, wait_for
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]
 
 
 def _mount(*args: str) -> bool:

@@ -29,7 +29,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 def work(db: Db, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from spoolctl.text import shown, shown_argv
 from tests.helpers import child_env, execute
 from tests.test_terminal import run_in_pty
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.subprocess]
 
 TITLE = "\x1b]0;pwned\x07"
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"

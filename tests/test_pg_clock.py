@@ -38,7 +38,7 @@ from tests.test_pg_fleet import (
     until_all_done,
 )
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.subprocess]
 
 SKEW_S = 600.0
 WITHIN_S = 2.0

@@ -29,6 +29,8 @@ from spoolctl.services.output_store import CHUNK_BYTES, OutputCopier
 from tests.helpers import REPO, STARTED_WORKERS, child_env, wait_for
 from tests.pg_server import libpq_url
 
+pytestmark = pytest.mark.subprocess
+
 BINARY = bytes(range(256)) * 600
 """153,600 bytes, every byte value (not UTF-8): three chunks."""
 

@@ -39,7 +39,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 REAP_THRESHOLD_S = 1.0  # tests.helpers.FAST_KNOBS

@@ -50,7 +50,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.subprocess]
 
 
 def pid_in(path: Path) -> int:

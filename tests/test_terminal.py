@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import add, child_env, cli
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]
 
 
 def run_in_pty(argv: list[str], env: dict[str, str], until: bytes, timeout: float = 20) -> bytes:

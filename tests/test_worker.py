@@ -34,7 +34,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 def once(db: Db) -> dict[str, Any]:
