@@ -14,8 +14,8 @@ as long as the job's process group does (it is inherited by the group and
 released only when the last holder is dead), so a second copy started while
 an orphaned first one still runs fails to take it and records a violation.
 
-The suite (and so CI) runs both the short variant and the long one (marked
-`slow`, about a minute: `pytest -m "not slow"` leaves it out for a quick run).
+The suite (and so CI) runs both the short variant and the long one (about a
+minute); all are marked `slow`, so `pytest -m "not slow"` leaves them out.
 """
 
 from __future__ import annotations
@@ -202,6 +202,7 @@ def chaos(db: Path, tmp_path: Path, fleet: Fleet, plan: Chaos) -> None:
     assert fleet.kills >= 5 and crashes > 0, "the chaos never hit a running job"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_chaos_short(db: Path, tmp_path: Path, fleet: Fleet) -> None:
     chaos(db, tmp_path, fleet, SHORT)
@@ -214,6 +215,7 @@ def test_chaos_long(db: Path, tmp_path: Path, fleet: Fleet) -> None:
     chaos(db, tmp_path, fleet, LONG)
 
 
+@pytest.mark.slow
 def test_an_owner_that_heartbeats_is_never_touched_by_two_polling_workers(
     db: Path, tmp_path: Path, fleet: Fleet
 ) -> None:

@@ -69,6 +69,7 @@ def submit_concurrently(db: Db) -> list[tuple[str, int, object]]:
     return answers  # type: ignore[return-value]
 
 
+@pytest.mark.slow
 def test_every_acknowledged_add_exists_exactly_once_under_contention(
     db: Db, tmp_path: Path, workers: list[subprocess.Popen[str]]
 ) -> None:

@@ -130,6 +130,7 @@ def recorded_pids(pidfile: Path) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_whole_process_group(db: Db, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     job_id = add_job(db, *group_script(pidfile), timeout_seconds=1, max_retries=0)
@@ -164,6 +165,7 @@ def ended_by(db: Db, job_id: int) -> tuple[int | None, int | None, int | None]:
     return attempt["exit_code"], data["job"]["last_exit_code"], attempt["signal"]
 
 
+@pytest.mark.slow
 @pytest.mark.sqlite_only(
     "process handling, 6 s: how PostgreSQL records a timeout is shown by"
     " test_timeout_kills_the_whole_process_group"
