@@ -31,7 +31,8 @@ slow and not browser"`.
   it fails (_marks_tell_the_truth), so the mark cannot go stale.
 - `browser` is set here on tests/test_web_browser.py (and any test using its
   `chromium` fixture).
-- `slow` is put on by hand, on the long variants.
+- `slow` is put on by hand, on tests of five seconds or more (grace periods,
+  timeouts, the chaos runs, the differential suite): the fast loop skips them.
 - `subprocess` is put on by hand (a module's `pytestmark`, or one test) where a
   test starts real processes: spoolctl verbs or workers as processes, jobs
   (an in-process worker spawns its jobs), a worker's lease guard, any other
@@ -42,7 +43,10 @@ slow and not browser"`.
 Parallel runs (pytest-xdist, `./scripts/test` runs `-n N --dist loadgroup`):
 each worker process gets its own PostgreSQL server (pg_server is per
 session, and each worker is a session), its own basetemp and so its own
-queues and spool folders; ports are always the kernel's free ones. Tests
+queues and spool folders; ports are always the kernel's free ones. The
+reaper's scan of every process on the machine finds an attempt's processes
+by a token of worker id, attempt row and claim time (spoolctl/procs.py), so
+one worker's reaper cannot take another's jobs for orphans. Tests
 that share a module-scoped fixture (a queue filled once, a server or browser
 of the module's own, the differential suite's one run of every scenario)
 are put in one xdist group per module, so that they run on one worker and the
