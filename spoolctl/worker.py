@@ -1,19 +1,22 @@
 """The worker: reap -> claim -> execute -> record, for one queue.
 
 One process runs up to `concurrency` attempts at once from a single-threaded
-loop: children are watched through pidfds, new work is noticed by polling
-SQLite's cheap `PRAGMA data_version` change counter, and heartbeats, timeouts
-and signals are handled between waits. No transaction is open while a child
-runs; every transaction is a short BEGIN IMMEDIATE.
+loop: children are watched through pidfds, new work is noticed through the
+queue's change watch (its driver's: SQLite's `PRAGMA data_version`,
+PostgreSQL's LISTEN/NOTIFY), and heartbeats, timeouts and signals are handled
+between waits. No transaction is open while a child runs; every transaction
+is short, and takes the backend's write lock as it opens.
 
 The loop never stalls: a write that cannot get the lock within a short slice,
 or that finds the disk full, is retried with bounded backoff while timeouts,
 signals and group kills go on. A worker whose heartbeats have not landed for
 half the hang threshold kills its jobs and claims nothing (`lease.py`).
 
-On a PostgreSQL queue the worker also copies its running jobs' output into
-the database every OUTPUT_COPY_EVERY_S, and what is left of it in the
-transaction that records the outcome (`services/output_store.py`). A worker
+Where the driver's output writer stores output beyond the files (PostgreSQL:
+a copy in the database) the worker gives it its running jobs' new output
+every pass it asks for, and what is left in the transaction that records
+the outcome; where the driver has a lease guard (workers on other machines
+cannot check this one's processes) it keeps it informed. A worker
 started while the server cannot be reached waits for it before it registers
 (`outage.py`), and one that loses it later keeps its loop and retries.
 """
@@ -26,37 +29,23 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Literal
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 
 from spoolctl import outage, procs
 from spoolctl.config import Timing
-from spoolctl.db.engine import (
-    HeldConnection,
-    db_path_of,
-    is_postgres_engine,
-    read_tx,
-    write_quietly,
-    write_tx,
-)
+from spoolctl.db.backends.base import ChangeWatch, LeaseGuard
+from spoolctl.db.engine import HeldConnection, read_tx, write_quietly, write_tx
+from spoolctl.db.queue import Queue
 from spoolctl.errors import Conflict, DiskFull, Locked, StorageFault, Unreachable
-from spoolctl.guard import LeaseGuard
 from spoolctl.outage import Reconnecting
 from spoolctl.reaping import Reaping
 from spoolctl.services import claim as claiming
-from spoolctl.services import execute, heartbeat, lanes, lease, output_store, reaper
+from spoolctl.services import execute, heartbeat, lanes, lease, reaper
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import FailureReason, JobState
-from spoolctl.wakeup import (
-    ChangeWatch,
-    Signals,
-    StopRequested,
-    change_watch,
-    counting_signals,
-    wait_readable,
-)
+from spoolctl.wakeup import Signals, StopRequested, counting_signals, wait_readable
 
 Mode = Literal["loop", "once", "drain"]
 WATCH_TICK_S = 0.03
@@ -79,8 +68,6 @@ TRANSIENT = (Locked, Unreachable, DiskFull)
 its own: it need not stay a kind of Locked)."""
 HARD_STOP_RECORD_S = 5.0
 """After a second signal, how long the worker tries to record its killed jobs."""
-OUTPUT_COPY_EVERY_S = 0.25
-"""PostgreSQL queues: how often running jobs' new output is stored in the database."""
 
 
 @dataclass(frozen=True)
@@ -127,20 +114,19 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    """Runs jobs of one queue from one SQLite file until its mode says stop."""
+    """Runs jobs of one lane of a queue until its mode says stop."""
 
     def __init__(
         self,
-        engine: Engine,
-        output_root: Path,
+        queue: Queue,
         options: WorkerOptions,
         timing: Timing,
-        clock: Callable[[], float] = time.time,
         on_result: Callable[[WorkReport], None] | None = None,
         prepare: Callable[[], None] = lambda: None,
         on_wait: outage.OutageListener | None = None,
     ) -> None:
-        self.engine = engine
+        self.queue = queue
+        self.engine = engine = queue.engine
         self.prepare = prepare
         """Makes the schema usable (run before registering; may need the server)."""
         self.on_wait = on_wait
@@ -149,14 +135,13 @@ class Worker:
         """The connection of the claim-and-record transactions, one per job."""
         self._job_env = execute.encoded_environment()
         """This process's environment, encoded once: the base of every job's."""
-        self.output_root = output_root
+        self.output_root = queue.output_root
         self.options = options
         self.timing = timing
-        self.clock = clock
+        self.clock = queue.clock()
         self.on_result = on_result
         self.worker_id = options.worker_id or default_worker_id()
-        self.db_path = db_path_of(engine)
-        self._db_identity: tuple[int, int] | None = None
+        self._db_identity: object | None = None
         self._db_gone = False
         self.identity = procs.self_identity()
         self.hostname = procs.hostname()
@@ -176,11 +161,7 @@ class Worker:
         self._last_reap_pass = 0.0
         self._watch: ChangeWatch | None = None
         self._guard: LeaseGuard | None = None
-        self.output_copier = (
-            output_store.OutputCopier(output_store.cap_bytes())
-            if is_postgres_engine(engine)
-            else None
-        )  # SQLite queues read the local files: nothing is copied
+        self.output = queue.driver.output_writer()
         self._next_output_copy = 0.0
         hang = timing.hang_threshold_s
         self._beat_every = (
@@ -199,13 +180,13 @@ class Worker:
         return self.report
 
     def _serve(self) -> None:
-        watch = change_watch(self.engine)
+        watch = self.queue.driver.change_watch(self.engine)
         self._watch = watch
         hang = self.timing.hang_threshold_s
-        if is_postgres_engine(self.engine) and hang > 0:
+        if hang > 0:
             # After the worker's own fence (half the threshold), which records
             # its jobs as worker crashes; before others may requeue (the whole).
-            self._guard = LeaseGuard(hang * GUARD_FENCE_SHARE)
+            self._guard = self.queue.driver.lease_guard(hang * GUARD_FENCE_SHARE)
         try:
             try:
                 self._loop(watch)
@@ -232,7 +213,7 @@ class Worker:
             else:  # a try that hangs on a silent server is abandoned on a signal
                 with self.signals.interruptible():
                     self.prepare()
-            self._db_identity = self._file_identity()
+            self._db_identity = self.queue.driver.identity()
             self._register(server.outage, server.try_began)
 
         try:
@@ -381,13 +362,11 @@ class Worker:
                 stale = self.reaping.stale(conn, now, self.running) if wanted else []
                 claims = [] if stale else self._claim_in(conn, now, wanted)
         except TRANSIENT:
-            if self.output_copier is not None:
-                self.output_copier.failed()
+            self.output.failed()
             self._write_failed(now)
             return []
         self._write_ok()
-        if self.output_copier is not None:
-            self.output_copier.landed()
+        self.output.landed()
         for (execution, outcome), state in zip(ended, states, strict=True):
             del self.running[execution.claim.job_id]
             self._forget_output(execution)
@@ -402,12 +381,12 @@ class Worker:
     def _copy_last_output(
         self, conn: Connection, ended: list[tuple[execute.Execution, Outcome]]
     ) -> None:
-        """PostgreSQL queues: an ended attempt's remaining output is stored in
-        the transaction that records its outcome, so whoever sees it ended
-        finds all of its output in the database."""
-        if self.output_copier is not None and ended:
+        """An ended attempt's remaining output is stored (where the writer
+        stores any) in the transaction that records its outcome, so whoever
+        sees it ended finds all of its output in the database."""
+        if ended:
             ids = [execution.claim.attempt_id for execution, _ in ended]
-            self.output_copier.copy(conn, ids, final=True)
+            self.output.copy(conn, ids, final=True)
 
     def _settle(
         self, conn: Connection, execution: execute.Execution, outcome: Outcome, now: float
@@ -463,9 +442,8 @@ class Worker:
         execution = execute.Execution(claim, slot)
         execution.start(self._job_env, self.worker_id, now)
         self.running[claim.job_id] = execution
-        if self.output_copier is not None:
-            paths = {"stdout": claim.stdout_path, "stderr": claim.stderr_path}
-            self.output_copier.track(claim.attempt_id, paths)
+        self.output.track(claim.attempt_id, {"stdout": claim.stdout_path,
+                                              "stderr": claim.stderr_path})  # fmt: skip
 
     def _record_spawns_due(self, now: float) -> None:
         """Store the pid and start time of jobs that outlived the short delay.
@@ -493,14 +471,14 @@ class Worker:
             self._write_failed(now)
 
     def _copy_output_if_due(self, now: float) -> None:
-        """PostgreSQL queues: store what running jobs appended to their output
-        files since the last pass (a stat per file when nothing was). A pass
-        that cannot write is retried after the write backoff, from where the
-        database stands (see `output_store`)."""
-        copier = self.output_copier
-        if copier is None or now < self._next_output_copy:
+        """Store what running jobs appended to their output files since the
+        last pass, where the writer stores output beyond them (a stat per file
+        when nothing was). A pass that cannot write is retried after the write
+        backoff, from where the database stands (see its writer)."""
+        copier = self.output
+        if copier.pass_every_s is None or now < self._next_output_copy:
             return
-        self._next_output_copy = now + OUTPUT_COPY_EVERY_S
+        self._next_output_copy = now + copier.pass_every_s
         behind = copier.behind()
         if not behind:
             return
@@ -511,8 +489,7 @@ class Worker:
             self._write_failed(now)
 
     def _forget_output(self, execution: execute.Execution) -> None:
-        if self.output_copier is not None:
-            self.output_copier.forget(execution.claim.attempt_id)
+        self.output.forget(execution.claim.attempt_id)
 
     def _reap_if_due(self, now: float) -> None:
         """Claims run a reap pass first; a worker whose slots are all busy (so
@@ -561,24 +538,15 @@ class Worker:
 
     # -- heartbeats and reaping ------------------------------------------
 
-    def _file_identity(self) -> tuple[int, int] | None:
-        if is_postgres_engine(self.engine):
-            return None  # a server, not a file: nothing can replace it underneath
-        try:
-            info = os.stat(self.db_path)
-        except OSError:
-            return None
-        return (info.st_dev, info.st_ino)
-
     def _check_database_file(self) -> None:
         """A queue file deleted or replaced underneath would have this worker
         write into an unlinked inode nobody else sees: stop instead."""
-        if self._file_identity() != self._db_identity:
+        if self.queue.driver.identity() != self._db_identity:
             self._db_gone = True
             raise StorageFault(
-                f"the queue database {self.db_path} was deleted or replaced while this "
+                f"the queue database {self.queue.display} was deleted or replaced while this "
                 "worker ran; it stopped (its running jobs were killed)",
-                path=self.db_path,
+                path=self.queue.display,
                 reason="replaced",
             )
 
@@ -659,7 +627,7 @@ class Worker:
         if claiming:  # a watch that wakes us through its descriptor needs no fast tick
             tick = WATCH_TICK_S if watch_fd is None else LISTEN_TICK_S
             wake = min(wake, now + tick, self._next_claim_at)
-        if self.running and self.output_copier is not None:
+        if self.running and self.output.pass_every_s is not None:
             wake = min(wake, self._next_output_copy)
         deadline = max(wake, self._blocked_until)
         fds = [self.signals.wake_fd]

@@ -82,8 +82,7 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
     queue = open_read(db)
     if queue is None:
         return EMPTY_STATUS
-    if queue.is_postgres:
-        now = queue.now()
+    now = queue.now()  # the server's on PostgreSQL
     return queue.read(
         lambda conn: with_paused_lanes(
             query.status_summary(conn, now, dead_limit=limit), lanes.paused_lanes(conn)

@@ -29,7 +29,6 @@ from spoolctl.cli.options import (
 )
 from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import Reply, emit
-from spoolctl.db.queue import QueueFile
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services.submit import (
     DEFAULT_MAX_RETRIES,
@@ -180,7 +179,7 @@ def add(
         defaults = batch_defaults(options, run_at, tags, env)
         specs = read_batch(batch, local, defaults)
         queue = open_write(db, synchronous="FULL")
-        now = queue_now(queue, local)
+        now = queue.now()  # the server's clock on PostgreSQL: a submitter's may be off
         rebased = [rebase(s, local, now) for s in specs]
         ids = queue.write(lambda conn: submit_batch(conn, rebased, now))
         return emit(
@@ -194,17 +193,10 @@ def add(
         **options,
     )
     queue = open_write(db, synchronous="FULL")
-    now = queue_now(queue, local)
+    now = queue.now()  # the server's clock on PostgreSQL: a submitter's may be off
     spec = rebase(spec, local, now)
     result = queue.write(lambda conn: submit(conn, spec, now))
     return emit(added_reply(result, spec), as_json)
-
-
-def queue_now(queue: QueueFile, local: float) -> float:
-    """The submission's time: this machine's clock for an SQLite file, the
-    server's for PostgreSQL (a submitter whose clock is off must not delay or
-    hurry its jobs)."""
-    return queue.now() if queue.is_postgres else local
 
 
 def rebase(spec: JobSpec, local: float, now: float) -> JobSpec:

@@ -1,8 +1,9 @@
 """`output` and `feedback`: what a job printed, and one verdict on how it went.
 
-On a PostgreSQL queue both read the output stored in the database (see
-`services/output_store.py`), so they work from any machine; streams then
-carry `source`, `stored_bytes` and `stored_truncated` besides the usual keys.
+Both read through the queue's output reader (`Queue.output()`): the files,
+or on PostgreSQL the copy stored in the database, so they work from any
+machine; streams then carry `source`, `stored_bytes` and `stored_truncated`
+besides the usual keys.
 """
 
 from __future__ import annotations
@@ -16,18 +17,20 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import click
+from sqlalchemy import Connection
 
 from spoolctl.cli.events import DEFAULT_IDLE_TIMEOUT_S, MAX_WAIT_S
 from spoolctl.cli.options import JOB_ID, BoundedInt, Duration, db_option, json_option, verb
 from spoolctl.cli.outages import outage_notice
 from spoolctl.cli.queues import no_job, open_read
 from spoolctl.cli.render import Reply, emit, style, write_json
+from spoolctl.config import OUTPUT_CAP_ENV as CAP_ENV
 from spoolctl.config import Timing
-from spoolctl.db.queue import QueueFile
+from spoolctl.db.backends.base import OutputReader
+from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, SpoolError, WaitTimeout
 from spoolctl.outage import Reconnecting
 from spoolctl.services import output as outputs
-from spoolctl.services import output_store
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
 from spoolctl.services.output import AttemptOutput
 from spoolctl.services.query import decode_job, get_job_row
@@ -53,7 +56,7 @@ def selected(stream: str) -> tuple[str, ...]:
     return outputs.STREAMS if stream == "both" else (stream,)
 
 
-def open_existing(db: str | None, job_id: int) -> QueueFile:
+def open_existing(db: str | None, job_id: int) -> Queue:
     found = open_read(db)
     if found is None:
         raise no_job(job_id, db)
@@ -118,7 +121,7 @@ def output(
     return emit(output_reply(queue, ref, names), as_json)
 
 
-def output_reply(queue: QueueFile, ref: AttemptOutput, names: tuple[str, ...]) -> Reply:
+def output_reply(queue: Queue, ref: AttemptOutput, names: tuple[str, ...]) -> Reply:
     data: dict[str, Any] = {
         "job_id": ref.job_id,
         "attempt_no": ref.attempt_no,
@@ -131,23 +134,19 @@ def output_reply(queue: QueueFile, ref: AttemptOutput, names: tuple[str, ...]) -
         )
         reply.warn("NO_ATTEMPTS_YET", f"job {ref.job_id} has no attempt yet")
         return reply
-    if queue.is_postgres:
-        data["streams"] = queue.read(
-            lambda conn: {name: outputs.stored_preview(conn, ref, name) for name in names}
-        )
-    else:
-        data["streams"] = {name: outputs.preview(ref.paths[name]) for name in names}
+    reader = queue.output()
+    data["streams"] = queue.read(
+        lambda conn: {name: reader.preview(conn, ref, name) for name in names}
+    )
     reply = Reply(data, text=lambda: output_text(data))
     refuse_outside(queue, reply, ref, data["streams"])
     return reply
 
 
-def refuse_outside(
-    queue: QueueFile, reply: Reply, ref: AttemptOutput, streams: dict[str, Any]
-) -> None:
+def refuse_outside(queue: Queue, reply: Reply, ref: AttemptOutput, streams: dict[str, Any]) -> None:
     """Name each stream left unread because its row points outside the spool
-    (on PostgreSQL the database's copy is read, wherever the file is)."""
-    if queue.is_postgres:
+    (a reader of the database's copy reads it wherever the file is)."""
+    if not queue.output().reads_local_files:
         return
     for name, path in ref.refused.items():
         if name in streams:
@@ -182,33 +181,32 @@ def output_text(data: dict[str, Any]) -> str:
 
 def cut_note(name: str, stored: int, path: str) -> str:
     return (
-        f"... {name} was cut at {stored} bytes in the database ({output_store.CAP_ENV});"
+        f"... {name} was cut at {stored} bytes in the database ({CAP_ENV});"
         f" the rest is only in the worker's file {shown(path)}"
     )
 
 
-def write_raw(queue: QueueFile, ref: AttemptOutput, names: tuple[str, ...]) -> int:
-    """Bytes as captured; with both streams, stderr's bytes go to our stderr."""
+def write_raw(queue: Queue, ref: AttemptOutput, names: tuple[str, ...]) -> int:
+    """Bytes as captured; with both streams, stderr's bytes go to our stderr.
+    Says so on stderr when a stream was not read (outside the spool) or its
+    stored copy was cut at the cap."""
+    reader = queue.output()
     for name in names:
         sink = sys.stderr.buffer if name == "stderr" and len(names) == 2 else sys.stdout.buffer
-        if queue.is_postgres:
-            write_raw_stored(queue, ref, name, sink)
-            continue
-        if name in ref.refused:
+        if name in ref.refused and reader.reads_local_files:
             click.echo(f"spoolctl: warning: {refusal(ref, name, ref.refused[name])}", err=True)
-        outputs.copy_all(ref.paths[name], sink)
+        facts = queue.read(partial(copy_stream, reader, ref, name, sink))
         sink.flush()
+        if facts.get("stored_truncated") and facts["source"] == "database":
+            note = cut_note(name, facts["stored_bytes"], ref.recorded_path(name))
+            click.echo(f"spoolctl: warning: {note.removeprefix('... ')}", err=True)
     return 0
 
 
-def write_raw_stored(queue: QueueFile, ref: AttemptOutput, name: str, sink: Any) -> None:
-    """A stream's bytes from the database (PostgreSQL queues); says so on
-    stderr when the stored copy was cut at the cap."""
-    facts = queue.read(lambda conn: outputs.copy_stored(conn, ref, name, sink))
-    sink.flush()
-    if facts["stored_truncated"] and facts["source"] == "database":
-        note = cut_note(name, facts["stored_bytes"], ref.recorded_path(name))
-        click.echo(f"spoolctl: warning: {note.removeprefix('... ')}", err=True)
+def copy_stream(
+    reader: OutputReader, ref: AttemptOutput, name: str, sink: Any, conn: Connection
+) -> dict[str, Any]:
+    return reader.copy_to(conn, ref, name, sink)
 
 
 def follow_job(
@@ -272,7 +270,7 @@ class OutputFollower:
         """A read, tried again for up to the idle timeout into an outage."""
         return self.server.call(partial(self._read, fn), patience_s=self.idle_timeout)
 
-    def _attempt(self, queue: QueueFile, attempt_no: int | None, deadline: float) -> AttemptOutput:
+    def _attempt(self, queue: Queue, attempt_no: int | None, deadline: float) -> AttemptOutput:
         """The attempt to follow, once there is one: a job with none yet is
         waited for until it has one or ends without one (then the returned
         ref has no attempt), at most until the deadline (then TIMEOUT)."""
@@ -292,7 +290,7 @@ class OutputFollower:
                 )
             self.server.pause(FOLLOW_POLL_S)
 
-    def _stream(self, queue: QueueFile, ref: AttemptOutput) -> int:
+    def _stream(self, queue: Queue, ref: AttemptOutput) -> int:
         """Print new bytes as they arrive until the attempt is no longer running.
 
         Bounded: a running attempt ends by itself, by its timeout, or by a
@@ -305,7 +303,7 @@ class OutputFollower:
         silent_after = Timing.from_env().reap_threshold_s
         clock = queue.clock()  # heartbeats are stamped by the server's clock on PostgreSQL
         cut: set[str] = set()
-        read = stored_reader(queue, ref, cut, self._call) if queue.is_postgres else file_reader(ref)
+        read = output_reader(queue, ref, cut, self._call)
         heard_from = -math.inf
         while True:
             outages = self.server.outages
@@ -331,33 +329,21 @@ def attempt_or_end(
     return found, None if job is None else job.state
 
 
-def file_reader(ref: AttemptOutput) -> ChunkReader:
-    def read(name: str, offset: int) -> bytes:
-        span = outputs.read_span(ref.paths[name], offset, FOLLOW_CHUNK)
-        return b"" if span is None else span[0]
+def output_reader(queue: Queue, ref: AttemptOutput, cut: set[str], through: Reading) -> ChunkReader:
+    """Reads the queue's output (a database copy is stored by the time its
+    attempt is seen ended, so the last poll gets all of it). Streams whose
+    stored copy was cut at the cap are added to `cut`. Each read goes
+    `through` the caller (which rides out outages)."""
+    reader = queue.output()
 
-    return read
-
-
-def stored_reader(
-    queue: QueueFile, ref: AttemptOutput, cut: set[str], through: Reading
-) -> ChunkReader:
-    """Reads the database's copy (PostgreSQL queues): an attempt's output is
-    stored by the time it is seen ended, so the last poll gets all of it.
-    Streams whose stored copy was cut at the cap are added to `cut`. Each
-    read goes `through` the caller (which rides out outages)."""
-
-    def read(name: str, offset: int) -> bytes:
-        span = through(
-            lambda: queue.read(
-                lambda conn: output_store.read_stored(
-                    conn, ref.attempt_id, name, offset, FOLLOW_CHUNK
-                )
-            )
-        )
-        if span.truncated:
+    def read_chunk(conn: Connection, name: str, offset: int) -> bytes:
+        data = reader.read(conn, ref, name, offset, FOLLOW_CHUNK)
+        if not data and reader.cut_at_cap(conn, ref, name):
             cut.add(name)
-        return span.data
+        return data
+
+    def read(name: str, offset: int) -> bytes:
+        return through(lambda: queue.read(lambda conn: read_chunk(conn, name, offset)))
 
     return read
 
@@ -427,7 +413,7 @@ def end_follow(as_json: bool, reason: str, state: str | None, cut: set[str]) -> 
         for name in sorted(cut):
             click.echo(
                 f"spoolctl: warning: {name} was cut at the cap in the database"
-                f" ({output_store.CAP_ENV}); the rest is only in the worker's file",
+                f" ({CAP_ENV}); the rest is only in the worker's file",
                 err=True,
             )
     return 0
@@ -466,16 +452,13 @@ def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json:
     return emit(reply, as_json)
 
 
-def tails(queue: QueueFile, ref: AttemptOutput, budget: int) -> dict[str, dict[str, Any]]:
+def tails(queue: Queue, ref: AttemptOutput, budget: int) -> dict[str, dict[str, Any]]:
     if ref.attempt_no is None:
         return {name: NOT_RUN_TAIL.copy() for name in outputs.STREAMS}
-    if queue.is_postgres:
-        return queue.read(
-            lambda conn: {
-                name: outputs.stored_tail(conn, ref, name, budget) for name in outputs.STREAMS
-            }
-        )
-    return {name: outputs.tail(ref.paths[name], budget) for name in outputs.STREAMS}
+    reader = queue.output()
+    return queue.read(
+        lambda conn: {name: reader.tail(conn, ref, name, budget) for name in outputs.STREAMS}
+    )
 
 
 def feedback_facts(

@@ -1,5 +1,9 @@
 """Attempts' output stored in the database (PostgreSQL queues), and read back.
 
+The writer is `OutputCopier` (a worker's), the reader `StoredOutput`
+(`output`, `feedback`, the web): PostgreSQL's driver hands them out, and no
+caller knows which store it has (`backends.files` is SQLite's).
+
 The worker's local files stay the first copy. On a PostgreSQL queue the
 worker also copies what each running attempt appended to its files into
 `output_chunks`, a few times a second and once more in the transaction that
@@ -37,12 +41,15 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select
 
 from spoolctl.config import ENV_VARS
+from spoolctl.config import OUTPUT_CAP_ENV as CAP_ENV
+from spoolctl.db.backends import files
+from spoolctl.db.backends.base import STREAMS, AttemptOutput
 from spoolctl.db.tables import attempts, output_chunks
 from spoolctl.errors import InvalidInput
+from spoolctl.states import AttemptState
 
 CHUNK_BYTES = 65_536
 """The most bytes one `output_chunks` row holds."""
-CAP_ENV = "SPOOLCTL_PG_OUTPUT_CAP"
 DEFAULT_CAP_BYTES: int = ENV_VARS[CAP_ENV]["default"]
 """8 MiB per attempt and stream."""
 MAX_CAP_BYTES: int = ENV_VARS[CAP_ENV]["max"]
@@ -50,7 +57,6 @@ MAX_CAP_BYTES: int = ENV_VARS[CAP_ENV]["max"]
 PASS_BUDGET_BYTES = 1 << 20
 """The most bytes of one stream a periodic pass copies (the final pass copies
 everything up to the cap), so one pass stays a short transaction."""
-STREAMS = ("stdout", "stderr")
 
 
 def cap_bytes() -> int:
@@ -93,6 +99,8 @@ class OutputCopier:
     `output_chunks`, inside transactions the worker opens."""
 
     cap: int
+    pass_every_s: float | None = 0.25
+    """How often a worker stores its running jobs' new output."""
     _attempts: dict[int, _Attempt] = field(default_factory=dict)
     _staged: dict[int, dict[str, _Stream]] = field(default_factory=dict)
 
@@ -305,3 +313,108 @@ def iter_stored(
             return
         yield span.data
         offset += len(span.data)
+
+
+# -- the reader of `output`, `feedback` and the web ------------------------------
+
+MATCH_PROBE_BYTES = 4096
+"""Bytes compared where the stored copy ends before a local file is read instead."""
+
+
+def stored_missing(ref: AttemptOutput, span: StoredSpan) -> bool:
+    """Whether the stored copy of a stream is gone: every stream of an ended
+    attempt keeps at least one chunk (see the module's docstring), while a
+    running attempt's stream with none has printed nothing yet."""
+    return not span.present and ref.state != AttemptState.RUNNING
+
+
+def stored_facts(span: StoredSpan, from_file: bool) -> dict[str, Any]:
+    """Keys a stream gets from the stored copy, besides the usual ones."""
+    return {
+        "source": "file" if from_file else "database",
+        "stored_bytes": span.stored,
+        "stored_truncated": span.truncated,
+    }
+
+
+def fuller_local_copy(conn: Connection, ref: AttemptOutput, name: str, span: StoredSpan) -> bool:
+    """Whether this machine's file of a stream whose stored copy was cut at
+    the cap holds more, and the same bytes where the stored copy ends (so a
+    stale file of another queue is never shown)."""
+    path = ref.paths[name]  # blank when outside this machine's spool
+    if not (span.truncated and path):
+        return False
+    probe = read_stored(conn, ref.attempt_id, name, -MATCH_PROBE_BYTES, MATCH_PROBE_BYTES)
+    local = files.read_span(path, probe.start, len(probe.data))
+    return local is not None and local[1] > span.stored and local[0] == probe.data
+
+
+class StoredOutput:
+    """Reads the copy in the database, so output reads the same from any
+    machine. This machine's file of a stream is read instead only when the
+    stored copy was cut at the cap and the file, inside this machine's spool,
+    is longer and holds the same bytes where the stored copy ends. A stream
+    of an ended attempt with nothing stored is `missing`, as a missing file
+    is on SQLite (never read from this machine's file instead: nothing stored
+    is left to tell that file is the attempt's own)."""
+
+    reads_local_files = False
+    """A row's path outside this machine's spool does not stop a read."""
+
+    def preview(self, conn: Connection, ref: AttemptOutput, name: str) -> dict[str, Any]:
+        found = self._span(conn, ref, name, 0, files.PREVIEW_BYTES)
+        data, size, span, from_file = found
+        return {
+            "path": ref.recorded_path(name),
+            "size_bytes": size,
+            "preview": data.decode("utf-8", errors="replace"),
+            "preview_truncated": size > len(data),
+            "missing": stored_missing(ref, span),
+            **stored_facts(span, from_file),
+        }
+
+    def tail(self, conn: Connection, ref: AttemptOutput, name: str, budget: int) -> dict[str, Any]:
+        data, size, span, from_file = self._span(conn, ref, name, -budget, budget)
+        return {
+            "path": ref.recorded_path(name),
+            "size_bytes": size,
+            "tail": data.decode("utf-8", errors="replace"),
+            "truncated": size > len(data),
+            "missing": stored_missing(ref, span),
+            **stored_facts(span, from_file),
+        }
+
+    def _span(
+        self, conn: Connection, ref: AttemptOutput, name: str, start: int, budget: int
+    ) -> tuple[bytes, int, StoredSpan, bool]:
+        span = read_stored(conn, ref.attempt_id, name, start, budget)
+        from_file = fuller_local_copy(conn, ref, name, span)
+        if from_file:
+            data, size = files.read_span(ref.paths[name], start, budget) or (b"", 0)
+            return data, size, span, True
+        return span.data, span.stored, span, False
+
+    def copy_to(self, conn: Connection, ref: AttemptOutput, name: str, sink: Any) -> dict[str, Any]:
+        span = read_stored(conn, ref.attempt_id, name, 0, 0)
+        from_file = fuller_local_copy(conn, ref, name, span)
+        if from_file:
+            files.copy_all(ref.paths[name], sink)
+        else:
+            for data in iter_stored(conn, ref.attempt_id, name):
+                sink.write(data)
+        return stored_facts(span, from_file)
+
+    def read(
+        self, conn: Connection, ref: AttemptOutput, name: str, offset: int, budget: int
+    ) -> bytes:
+        return read_stored(conn, ref.attempt_id, name, offset, budget).data
+
+    def span(
+        self, conn: Connection, ref: AttemptOutput, name: str, offset: int, budget: int
+    ) -> tuple[bytes, int, bool]:
+        found = read_stored(conn, ref.attempt_id, name, offset, budget)
+        return found.data, found.start, stored_missing(ref, found)
+
+    def cut_at_cap(self, conn: Connection, ref: AttemptOutput, name: str) -> bool:
+        found = stored_extent(conn, ref.attempt_id, name)
+        return found is not None and found[1]
