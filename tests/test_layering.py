@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -175,3 +176,56 @@ def test_installed_wheel_migrates_from_any_directory(tmp_path: Path) -> None:
     data = json.loads(status.stdout)["data"]
     assert data["current"] == data["head"]
     assert data["pending"] == []
+
+
+BACKEND_CHECK = re.compile(
+    r"dialect\.name|\bis_postgres\w*"
+    r"|isinstance\((?:\w+\.)?(db|target|where|location|queue|driver|path|url),"
+    r"\s*\(?(Path|str|SqliteDriver|PostgresDriver)\b"
+    r"|\.name\s*[!=]=\s*[\"'](sqlite|postgresql)[\"']"
+)
+"""What a backend check looks like: a dialect's name, `is_postgres...`, or an
+isinstance test on what a queue target used to be (a path or a URL string)
+or on a driver class."""
+
+
+def backend_checks(path: Path) -> list[str]:
+    """Lines of a module that decide which backend a queue is on."""
+    return [f"{path}:{found}" for found in backend_checks_in(path)]
+
+
+def test_no_backend_is_asked_for_outside_its_driver() -> None:
+    """Everything that differs between SQLite and PostgreSQL lives in
+    spoolctl/db/backends/ (one driver per backend); nothing else asks which
+    backend a queue is on. Adding a third engine is one new driver."""
+    outside = [p for p in PACKAGE.rglob("*.py") if "backends" not in p.relative_to(PACKAGE).parts]
+    found = [line for path in sorted(outside) for line in backend_checks(path)]
+    assert found == []
+
+
+def test_the_backend_check_finds_what_it_looks_for(tmp_path: Path) -> None:
+    sample = tmp_path / "module.py"
+    sample.write_text(
+        "if conn.dialect.name == 'postgresql':\n    pass\n"
+        "if is_postgres(target):\n    pass\n"
+        "if isinstance(location.target, str):\n    pass\n"
+        "if isinstance(value, str):\n    pass\n"
+        "if queue.driver.name == 'sqlite':\n    pass\n"
+        "states = (where.state,) if isinstance(where.state, str) else where.state\n"
+    )
+    found = [line.rsplit(": ", 1)[-1] for line in backend_checks_in(sample)]
+    assert found == [
+        "if conn.dialect.name == 'postgresql':",
+        "if is_postgres(target):",
+        "if isinstance(location.target, str):",
+        "if queue.driver.name == 'sqlite':",
+    ]
+
+
+def backend_checks_in(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [f"{n}: {line.strip()}" for n, line in enumerate(lines, 1) if _is_check(line)]
+
+
+def _is_check(line: str) -> bool:
+    return BACKEND_CHECK.search(line) is not None
