@@ -53,7 +53,8 @@ from spoolctl.db.url import masked
 from spoolctl.errors import ExtraMissing
 
 if TYPE_CHECKING:
-    from spoolctl.db.backends.postgresql.output import OutputCopier, StoredOutput
+    from spoolctl.db.backends.postgresql.output import OutputCopier
+    from spoolctl.db.backends.postgresql.stored import StoredOutput
     from spoolctl.db.health import Check
 
 __all__ = ["PostgresDriver", "display_of", "parse_url", "translate_errors"]
@@ -366,7 +367,7 @@ class PostgresDriver:
         return OutputCopier(cap_bytes())
 
     def output_reader(self) -> StoredOutput:
-        from spoolctl.db.backends.postgresql.output import StoredOutput
+        from spoolctl.db.backends.postgresql.stored import StoredOutput
 
         return StoredOutput()
 
