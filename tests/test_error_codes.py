@@ -33,7 +33,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("db/backends/postgresql/errors.py", "DBAPIError"): "wraps psycopg's own error to translate it",
     ("db/backends/postgresql/errors.py", "translated"): "returns the translated public error",
     ("db/codec.py", "DamagedValue"): "caught by every reader of a stored value (hostile rows)",
-    ("db/backends/sqlite/__init__.py", "RevisionMismatch"): "caught by Queue: the public error",
+    ("db/backends/sqlite/engine.py", "RevisionMismatch"): "caught by Queue: the public error",
     ("db/backends/postgresql/__init__.py", "RevisionMismatch"): "caught by Queue: the public error",
     ("cli/options.py", "NotImplementedError"): "the abstract check of a parameter type",
     ("cli/options.py", "SpoolUsage"): "carries one of our errors through click's parser",
