@@ -30,9 +30,9 @@ from spoolctl.db.backends.base import OutputReader
 from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, SpoolError, WaitTimeout
 from spoolctl.outage import Reconnecting
-from spoolctl.services import output as outputs
+from spoolctl.services import attempt_output as outputs
+from spoolctl.services.attempt_output import AttemptOutput
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
-from spoolctl.services.output import AttemptOutput
 from spoolctl.services.query import decode_job, get_job_row
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, FailureReason, JobState
 from spoolctl.text import shown
