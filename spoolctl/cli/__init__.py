@@ -37,9 +37,9 @@ VERBS: dict[str, str] = {
     "doctor": "spoolctl.cli.admin:doctor",
     "config-show": "spoolctl.cli.admin:config_show",
     "config-validate": "spoolctl.cli.admin:config_validate",
-    "brief": "spoolctl.cli.contract:brief",
-    "robot-docs": "spoolctl.cli.contract:robot_docs",
-    "capabilities": "spoolctl.cli.contract:capabilities",
+    "brief": "spoolctl.cli.brief:brief",
+    "robot-docs": "spoolctl.cli.brief:robot_docs",
+    "capabilities": "spoolctl.cli.capabilities:capabilities",
     "schema": "spoolctl.cli.contract:schema",
 }
 

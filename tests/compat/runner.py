@@ -28,7 +28,8 @@ REFERENCE_PRELOAD = ("spoolctl.cli",)
 OURS_PRELOAD = (
     "spoolctl.cli", "spoolctl.cli.jobs", "spoolctl.cli.work", "spoolctl.cli.inspect",
     "spoolctl.cli.streams", "spoolctl.cli.events", "spoolctl.cli.steer", "spoolctl.cli.migrate",
-    "spoolctl.cli.admin", "spoolctl.cli.contract", "spoolctl.db.revision", "spoolctl.worker",
+    "spoolctl.cli.admin", "spoolctl.cli.contract", "spoolctl.cli.capabilities",
+    "spoolctl.cli.brief", "spoolctl.db.revision", "spoolctl.worker",
 )  # fmt: skip
 DRIVER_TIMEOUT_S = 600
 
