@@ -27,9 +27,9 @@ DRIVER = HERE / "driver.py"
 REFERENCE_PRELOAD = ("spoolctl.cli",)
 OURS_PRELOAD = (
     "spoolctl.cli", "spoolctl.cli.jobs", "spoolctl.cli.work", "spoolctl.cli.inspect",
-    "spoolctl.cli.streams", "spoolctl.cli.events", "spoolctl.cli.steer", "spoolctl.cli.migrate",
-    "spoolctl.cli.admin", "spoolctl.cli.contract", "spoolctl.cli.capabilities",
-    "spoolctl.cli.brief", "spoolctl.db.revision", "spoolctl.worker",
+    "spoolctl.cli.output", "spoolctl.cli.follow", "spoolctl.cli.feedback", "spoolctl.cli.events",
+    "spoolctl.cli.steer", "spoolctl.cli.migrate", "spoolctl.cli.admin", "spoolctl.cli.contract",
+    "spoolctl.cli.capabilities", "spoolctl.cli.brief", "spoolctl.db.revision", "spoolctl.worker",
 )  # fmt: skip
 DRIVER_TIMEOUT_S = 600
 
