@@ -104,7 +104,7 @@ def test_status_path_imports_neither_alembic_nor_postgresql(tmp_path: Path) -> N
     modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
     envelope, loaded = modules_after(["status", "--db", str(db), "--json"], tmp_path)
     assert envelope["data"]["counts"]["queued"] == 1, "status read the queue"
-    assert "spoolctl.cli.inspect" in loaded
+    assert "spoolctl.cli.status" in loaded
     assert not any(m.split(".")[0] == "alembic" for m in loaded)
     assert "sqlalchemy.dialects.postgresql" not in loaded, "an SQLite status loaded PostgreSQL's"
 
