@@ -78,8 +78,6 @@ BATCH_FLAG_FIELDS = {
     "cwd": "cwd",
 }
 """add's parameter -> the batch line field it is the default of."""
-
-
 BATCH_LINE_MAX = 1 << 20
 """Bytes in one batch line: far above any valid job (a note is at most
 10,000 characters, env values 4,096)."""

@@ -51,8 +51,6 @@ TYPE_WORDS = {"integer": "integer", "id": "integer", "seconds": "float", "durati
               "timestamp": "timestamp", "queue": "queue", "key=value": "key_value",
               "states": "enum_csv", "choice": "enum", "boolean": "boolean", "timeout": "integer",
               "path": "path"}  # fmt: skip
-
-
 EXTRA_TYPE_KEYS = ("grammar", "key_maximum", "value_maximum", "maximum_items", "charset")
 
 
