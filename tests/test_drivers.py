@@ -22,7 +22,7 @@ from spoolctl.db.migration import migrate_file
 from spoolctl.db.queue import Queue, open_for_write, schema_status
 from spoolctl.db.tables import workers
 from spoolctl.errors import Locked
-from spoolctl.services.output import find_attempt
+from spoolctl.services.attempt_output import find_attempt
 from tests.helpers import Db, WriteLock, add, driver_of, is_postgres, rows
 
 pytestmark = pytest.mark.both_backends

@@ -28,7 +28,7 @@ from spoolctl.cli.schemas import DATA_SCHEMAS, ENVELOPE, STREAMS
 from spoolctl.web.access import QueueAccess
 from spoolctl.web.app import create_app
 from spoolctl.web.common import Settings
-from spoolctl.web.guard import Guard
+from spoolctl.web.request_guard import Guard
 from spoolctl.web.views import decode_complete, skip_partial_head
 from tests.helpers import REPO, Db, add_job, child_env, job, rows
 from tests.populated import run_quiet

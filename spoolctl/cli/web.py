@@ -61,7 +61,7 @@ def web(
         from spoolctl.web.access import QueueAccess
         from spoolctl.web.app import create_app
         from spoolctl.web.common import Settings
-        from spoolctl.web.guard import Guard
+        from spoolctl.web.request_guard import Guard
     except ModuleNotFoundError as exc:
         raise ExtraMissing(
             f"spoolctl web needs the web extra ({exc.name} is missing)",

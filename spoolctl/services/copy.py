@@ -33,7 +33,7 @@ from spoolctl.db.backends.files import open_regular
 from spoolctl.db.queue import open_for_read, schema_status
 from spoolctl.db.tables import attempts, jobs, output_chunks
 from spoolctl.errors import Conflict, InvalidInput
-from spoolctl.services.output import inside
+from spoolctl.services.attempt_output import inside
 from spoolctl.states import JobState
 
 OUTPUT_BATCH_BYTES = 32 * 1024 * 1024

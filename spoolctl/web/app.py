@@ -29,9 +29,9 @@ from spoolctl.web import views
 from spoolctl.web.access import QueueAccess
 from spoolctl.web.actions import Actions
 from spoolctl.web.common import Refused, Settings, job_id_of, whole_number
-from spoolctl.web.guard import Guard
 from spoolctl.web.middleware import GuardMiddleware, LastResort
 from spoolctl.web.render import make_environment
+from spoolctl.web.request_guard import Guard
 
 STATIC = Path(__file__).parent / "static"
 NOTICES = {

@@ -16,8 +16,7 @@ from spoolctl import validate
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import OutputReader
 from spoolctl.errors import InvalidInput
-from spoolctl.services import dependencies, lanes, ledger, query
-from spoolctl.services import output as outputs
+from spoolctl.services import attempt_output, dependencies, lanes, ledger, query
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
 from spoolctl.text import shown
 
@@ -214,20 +213,20 @@ def job_page(
     detail["after_jobs"] = dependencies.waits_for(conn, [job_id]).get(job_id, [])
     detail["dependents"] = dependencies.dependents_of(conn, job_id)
     detail["terminal"] = detail["job"]["state"] in TERMINAL_JOB_STATES
-    ref = outputs.confine(outputs.find_attempt(conn, job_id, attempt_no), output_root)
+    ref = attempt_output.confine(attempt_output.find_attempt(conn, job_id, attempt_no), output_root)
     detail["output"] = {
         "attempt_no": ref.attempt_no,
         "attempt_state": ref.state,
         "pinned": attempt_no is not None,
         "streams": {}
         if ref.attempt_no is None
-        else {name: stream_tail(conn, ref, name, reader) for name in outputs.STREAMS},
+        else {name: stream_tail(conn, ref, name, reader) for name in attempt_output.STREAMS},
     }
     return detail
 
 
 def stream_tail(
-    conn: Connection, ref: outputs.AttemptOutput, name: str, reader: OutputReader
+    conn: Connection, ref: attempt_output.AttemptOutput, name: str, reader: OutputReader
 ) -> dict[str, Any]:
     """The last OUTPUT_TAIL bytes of a stream, as text, and where they end."""
     data, start, missing = reader.span(conn, ref, name, -OUTPUT_TAIL, OUTPUT_TAIL)
@@ -256,7 +255,7 @@ def output_chunk(
     The attempt's state is read before its bytes: once it is seen ended, the
     bytes read after hold everything it wrote (on PostgreSQL, the outcome's
     transaction stored the rest)."""
-    ref = outputs.confine(outputs.find_attempt(conn, job_id, attempt_no), output_root)
+    ref = attempt_output.confine(attempt_output.find_attempt(conn, job_id, attempt_no), output_root)
     job = query.get_job_row(conn, job_id)
     job_state = None if job is None else str(job.state)
     reply: dict[str, Any] = {

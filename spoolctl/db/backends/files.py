@@ -3,7 +3,7 @@ stdout and stderr files under the spool's output folder (SQLite queues, and
 every worker's own machine).
 
 A path comes from a database row, so it is treated as untrusted (the caller
-confines it to the output folder first, `services.output.confine`): only
+confines it to the output folder first, `services.attempt_output.confine`): only
 regular files are read (a FIFO or device named by a row would block or
 worse), opened non-blocking, and never more than the caller's byte budget at
 once.
