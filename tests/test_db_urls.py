@@ -172,15 +172,17 @@ HEADS = [
 ]
 
 
+MARKED = st.tuples(ANY_TEXT, ANY_TEXT).map(lambda parts: f"{parts[0]}§{parts[1]}")
+"""Any text around a character no message or URL of ours holds, so a password
+found in the output is the password, not a word that happens to match."""
+
+
 @settings(max_examples=300, deadline=None)
-@given(user=st.text("abcxyz", min_size=1, max_size=6), password=ANY_TEXT,
+@given(user=st.text("abcxyz", min_size=1, max_size=6), password=MARKED,
        head=st.sampled_from(HEADS))  # fmt: skip
 def test_masking_never_leaks_a_password(user: str, password: str, head: str) -> None:
     """Whatever the characters (reserved, spaces, '@', '%', non-ASCII), the
     password is neither in the masked form nor in any refusal."""
-    rest = f"{head}{user}:@localhost:5432/queue{MASK}"
-    if password in rest or unquote(password) in rest:
-        return  # too short to tell apart from the rest of the URL
     url = f"{head}{user}:{password}@localhost:5432/queue"
     assert password not in masked(url), url
     if not looks_like_url(url):
@@ -188,7 +190,8 @@ def test_masking_never_leaks_a_password(user: str, password: str, head: str) -> 
     try:
         kind, canonical = parse_db_url(url, "--db")
     except InvalidInput as refused:
-        assert password not in refused.message + json.dumps(refused.detail), url
+        shown = refused.message + json.dumps(refused.detail, ensure_ascii=False)
+        assert password not in shown and "§" not in shown, url
         return
     assert kind == "postgresql"
     assert unquote(password) not in masked(canonical), url

@@ -177,6 +177,18 @@ def test_output_previews_keep_newlines_and_tabs_and_escape_the_rest(hostile: Hos
     assert preview in fed and "\tend" in fed
 
 
+def test_followed_output_is_escaped_like_a_preview_and_raw_when_asked(hostile: Hostile) -> None:
+    """`output --follow` prints for a person: escaped but newline and tab;
+    with --raw it streams the bytes as they are."""
+    args = ("output", str(hostile.printer), "--follow", "--stream", "stdout")
+    followed = spoolctl(hostile.db, *args)
+    assert followed.code == 0, followed.err
+    assert_inert(followed.out, "output --follow")
+    assert followed.out.decode().startswith("\\x1b[1;31mred") and b"\tend\n" in followed.out
+    assert b"\\xff\\xfe" in followed.out
+    assert spoolctl(hostile.db, *args, "--raw").out == OUTPUT
+
+
 def test_raw_is_byte_exact_and_json_carries_the_original_text(hostile: Hostile) -> None:
     raw = spoolctl(hostile.db, "output", str(hostile.printer), "--stream", "stdout", "--raw")
     assert raw.out == OUTPUT

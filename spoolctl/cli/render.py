@@ -267,7 +267,7 @@ class SpoolUsage(click.UsageError):
         self.error = error
 
 
-def unknown_command(name: str, choices: list[str]) -> SpoolError:
+def unknown_command(name: str, choices: list[str]) -> UnknownCommand:
     import difflib
 
     close = difflib.get_close_matches(name, choices, n=1)
