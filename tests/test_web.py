@@ -379,7 +379,8 @@ def test_a_database_url_never_shows_its_password(db: Db) -> None:
 # -- the layers ---------------------------------------------------------------------
 
 SQL_BUILDERS = {"select", "insert", "update", "delete", "text", "func", "union", "and_", "or_"}
-NOT_FOR_THE_WEB = ("spoolctl.db.tables", "spoolctl.db.backends.sqlite", "spoolctl.db.backends.postgresql", "spoolctl.db.prepared",
+NOT_FOR_THE_WEB = ("spoolctl.db.tables", "spoolctl.db.backends.sqlite",
+                   "spoolctl.db.backends.postgresql", "spoolctl.db.prepared",
                    "spoolctl.db.engine", "spoolctl.cli", "click")  # fmt: skip
 
 
