@@ -27,10 +27,11 @@ from pathlib import Path
 
 
 def ours(db: Path, reps: int) -> list[float]:
+    from spoolctl.db.backends import sqlite_at
     from spoolctl.db.queue import open_for_write
     from spoolctl.services.claim import claim_next
 
-    queue_file = open_for_write(db)
+    queue_file = open_for_write(sqlite_at(db))
     known = {
         "worker_id": "bench-claim",
         "worker_pid": os.getpid(),

@@ -63,15 +63,18 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def run_cli(impl: Impl, *args: str, cwd: Path, timeout: float = 600) -> tuple[float, Any]:
-    """Run one CLI command as a fresh process; return (wall seconds, JSON data).
+def run_cli(
+    impl: Impl, *args: str, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
+) -> tuple[float, Any]:
+    """Run one CLI command as a fresh process (in env, default clean_env());
+    return (wall seconds, JSON data).
 
     Raises BenchError on a non-zero exit or an envelope that is not ok."""
     start = time.perf_counter()
     proc = subprocess.run(
         impl.argv(*args),
         cwd=cwd,
-        env=clean_env(),
+        env=clean_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,

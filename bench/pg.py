@@ -29,41 +29,20 @@ from __future__ import annotations
 
 import contextlib
 import random
-import secrets
-import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import harness
 import pgserve
+from backends import SQLITE, Backend, PgBackend
 from filesystems import Target
-from fixtures import (
-    OURS,
-    BenchError,
-    clean_env,
-    count_state,
-    envelope_data,
-    fresh_dir,
-    percentile,
-    seed,
-    workdir,
-)
-from interleave import Arm, Records, Sample, run_blocks, spread
+from fixtures import OURS, BenchError, workdir
+from interleave import Arm, Sample, run_blocks, spread
 from pgserve import BenchServer
 from plan import Plan
-from workers import (
-    SETTLE_S,
-    START_STAMP,
-    PeakRss,
-    _drain_once,
-    _stamp,
-    _stop,
-    _wait_for,
-    idle_cpu,
-)
 
 WORKER_COUNTS = (1, 2, 4)
 CENSUS_SETUPS = (
@@ -72,7 +51,8 @@ CENSUS_SETUPS = (
     ("4 workers", 4, ()),
     ("1 worker --concurrency 4", 1, ("--concurrency", "4")),
 )
-BACKENDS = ("sqlite", "pg")
+BACKENDS = (SQLITE.name, PgBackend.name)
+"""The arms' backends, by name, in the order their arms run."""
 CENSUS_PERIOD_S = 0.02
 CENSUS_JOBS = 300
 """Jobs of each untimed drain that counts connections: enough to reach a steady state."""
@@ -86,6 +66,7 @@ PICKUP_ARMS: tuple[tuple[str, str, dict[str, str]], ...] = (
 (as behind PgBouncer in transaction pooling), waking by polling."""
 
 _server: BenchServer | None = None
+_backend: PgBackend | None = None
 
 
 def server(disk: Target) -> BenchServer:
@@ -96,131 +77,47 @@ def server(disk: Target) -> BenchServer:
     return _server
 
 
+def backend(disk: Target) -> PgBackend:
+    """Queues on that server (one schema template for the whole run)."""
+    global _backend
+    if _backend is None:
+        _backend = PgBackend(server(disk))
+    return _backend
+
+
+def _backends(disk: Target) -> dict[str, Backend]:
+    """SQLite, and PostgreSQL on the benchmark's server, by name."""
+    return {SQLITE.name: SQLITE, PgBackend.name: backend(disk)}
+
+
 def stop_server() -> None:
-    global _server
+    global _server, _backend
     if _server is not None:
         try:
             _server.stop()
         finally:
-            _templates.pop(id(_server), None)
-            _server = None
+            _server, _backend = None, None
 
 
 def _label(n: int) -> str:
     return "1 worker" if n == 1 else f"{n} workers"
 
 
-def _db_name(kind: str) -> str:
-    return f"bench_{kind}_{secrets.token_hex(4)}"
-
-
-def _spoolctl(argv: list[str], env: dict[str, str], cwd: Path) -> Any:
-    proc = subprocess.run(
-        OURS.argv(*argv),
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    return envelope_data(OURS, tuple(argv), proc.returncode, proc.stdout, proc.stderr)
-
-
-def _pg_env(srv: BenchServer, spool: Path) -> dict[str, str]:
-    """What a spoolctl process on PostgreSQL gets: no SPOOLCTL_* knob but the
-    output folder (on the measured disk), and the passfile."""
-    env = srv.client_env(clean_env())
-    env["SPOOLCTL_SPOOL_DIR"] = str(spool)
-    return env
-
-
-_templates: dict[int, str] = {}
-
-
-def _schema_template(srv: BenchServer, d: Path) -> str:
-    """A database at head with no rows, made once per server by `spoolctl
-    migrate` (as docs/postgresql.md says), that each queue is copied from."""
-    if id(srv) not in _templates:
-        name = _db_name("template")
-        url = srv.create_database(name)
-        _spoolctl(["migrate", "--db", url, "--json"], _pg_env(srv, d / "spool"), d)
-        _templates[id(srv)] = name
-    return _templates[id(srv)]
-
-
-def _pg_queue(srv: BenchServer, d: Path, kind: str) -> tuple[str, str, dict[str, str]]:
-    """A fresh database at head holding one queued `true` job: (name, URL, env)."""
-    name = _db_name(kind)
-    url = srv.create_database(name, template=_schema_template(srv, d))
-    env = _pg_env(srv, d / "spool")
-    try:
-        _spoolctl(["add", "--db", url, "--json", "--", "true"], env, d)
-    except BaseException:
-        srv.drop_database(name)
-        raise
-    return name, url, env
-
-
-def _pg_clone_queued(srv: BenchServer, name: str, total: int, due_at: float) -> None:
-    """Grow the queue's one job to `total` identical queued jobs with its
-    events, in SQL (as fixtures.clone_queued does for SQLite), then ANALYZE
-    (a queue in use has statistics; autovacuum would otherwise gather them at
-    a random moment of the drain)."""
-    with srv.connect(name, autocommit=True) as conn:
-        cols = _columns(conn, "jobs")
-        ev_cols = _columns(conn, "job_events")
-        first = conn.execute("SELECT min(id) FROM jobs").fetchone()[0]
-        listed = ", ".join(f'"{c}"' for c in cols)
-        ev_listed = ", ".join(f'"{c}"' for c in ev_cols)
-        ev_values = ", ".join("j.id" if c == "job_id" else f'e."{c}"' for c in ev_cols)
-        with conn.transaction():
-            conn.execute(
-                f"INSERT INTO jobs ({listed}) SELECT {listed} FROM jobs, "
-                "generate_series(1, %s) AS g WHERE id = %s ORDER BY g",
-                (total - 1, first),
-            )
-            conn.execute(
-                f"INSERT INTO job_events ({ev_listed}) SELECT {ev_values} "
-                "FROM job_events e JOIN jobs j ON j.id <> e.job_id "
-                "WHERE e.job_id = %s ORDER BY j.id, e.id",
-                (first,),
-            )
-            conn.execute("UPDATE jobs SET next_run_at = %s, created_at = %s", (due_at, due_at))
-        conn.execute("ANALYZE")
-
-
-def _columns(conn: Any, table: str) -> list[str]:
-    rows = conn.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-        "AND column_name <> 'id' ORDER BY ordinal_position",
-        (table,),
-    ).fetchall()
-    return [r[0] for r in rows]
-
-
-def _pg_count(srv: BenchServer, name: str, state: str) -> int:
-    with srv.connect(name, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM jobs WHERE state = %s", (state,)).fetchone()
-        return int(row[0])
-
-
 # -- drain ---------------------------------------------------------------------------------
 
 
 def drain(plan: Plan, disk: Target) -> dict[str, Any]:
-    srv = server(disk)
+    by_name, srv = _backends(disk), server(disk)
     cpu_before = srv.server_cpu_s()
     with workdir("pg-drain", disk.root) as scratch:
         arms = [
-            Arm(f"{backend} {_label(n)}", _drain_arm(backend, srv, plan.drain_jobs, n, scratch))
+            Arm(f"{b} {_label(n)}", _drain_arm(by_name[b], plan.drain_jobs, n, scratch))
             for n in WORKER_COUNTS
-            for backend in BACKENDS
+            for b in BACKENDS
         ]
         records = run_blocks(arms, plan.drain_reps, f"pg vs sqlite drain on {disk.describe()}")
         census = {
-            label: _census(srv, min(CENSUS_JOBS, plan.drain_jobs), n, extra, scratch)
+            label: _census(backend(disk), min(CENSUS_JOBS, plan.drain_jobs), n, extra, scratch)
             for label, n, extra in CENSUS_SETUPS
         }
     return {
@@ -254,83 +151,8 @@ def drain(plan: Plan, disk: Target) -> dict[str, Any]:
     }
 
 
-def _drain_arm(
-    backend: str, srv: BenchServer, jobs: int, n: int, scratch: Path
-) -> Callable[[], Sample]:
-    if backend == "sqlite":
-        return lambda: _drain_once(OURS, jobs, n, (), scratch)
-    return lambda: _pg_drain_once(srv, jobs, n, scratch)
-
-
-def _pg_drain_once(
-    srv: BenchServer,
-    jobs: int,
-    workers: int,
-    scratch: Path,
-    census: Census | None = None,
-    extra: tuple[str, ...] = (),
-) -> Sample:
-    """As workers._drain_once, on a fresh PostgreSQL database."""
-    d = fresh_dir("drain-pg", scratch)
-    name, url, env = _pg_queue(srv, d, "drain")
-    try:
-        _pg_clone_queued(srv, name, jobs, time.time())
-        before = _server_counters(srv, name)
-        argv = OURS.argv("work", "--db", url, "--drain", "--json", *extra)
-        logs = [(d / f"out{i}", d / f"err{i}") for i in range(workers)]
-        with contextlib.ExitStack() as files:
-            if census is not None:
-                files.enter_context(census)
-            start = time.perf_counter()
-            procs = [
-                subprocess.Popen(
-                    argv,
-                    cwd=d,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=files.enter_context(out.open("w")),
-                    stderr=files.enter_context(err.open("w")),
-                )
-                for out, err in logs
-            ]
-            sampler = PeakRss(procs[0].pid)
-            sampler.start()
-            codes = [p.wait(timeout=600) for p in procs]
-            wall = time.perf_counter() - start
-        sampler.done.set()
-        sampler.join()
-        executed = sum(
-            envelope_data(OURS, tuple(argv[1:]), code, out.read_text(), err.read_text())["executed"]
-            for code, (out, err) in zip(codes, logs, strict=True)
-        )
-        done = _pg_count(srv, name, "done")
-        after = _server_counters(srv, name)
-    finally:
-        srv.drop_database(name)
-    if done != jobs:
-        raise BenchError(f"pg: drain left {jobs - done} of {jobs} jobs not done")
-    return {
-        "value": jobs / wall,
-        "wall_s": wall,
-        "executed": executed,
-        "peak_rss_mb": max(sampler.max_rss, sampler.hwm) / 2**20,
-        **{f"{k}_per_job": (after[k] - before[k]) / jobs for k in before},
-    }
-
-
-def _server_counters(srv: BenchServer, name: str) -> dict[str, float]:
-    """Commits, rollbacks and WAL bytes so far (the database's, the server's
-    WAL), to tell how much work a drain asked of the server. The counts of
-    backends that have exited are complete; they include the few statements
-    of this query's own connection."""
-    with srv.connect(autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT xact_commit, xact_rollback, "
-            "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::float8 "
-            "FROM pg_stat_database WHERE datname = %s",
-            (name,),
-        ).fetchone()
-    return {"commits": float(row[0]), "rollbacks": float(row[1]), "wal_bytes": float(row[2])}
+def _drain_arm(backend: Backend, jobs: int, n: int, scratch: Path) -> Callable[[], Sample]:
+    return lambda: harness.drain_once(backend, OURS, scratch, jobs=jobs, workers=n)
 
 
 class Census:
@@ -371,12 +193,12 @@ class Census:
 
 
 def _census(
-    srv: BenchServer, jobs: int, n: int, extra: tuple[str, ...], scratch: Path
+    pg: PgBackend, jobs: int, n: int, extra: tuple[str, ...], scratch: Path
 ) -> dict[str, Any]:
     """One more PostgreSQL drain, not timed, counting the connections held."""
-    census = Census(srv)
+    census = Census(pg.srv)
     try:
-        _pg_drain_once(srv, jobs, n, scratch, census, extra)
+        harness.drain_once(pg, OURS, scratch, jobs=jobs, workers=n, extra=extra, during=census)
     except BenchError as exc:
         return {"error": str(exc)}
     return {
@@ -391,115 +213,31 @@ def _census(
 # -- pickup --------------------------------------------------------------------------------
 
 
-class IdleWorker:
-    """A loop-mode `spoolctl work` on its own queue (PostgreSQL or SQLite),
-    and the pickup samples taken from it."""
-
-    def __init__(
-        self, backend: str, d: Path, srv: BenchServer, more_env: dict[str, str] | None = None
-    ) -> None:
-        self.backend, self.d, self.srv = backend, d, srv
-        self.taken = 0
-        self.stop_code: int | None = None
-        self.db_name: str | None = None
-        if backend == "pg":
-            self.db_name, self.db, self.env = _pg_queue(srv, d, "pickup")
-            self._pg = srv.connect(self.db_name, autocommit=True)
-        else:
-            self.db, self.env = str(d / "q.db"), clean_env()
-            seed(OURS, Path(self.db), d)
-        self.env.update(more_env or {})
-        self.proc = subprocess.Popen(
-            OURS.argv("work", "--db", self.db, "--json"),
-            cwd=d,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            stdout=(d / "out").open("w"),
-            stderr=(d / "err").open("w"),
-        )
-        _wait_for(lambda: self.count("done") == 1, f"{backend}: the seed job", self.proc)
-
-    def count(self, state: str) -> int:
-        if self.backend == "pg":
-            row = self._pg.execute("SELECT count(*) FROM jobs WHERE state = %s", (state,))
-            return int(row.fetchone()[0])
-        return count_state(Path(self.db), state)
-
-    def claimed_at(self, job_id: int) -> float:
-        """The attempt's claim time as stored: the server's clock on PostgreSQL
-        (here the same machine's, through spoolctl's sampled offset), this
-        machine's on SQLite."""
-        sql = "SELECT started_at FROM attempts WHERE job_id = {p} ORDER BY attempt_no LIMIT 1"
-        if self.backend == "pg":
-            return float(self._pg.execute(sql.format(p="%s"), (job_id,)).fetchone()[0])
-        with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as conn:
-            return float(conn.execute(sql.format(p="?"), (job_id,)).fetchone()[0])
-
-    def next_sample(self) -> Sample:
-        self.taken += 1
-        marker = self.d / f"started-{self.taken}"
-        argv = ["add", "--db", self.db, "--json", "--", "bash", "-c", START_STAMP + str(marker)]
-        proc = subprocess.run(
-            OURS.argv(*argv),
-            cwd=self.d,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-        returned = time.time()
-        data = envelope_data(OURS, tuple(argv), proc.returncode, proc.stdout, proc.stderr)
-        _wait_for(lambda: _stamp(marker) is not None, f"job {self.taken} to start", self.proc)
-        started = _stamp(marker)
-        assert started is not None
-        claimed = self.claimed_at(int(data["job_id"]))
-        time.sleep(_gap.uniform(0.05, 0.3))  # random phase against any poll period
-        return {
-            "value": (started - returned) * 1000,
-            "from_submit_ms": (started - float(data["next_run_at"])) * 1000,
-            "claim_ms": (claimed - returned) * 1000,
-        }
-
-    def connections(self) -> dict[str, int]:
-        if self.backend != "pg":
-            return {}
-        rows = self._pg.execute(
-            "SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = %s "
-            "AND pid <> pg_backend_pid() GROUP BY 1",
-            (self.db_name,),
-        ).fetchall()
-        return {str(app): int(n) for app, n in rows}
-
-    def stop(self) -> None:
-        self.stop_code = _stop(self.proc)
-        if self.db_name is not None:
-            self._pg.close()
-            self.srv.drop_database(self.db_name)
-
-
 _gap = random.Random(7)
 
 
 def pickup(plan: Plan, disk: Target) -> dict[str, Any]:
-    srv = server(disk)
+    by_name, srv = _backends(disk), server(disk)
     cpu_before = srv.server_cpu_s()
     with contextlib.ExitStack() as stack:
-        running: dict[str, IdleWorker] = {}
-        for arm, backend, more_env in PICKUP_ARMS:
-            d = stack.enter_context(workdir(f"pickup-{backend}", disk.root))
-            running[arm] = IdleWorker(backend, d, srv, more_env)
-            stack.callback(running[arm].stop)
-        time.sleep(SETTLE_S)
-        connections = running["pg"].connections()
+        running = {
+            arm: harness.start_idle_worker(
+                stack,
+                by_name[b],
+                OURS,
+                stack.enter_context(workdir(f"pickup-{b}", disk.root)),
+                _gap,
+                env=more_env,
+                read_claim=True,
+            )
+            for arm, b, more_env in PICKUP_ARMS
+        }
+        time.sleep(harness.SETTLE_S)
+        connections = running["pg"].queue.connections()
         server_idle_before = srv.server_cpu_s()
-        idle = idle_cpu({b: w.proc.pid for b, w in running.items()}, plan.idle_s)
+        idle = harness.idle_cpu({b: w.proc.pid for b, w in running.items()}, plan.idle_s)
         server_idle = srv.server_cpu_s() - server_idle_before
-        arms = [Arm(b, w.next_sample) for b, w in running.items()]
-        records = run_blocks(
-            arms, -(-plan.pickup_samples // 2), f"pg vs sqlite pickup on {disk.describe()}"
-        )
+        records = harness.pickup_blocks(running, plan, f"pg vs sqlite pickup on {disk.describe()}")
     return {
         "filesystem": disk.facts(),
         "server": srv.facts,
@@ -507,7 +245,7 @@ def pickup(plan: Plan, disk: Target) -> dict[str, Any]:
         "idle_server_cpu_pct_of_core": 100.0 * server_idle / plan.idle_s,
         "idle_window_s": plan.idle_s,
         "idle_worker_connections": connections,
-        "arms": {b: _latency(records, b) for b in running},
+        "arms": {b: harness.latency_summary(records, b) for b in running},
         "ratios_pg_to_sqlite": spread(records.ratios("pg", "sqlite")),
         "errors": records.errors,
         "worker_exit_code_after_sigterm": {b: w.stop_code for b, w in running.items()},
@@ -519,19 +257,6 @@ def pickup(plan: Plan, disk: Target) -> dict[str, Any]:
         "transaction; claim = the attempt's stored claim time - the same `add` exit (no spawn; "
         "negative when the worker claimed before `add` finished exiting).",
     }
-
-
-def _latency(records: Records, arm: str) -> dict[str, Any]:
-    ms = records.values(arm)
-    if not ms:
-        return {"n": 0}
-    out = {**spread(ms), "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95)}
-    for key in ("from_submit_ms", "claim_ms"):
-        values = records.values(arm, key)
-        stem = key.removesuffix("_ms")
-        out[f"{stem}_p50_ms"] = percentile(values, 50)
-        out[f"{stem}_p95_ms"] = percentile(values, 95)
-    return out
 
 
 # -- report --------------------------------------------------------------------------------

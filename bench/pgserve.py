@@ -1,7 +1,8 @@
-"""A PostgreSQL server for the benchmark, started the way the tests start
-theirs (tests/pg_server.py: the pgserver wheel's initdb/pg_ctl/postgres, one
-superuser with a random password, scram-sha-256, 127.0.0.1 only, run as
-user nobody under root), but with what a comparison of durability needs:
+"""The benchmark's PostgreSQL server: started by devtools/pg_server.py, the
+start the tests use too (the pgserver wheel's initdb/pg_ctl/postgres, one
+superuser with a random password, scram-sha-256, 127.0.0.1 only, run as user
+nobody under root), with its DURABLE profile instead of the tests' FAST one,
+because a comparison of durability needs it:
 
 - its data directory is on the disk the repository is on (a folder in
   bench/results/.scratch, the same file system the SQLite drains use), never
@@ -22,11 +23,7 @@ from __future__ import annotations
 
 import os
 import pwd
-import secrets
-import shlex
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -34,23 +31,14 @@ from typing import Any
 
 import psutil
 from filesystems import mount_of
-from fixtures import REPO, BenchError
+from fixtures import REPO
 
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.pg_server import PgServer, pg_bin_dir
+from devtools.pg_server import DURABLE, PgServer, server_at, start_private_server
 
 ENV_URL = "BENCH_PG_URL"
-SUPERUSER = "spoolctl"
-SETTINGS = {
-    "listen_addresses": "127.0.0.1",
-    "fsync": "on",
-    "synchronous_commit": "on",
-    "full_page_writes": "on",
-    "max_connections": "100",
-}
-"""Set explicitly (the tests' server differs on fsync); all else is the default."""
 REPORTED = (
     "server_version",
     "fsync",
@@ -142,7 +130,7 @@ def start(scratch: Path) -> BenchServer:
     use BENCH_PG_URL's); returns once it accepts connections."""
     scratch.mkdir(parents=True, exist_ok=True)
     raw = os.environ.get(ENV_URL, "").strip()
-    server = _external(raw) if raw else _own(scratch)
+    server = server_at(raw, ENV_URL) if raw else start_private_server(scratch, DURABLE)
     passfile: Path | None = None
     try:
         if server.password:
@@ -161,79 +149,6 @@ def start(scratch: Path) -> BenchServer:
 
 def _escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace(":", "\\:")
-
-
-def _external(raw: str) -> PgServer:
-    from sqlalchemy.engine import make_url
-
-    url = make_url(raw)
-    if not url.drivername.startswith("postgresql"):
-        raise BenchError(f"{ENV_URL} must be a postgresql:// URL")
-    return PgServer(url.set(database=url.database or "postgres"))
-
-
-def _own(scratch: Path) -> PgServer:
-    bin_dir = pg_bin_dir()
-    run_as: list[str] = []
-    owner: tuple[int, int] | None = None
-    if os.geteuid() == 0:  # PostgreSQL refuses root: run it as nobody
-        nobody = pwd.getpwnam("nobody")
-        owner = (nobody.pw_uid, nobody.pw_gid)
-        run_as = ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups"]
-    root = Path(tempfile.mkdtemp(prefix="pg-", dir=scratch))
-    try:
-        if owner is not None:
-            os.chown(root, *owner)
-        root.chmod(0o700)
-        data_dir, sockets = root / "data", root / "sockets"
-        sockets.mkdir(mode=0o700)
-        password = secrets.token_urlsafe(24)
-        pwfile = root / "pwfile"
-        with open(os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
-            out.write(password + "\n")
-        if owner is not None:
-            for path in (sockets, pwfile):
-                os.chown(path, *owner)
-        _run(
-            [
-                *run_as,
-                str(bin_dir / "initdb"),
-                *("-D", str(data_dir), "-U", SUPERUSER, f"--pwfile={pwfile}"),
-                *("--auth=scram-sha-256", "--encoding=UTF8", "--locale=C", "--no-instructions"),
-            ],
-            root,
-        )
-        pwfile.unlink()
-        port = _free_port()
-        settings = {
-            **SETTINGS,
-            "port": str(port),
-            "unix_socket_directories": str(sockets),
-        }
-        options = " ".join(f"-c {shlex.quote(f'{k}={v}')}" for k, v in settings.items())
-        log = root / "server.log"
-        _run(
-            [
-                *run_as,
-                str(bin_dir / "pg_ctl"),
-                *("start", "-w", "-t", "60", "-D", str(data_dir), "-l", str(log), "-o", options),
-            ],
-            root,
-        )
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    from sqlalchemy.engine import URL
-
-    admin = URL.create(
-        "postgresql+psycopg",
-        username=SUPERUSER,
-        password=password,
-        host="127.0.0.1",
-        port=port,
-        database="postgres",
-    )
-    return PgServer(admin, root=root, data_dir=data_dir, run_as=run_as)
 
 
 def _facts(server: PgServer) -> dict[str, Any]:
@@ -261,26 +176,3 @@ def _facts(server: PgServer) -> dict[str, Any]:
             "root": shown["data_directory"],
         }
     return facts
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _run(argv: list[str], cwd: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env["LC_ALL"] = "C"
-    proc = subprocess.run(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise BenchError(f"{shlex.join(argv)} exited {proc.returncode}: {proc.stderr[-600:]}")

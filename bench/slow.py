@@ -2,18 +2,19 @@
 jobs of `sleep 0.1` in about an eighth of the time one slot takes (issue 14,
 item 3). Ours only: the reference runs one job per worker. The two settings
 run interleaved (A B B A) on one file system; the speedup is taken per pair.
+Each drain is bench/harness.py's, on an SQLite file.
 """
 
 from __future__ import annotations
 
-import subprocess
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import harness
+from backends import SQLITE
 from filesystems import Target
-from fixtures import OURS, BenchError, clean_env, clone_queued, count_state, fresh_dir, run_cli
+from fixtures import OURS
 from fixtures import workdir as scratch_dir
 from interleave import Arm, Sample, run_blocks, spread
 from plan import Plan
@@ -47,17 +48,14 @@ def slow_jobs(plan: Plan, target: Target) -> dict[str, Any]:
 
 
 def _drain(slots: int, scratch: Path) -> Sample:
-    d = fresh_dir(f"slow-c{slots}", scratch)
-    db = d / "q.db"
-    run_cli(OURS, "add", "--db", str(db), "--json", "--", "sleep", str(SLEEP_S), cwd=d)
-    clone_queued(db, JOBS, time.time())
-    argv = OURS.argv("work", "--db", str(db), "--drain", "--json", "--concurrency", str(slots))
-    start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=d, env=clean_env(), capture_output=True, timeout=600)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise BenchError(f"--concurrency {slots}: exit {proc.returncode}: {proc.stderr[-300:]!r}")
-    done = count_state(db, "done")
-    if done != JOBS:
-        raise BenchError(f"--concurrency {slots}: {JOBS - done} of {JOBS} jobs not done")
-    return {"value": wall}
+    """One worker with `slots` slots drains the queue; value: its wall seconds."""
+    sample = harness.drain_once(
+        SQLITE,
+        OURS,
+        scratch,
+        jobs=JOBS,
+        workers=1,
+        extra=("--concurrency", str(slots)),
+        job=("sleep", str(SLEEP_S)),
+    )
+    return {**sample, "value": sample["wall_s"]}

@@ -11,13 +11,14 @@ import math
 import os
 import time
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spoolctl.db.url import looks_like_url, masked, parse_db_url
 from spoolctl.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from spoolctl.db.backends.base import Driver
 
 CONFIG_RELPATH = Path(".spoolctl") / "config.json"
 DEFAULT_DB_RELPATH = Path(".spoolctl") / "queue.db"
@@ -49,19 +50,17 @@ class ConfigFile:
 
 @dataclass(frozen=True)
 class DbLocation:
-    """Where the queue is: an SQLite file (`path`) or a PostgreSQL URL (`url`)."""
+    """Where the queue is (its driver: an SQLite file or a PostgreSQL
+    database), and which source said so."""
 
-    path: Path | None
+    driver: Driver
     source: str
     config: ConfigFile
-    url: str | None = None
 
     @property
     def display(self) -> str:
         """How output names it: the path, or the URL with its password masked."""
-        if self.url is not None:
-            return masked(self.url)
-        return str(self.path)
+        return self.driver.display
 
 
 def read_config(path: Path) -> ConfigFile:
@@ -102,47 +101,17 @@ def resolve_db(flag: str | None, cwd: Path | None = None) -> DbLocation:
     if config.exists and "db_path" in config.data:
         given = config.data["db_path"]
         return _located(given, config.path.parent, "config", config, f"db_path in {config.path}")
-    return DbLocation(base / DEFAULT_DB_RELPATH, "default", config)
+    from spoolctl.db.backends import sqlite_at
+
+    return DbLocation(sqlite_at(base / DEFAULT_DB_RELPATH), "default", config)
 
 
 def _located(given: str, base: Path, source: str, config: ConfigFile, named: str) -> DbLocation:
-    """A value that looks like a URL is parsed as one (PostgreSQL, or
-    `sqlite:///PATH`) and is never taken for a file name; anything else is a
-    path, relative to `base`."""
-    if looks_like_url(given):
-        kind, value = parse_db_url(given, named)
-        if kind == "postgresql":
-            return DbLocation(None, source, config, url=value)
-        given = value
-    return _checked(DbLocation(_absolute(Path(given), base), source, config), named)
+    """The driver the value names (`backends.locate`: a URL is never taken
+    for a file name); a relative path is relative to `base`."""
+    from spoolctl.db.backends import locate
 
-
-def _checked(location: DbLocation, source: str) -> DbLocation:
-    """A folder is never a queue file, and a file is never a folder to put
-    one in: that is a wrong path given, not a fault."""
-    path = location.path
-    if path is None:
-        return location
-    with suppress(PermissionError):  # this user cannot look: opening says so (unreadable)
-        _refuse_wrong_shape(path, source)
-    return location
-
-
-def _refuse_wrong_shape(path: Path, source: str) -> None:
-    if path.is_dir():
-        raise InvalidInput(f"{source} names a folder, not a queue file: {path}", db=str(path))
-    for parent in path.parents:
-        if parent.exists() or parent.is_symlink():
-            if not parent.is_dir():
-                raise InvalidInput(
-                    f"{source} names {path}, but {parent} is a file, not a folder", db=str(path)
-                )
-            break
-
-
-def _absolute(path: Path, base: Path) -> Path:
-    path = path.expanduser()
-    return path if path.is_absolute() else base / path
+    return DbLocation(locate(given, base, named), source, config)
 
 
 def env_seconds(name: str, default: float, *, allow_zero: bool = False) -> float:
@@ -198,6 +167,8 @@ def busy_timeout_s() -> float:
     return env_seconds("SPOOLCTL_BUSY_TIMEOUT", DEFAULT_BUSY_TIMEOUT_S, allow_zero=True)
 
 
+OUTPUT_CAP_ENV = "SPOOLCTL_PG_OUTPUT_CAP"
+"""Bytes of each attempt's stream a PostgreSQL queue stores in the database."""
 ENV_VARS: dict[str, dict[str, Any]] = {
     "SPOOLCTL_DB": {
         "description": "database path, or postgresql:// URL (after --db, before the config file)",
@@ -247,7 +218,7 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "every_queue_verb": True,
         "default": "$XDG_STATE_HOME/spoolctl/pg-<hash of the URL>",
     },
-    "SPOOLCTL_PG_OUTPUT_CAP": {
+    OUTPUT_CAP_ENV: {
         "description": "PostgreSQL: bytes of each attempt's stdout and of its stderr stored "
         "in the database (past it: truncated)",
         "type": "integer",

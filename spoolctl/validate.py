@@ -109,6 +109,14 @@ def int_in_range(value: Any, what: str, low: int | None = None, high: int | None
     return int(value)
 
 
+def timeout_seconds(raw: str) -> int:
+    """Whole seconds 1 .. 2**63-1, or a duration with its unit like 5m (rounded up)."""
+    if not raw.strip()[-1:].isalpha():
+        return int_in_range(raw, "timeout", 1, MAX_TIMEOUT_S)
+    seconds = math.ceil(duration(raw, what="timeout"))
+    return int_in_range(seconds, "timeout", 1, MAX_TIMEOUT_S)
+
+
 def queue_name(raw: str) -> str:
     utf8_text(raw, "queue")
     if not (1 <= len(raw) <= QUEUE_MAX) or not QUEUE_RE.match(raw):

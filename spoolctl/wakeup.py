@@ -1,7 +1,6 @@
 """What wakes an idle worker: a signal, a job process ending (its pidfd
-becomes readable), or another process committing to the queue (SQLite's
-`PRAGMA data_version` change counter, cheap enough to read every few ms;
-PostgreSQL's NOTIFY, whose connection's socket is selected on)."""
+becomes readable), or another process committing to the queue (the queue
+driver's change watch: `backends.base.ChangeWatch`)."""
 
 from __future__ import annotations
 
@@ -12,9 +11,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Protocol
-
-from sqlalchemy import Engine
 
 
 class StopRequested(BaseException):
@@ -72,53 +68,6 @@ def counting_signals() -> Iterator[Signals]:
             signal.signal(sig, old)
         os.close(read_fd)
         os.close(write_fd)
-
-
-class ChangeWatch(Protocol):
-    """Tells whether the queue may have new work since the last look."""
-
-    def changed(self) -> bool: ...
-
-    def fileno(self) -> int | None:
-        """A descriptor that becomes readable when work arrives, if any."""
-        ...
-
-    def close(self) -> None: ...
-
-
-def change_watch(engine: Engine) -> ChangeWatch:
-    """SQLite's data_version counter, or PostgreSQL's LISTEN/NOTIFY."""
-    if engine.dialect.name == "postgresql":
-        from spoolctl.db.backends.postgresql import NotifyWatch
-
-        return NotifyWatch(engine.url.render_as_string(hide_password=False))
-    return DataVersionWatch(engine)
-
-
-class DataVersionWatch:
-    """Tells whether any connection committed to the queue since the last look."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._raw: Any = engine.raw_connection()
-        self._version: int | None = None
-
-    def changed(self) -> bool:
-        try:
-            cursor = self._raw.cursor()
-            cursor.execute("PRAGMA data_version")
-            version = cursor.fetchone()[0]
-            cursor.close()
-        except Exception:  # a failed peek only means "look properly"
-            return True
-        changed = bool(version != self._version)
-        self._version = version
-        return changed
-
-    def fileno(self) -> int | None:
-        return None
-
-    def close(self) -> None:
-        self._raw.close()
 
 
 def readable(fds: list[int], timeout_s: float) -> list[int]:

@@ -21,6 +21,8 @@ from typing import Any, TypeAlias
 
 from spoolctl.cli import run as cli_run
 from spoolctl.cli.queues import open_write
+from spoolctl.db.backends import locate
+from spoolctl.db.backends.base import Driver
 from spoolctl.services.submit import JobSpec, submit
 
 Db: TypeAlias = Path | str
@@ -142,11 +144,12 @@ def spool_dir(db: Db) -> Path:
     """Where the queue's workers keep their output folder: beside an SQLite
     file; for PostgreSQL the local spool the CLI derives from the URL (under
     XDG_STATE_HOME, which the db fixture points into tmp_path)."""
-    if not is_postgres(db):
-        return Path(db).parent
-    from spoolctl.db.queue import local_spool
+    return driver_of(db).spool
 
-    return local_spool(str(db))
+
+def driver_of(db: Db) -> Driver:
+    """The driver of a queue as `--db` would name it."""
+    return locate(str(db), Path.cwd(), "--db")
 
 
 class Row(tuple[Any, ...]):

@@ -14,7 +14,8 @@ import pytest
 
 from spoolctl import validate
 from spoolctl.cli import available_verbs
-from spoolctl.cli.contract import capabilities_data, contract_problems, schema_data, verb_commands
+from spoolctl.cli.capabilities import capabilities_data
+from spoolctl.cli.contract import contract_problems, schema_data, verb_commands
 from spoolctl.cli.docgen import verbs_markdown, with_env_table
 from spoolctl.config import ENV_VARS
 from spoolctl.errors import ERROR_CODES, EXIT_CODES, WARNING_CODES

@@ -14,14 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import make_url
 
-from spoolctl.db.url import (
-    MASK,
-    connect_kwargs,
-    looks_like_url,
-    masked,
-    parse_db_url,
-    scrub,
-)
+from spoolctl.db.backends.postgresql.url import connect_kwargs, scrub
+from spoolctl.db.url import MASK, looks_like_url, masked, parse_db_url
 from spoolctl.errors import InvalidInput
 from tests.helpers import cli_json, inproc
 

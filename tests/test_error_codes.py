@@ -32,12 +32,11 @@ pytestmark = pytest.mark.subprocess
 PACKAGE = Path(spoolctl.__file__).parent
 ALLOWED: dict[tuple[str, str], str] = {
     ("db/tables.py", "AttributeError"): "module __getattr__: Python's protocol for a missing name",
-    ("db/backends/postgresql.py", "DBAPIError"): "wraps psycopg's own error to translate it",
-    ("db/backends/postgresql.py", "translated"): "returns the translated public error",
-    ("db/backends/postgresql.py", "on_mismatch"): "RevisionMismatch, an internal signal (below)",
+    ("db/backends/postgresql/errors.py", "DBAPIError"): "wraps psycopg's own error to translate it",
+    ("db/backends/postgresql/errors.py", "translated"): "returns the translated public error",
     ("db/codec.py", "DamagedValue"): "caught by every reader of a stored value (hostile rows)",
-    ("db/engine.py", "RevisionMismatch"): "caught by QueueFile and turned into the public error",
-    ("db/queue.py", "TypeError"): "QueueFile.path on PostgreSQL: callers ask is_postgres first",
+    ("db/backends/sqlite/engine.py", "RevisionMismatch"): "caught by Queue: the public error",
+    ("db/backends/postgresql/__init__.py", "RevisionMismatch"): "caught by Queue: the public error",
     ("cli/options.py", "NotImplementedError"): "the abstract check of a parameter type",
     ("cli/options.py", "SpoolUsage"): "carries one of our errors through click's parser",
     ("cli/contract.py", "click.BadParameter"): "click's parse error: an input error",

@@ -22,9 +22,10 @@ from pytest_alembic.tests import (  # noqa: F401 - collected as tests of this mo
 from sqlalchemy import Engine
 
 from spoolctl.db import revision
-from spoolctl.db.engine import ensure_spool, make_engine
+from spoolctl.db.backends.sqlite import ensure_spool, make_engine
 from spoolctl.db.migration import migrate_file
 from spoolctl.db.tables import metadata
+from tests.helpers import driver_of
 
 TABLES = ("jobs", "attempts", "workers", "job_events")
 
@@ -86,7 +87,7 @@ def shape(db: Path) -> dict[str, Any]:
 def test_migrated_schema_matches_the_models_exactly(tmp_path: Path) -> None:
     """Stricter than autogenerate: CHECKs, partial and DESC indexes, AUTOINCREMENT."""
     migrated = tmp_path / "migrated.db"
-    migrate_file(migrated)
+    migrate_file(driver_of(migrated))
     modeled = tmp_path / "modeled.db"
     ensure_spool(modeled)
     engine = make_engine(modeled, write=True, busy_timeout_s=5)
@@ -151,7 +152,7 @@ def revision_of(db: Path) -> str:
 @pytest.fixture
 def populated_0001(tmp_path: Path) -> Path:
     db = tmp_path / "queue.db"
-    migrate_file(db, "0001_initial")
+    migrate_file(driver_of(db), "0001_initial")
     populate(db)
     return db
 
@@ -159,7 +160,7 @@ def populated_0001(tmp_path: Path) -> Path:
 def test_every_row_survives_the_upgrade_from_0001(populated_0001: Path) -> None:
     before = contents(populated_0001)
     assert ("jobs", 6) in before["sqlite_sequence"]
-    result = migrate_file(populated_0001, backup=False)
+    result = migrate_file(driver_of(populated_0001), backup=False)
     assert result.applied == list(revision.KNOWN_REVISIONS[1:])
     assert revision_of(populated_0001) == revision.HEAD_REVISION
     assert contents(populated_0001) == before
@@ -174,17 +175,17 @@ def test_every_row_survives_the_upgrade_from_0001(populated_0001: Path) -> None:
 
 
 def test_every_row_survives_a_downgrade_and_upgrade_at_head(populated_0001: Path) -> None:
-    migrate_file(populated_0001, backup=False)
+    migrate_file(driver_of(populated_0001), backup=False)
     at_head = contents(populated_0001)
-    migrate_file(populated_0001, "0001_initial", downgrade=True, backup=False)
+    migrate_file(driver_of(populated_0001), "0001_initial", downgrade=True, backup=False)
     assert revision_of(populated_0001) == "0001_initial"
     assert contents(populated_0001) == at_head
-    migrate_file(populated_0001, backup=False)
+    migrate_file(driver_of(populated_0001), backup=False)
     assert contents(populated_0001) == at_head
 
 
 def test_head_rejects_a_state_outside_the_vocabulary(populated_0001: Path) -> None:
-    migrate_file(populated_0001, backup=False)
+    migrate_file(driver_of(populated_0001), backup=False)
     conn = sqlite3.connect(populated_0001)
     with pytest.raises(sqlite3.IntegrityError, match="ck_jobs_state"):
         conn.execute("UPDATE jobs SET state = 'bogus' WHERE id = 1")
@@ -194,7 +195,7 @@ def test_head_rejects_a_state_outside_the_vocabulary(populated_0001: Path) -> No
 
 
 def test_list_filters_are_served_by_the_new_indexes(populated_0001: Path) -> None:
-    migrate_file(populated_0001, backup=False)
+    migrate_file(driver_of(populated_0001), backup=False)
     conn = sqlite3.connect(populated_0001)
     conn.execute("ANALYZE")
     plans = {
@@ -273,7 +274,7 @@ def populate_every_state(db: Path) -> None:
 @pytest.fixture
 def populated_0002(tmp_path: Path) -> Path:
     db = tmp_path / "queue.db"
-    migrate_file(db, "0002_state_checks")
+    migrate_file(driver_of(db), "0002_state_checks")
     populate_every_state(db)
     return db
 
@@ -283,7 +284,7 @@ def test_a_queue_with_jobs_in_every_state_keeps_every_row_from_0002_to_head(
 ) -> None:
     before = contents(populated_0002)
     assert sorted(r[2] for r in before["jobs"]) == sorted(JOB_STATES_0002)
-    result = migrate_file(populated_0002, backup=False)
+    result = migrate_file(driver_of(populated_0002), backup=False)
     assert result.applied == ["0003_lanes_and_dependencies", "0004_output_chunks"]
     after = contents(populated_0002)
     for table in (*TABLES, "sqlite_sequence", "fk_violations"):
@@ -301,7 +302,7 @@ def test_a_queue_with_jobs_in_every_state_keeps_every_row_from_0002_to_head(
 
 
 def at_head_with(db: Path, *statements: str) -> dict[str, Any]:
-    migrate_file(db, backup=False)
+    migrate_file(driver_of(db), backup=False)
     conn = sqlite3.connect(db)
     with conn:
         for statement in statements:
@@ -325,7 +326,7 @@ def test_downgrade_to_0002_refuses_while_a_lane_is_paused_or_a_job_waits(
 
     before = at_head_with(populated_0002, blocker)
     with pytest.raises(Conflict, match="cannot downgrade below 0003"):
-        migrate_file(populated_0002, "0002_state_checks", downgrade=True, backup=False)
+        migrate_file(driver_of(populated_0002), "0002_state_checks", downgrade=True, backup=False)
     assert revision_of(populated_0002) == revision.HEAD_REVISION
     assert contents(populated_0002) == before
 
@@ -342,7 +343,7 @@ def test_downgrade_to_0002_keeps_every_job_and_maps_what_0002_cannot_hold(
         "INSERT INTO job_events (job_id, at, event, detail) VALUES (NULL, 9, 'paused', '{}')",
         "INSERT INTO job_events (job_id, at, event) VALUES (6, 9, 'dependency_failed')",
     )
-    migrate_file(populated_0002, "0002_state_checks", downgrade=True, backup=False)
+    migrate_file(driver_of(populated_0002), "0002_state_checks", downgrade=True, backup=False)
     assert revision_of(populated_0002) == "0002_state_checks"
     after = contents(populated_0002)
     assert after["fk_violations"] == []
@@ -355,5 +356,5 @@ def test_downgrade_to_0002_keeps_every_job_and_maps_what_0002_cannot_hold(
     assert [r for r in after["job_events"] if r[1] is None] == []
     assert [r for r in after["jobs"] if r[0] != 6] == [r for r in before["jobs"] if r[0] != 6]
     assert after["attempts"] == before["attempts"]
-    migrate_file(populated_0002, backup=False)
+    migrate_file(driver_of(populated_0002), backup=False)
     assert revision_of(populated_0002) == revision.HEAD_REVISION

@@ -19,8 +19,8 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from spoolctl.db.backends.postgresql.output import CHUNK_BYTES as OUTPUT_CHUNK_BYTES
 from spoolctl.db.tables import metadata
-from spoolctl.services.output_store import CHUNK_BYTES as OUTPUT_CHUNK_BYTES
 from tests.helpers import Result, rows
 from tests.pg_server import libpq_url
 from tests.populated import run_json, run_quiet

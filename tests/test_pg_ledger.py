@@ -16,14 +16,14 @@ from spoolctl.db.queue import open_for_write
 from spoolctl.services.events import record_event
 from spoolctl.services.ledger import read_events
 from spoolctl.states import EventKind
-from tests.helpers import cli
+from tests.helpers import cli, driver_of
 
 pytestmark = pytest.mark.subprocess
 
 
 def test_an_event_drawn_later_cannot_commit_before_an_earlier_one(pg_url: str) -> None:
     assert cli("add", "--", "true", db=pg_url).exit_code == 0
-    queue = open_for_write(pg_url)
+    queue = open_for_write(driver_of(pg_url))
     engine = queue.engine
     second_done = threading.Event()
     ids: dict[str, int] = {}
@@ -55,7 +55,7 @@ def test_a_follower_sees_every_event_of_concurrent_writers(pg_url: str) -> None:
     """Four writers, 50 events each, while a reader pages with `id > cursor`:
     the reader ends with every event, each exactly once."""
     assert cli("add", "--", "true", db=pg_url).exit_code == 0
-    queue = open_for_write(pg_url)
+    queue = open_for_write(driver_of(pg_url))
     engine = queue.engine
     writers_done = threading.Event()
 

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
 
 from spoolctl.cli.schemas import DATA_SCHEMAS
 from spoolctl.config import Timing
+from spoolctl.db.backends.sqlite import SqliteDriver
+from spoolctl.db.queue import Queue
 from spoolctl.errors import StorageFault, Unreachable
 from spoolctl.outage import ONE_SHOT_WAIT_S, Reconnecting, retry_delay_s
 from spoolctl.wakeup import Signals, StopRequested, counting_signals
@@ -147,7 +148,8 @@ def test_a_one_shot_worker_gives_up_after_its_bound_and_a_signal_ends_a_looping_
     """The worker's own start (in this process, the server stood in for by a
     `prepare` that finds it unreachable): --once and --drain give up after
     their bound; a worker in loop mode waits until a stop signal."""
-    engine = create_engine(f"sqlite:///{tmp_path / 'unused.db'}")
+    unused = SqliteDriver(tmp_path / "unused.db")
+    queue = Queue(unused, unused.engine(write=True, expected_revision=None))
     tries: list[int] = []
 
     def unreachable() -> None:
@@ -155,7 +157,7 @@ def test_a_one_shot_worker_gives_up_after_its_bound_and_a_signal_ends_a_looping_
         raise Unreachable("the PostgreSQL server did not answer")
 
     once = WorkerOptions(mode="once", server_wait_s=0.6)
-    worker = Worker(engine, tmp_path, once, Timing.from_env(), prepare=unreachable)
+    worker = Worker(queue, once, Timing.from_env(), prepare=unreachable)
     with pytest.raises(Unreachable):
         worker.run()
     assert len(tries) >= 2, "it tried again before giving up"
@@ -168,9 +170,7 @@ def test_a_one_shot_worker_gives_up_after_its_bound_and_a_signal_ends_a_looping_
         raise Unreachable("the PostgreSQL server did not answer")
 
     tries.clear()
-    looping = Worker(
-        engine, tmp_path, WorkerOptions(), Timing.from_env(), prepare=stopped_on_the_third_try
-    )
+    looping = Worker(queue, WorkerOptions(), Timing.from_env(), prepare=stopped_on_the_third_try)
     report = looping.run()
     assert report.stopped_by_signal and report.claimed == 0 and len(tries) == 3
     assert not (tmp_path / "unused.db").exists()

@@ -1,5 +1,5 @@
 """Output from anywhere: on a PostgreSQL queue each attempt's output is stored
-in the database as it is produced (`spoolctl/services/output_store.py`), so
+in the database as it is produced (`spoolctl/db/backends/postgresql/output.py`), so
 `output`, `output --follow` and `feedback` read it on a machine that never saw
 the worker's files; the per-stream cap truncates and flags it; prune deletes it.
 
@@ -21,12 +21,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from spoolctl.db.backends.postgresql import output as output_store
+from spoolctl.db.backends.postgresql.output import CHUNK_BYTES, OutputCopier
 from spoolctl.db.queue import open_for_write
 from spoolctl.db.revision import DELETE_STORED_OUTPUT_FLAG, KNOWN_REVISIONS
 from spoolctl.layout import attempt_paths
-from spoolctl.services import output_store
-from spoolctl.services.output_store import CHUNK_BYTES, OutputCopier
-from tests.helpers import REPO, STARTED_WORKERS, child_env, wait_for
+from tests.helpers import REPO, STARTED_WORKERS, child_env, driver_of, wait_for
 from tests.pg_server import libpq_url
 
 pytestmark = pytest.mark.subprocess
@@ -313,7 +313,7 @@ def test_a_failed_pass_loses_nothing_and_stores_nothing_twice(
     err.write_bytes(b"")
     copier = OutputCopier(cap=1000)
     copier.track(attempt_id, {"stdout": str(out), "stderr": str(err)})
-    queue_file = open_for_write(pg_queue)
+    queue_file = open_for_write(driver_of(pg_queue))
     try:
         with pytest.raises(RuntimeError), queue_file.engine.begin() as conn:
             copier.copy(conn, copier.behind())

@@ -33,7 +33,8 @@ import pytest
 from sqlalchemy import Connection, Engine, event
 
 from spoolctl.cli.inspect import page_with_waits
-from spoolctl.db.engine import make_engine, read_tx, write_tx
+from spoolctl.db.backends.sqlite import make_engine
+from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.services import claim, ledger, prune, query, reaper
 from spoolctl.services.query import JobFilter
 from tests.helpers import rows

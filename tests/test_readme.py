@@ -56,3 +56,17 @@ def test_relative_links_resolve(page: Path) -> None:
         if not resolved.exists() or (anchor and anchor not in anchors(resolved)):
             broken.append(target)
     assert not broken, f"{page.name}: broken links {broken}"
+
+
+def test_the_architecture_page_names_modules_that_exist() -> None:
+    """ARCHITECTURE.md names modules and tests by path: each must exist (the
+    page goes stale the day a module moves)."""
+    page = (REPO / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    files = [p.relative_to(REPO).as_posix() for p in REPO.glob("**/*.py") if ".venv" not in p.parts]
+    named = set(re.findall(r"`([\w/]+\.py)`", page))
+    assert named, "the page names no module"
+    missing = [n for n in sorted(named) if not any(f == n or f.endswith("/" + n) for f in files)]
+    assert missing == []
+    folders = {f.rsplit("/", 1)[0] + "/" for f in files}
+    for folder in re.findall(r"`([\w/]+/)`", page):
+        assert any(f == folder or f.endswith("/" + folder) for f in folders), folder

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spoolctl import procs
+from spoolctl import liveness, procs
 from spoolctl.cli.queues import open_write
 from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.services import reaper
@@ -273,8 +273,8 @@ def candidate(pid: int, started_at: float | None, **changes: object) -> reaper.C
     return reaper.Candidate(**fields)  # type: ignore[arg-type]
 
 
-def verdict(cand: reaper.Candidate, hang_threshold_s: float = 600.0) -> reaper.Verdict:
-    return reaper.owner_verdict(
+def verdict(cand: reaper.Candidate, hang_threshold_s: float = 600.0) -> liveness.Verdict:
+    return liveness.owner_verdict(
         cand,
         now=time.time(),
         hang_threshold_s=hang_threshold_s,
@@ -291,14 +291,14 @@ def test_a_recycled_pid_is_judged_dead(impostor: subprocess.Popen[bytes]) -> Non
     assert procs.is_same_process(same, procs.WORKER_MARKER) is procs.Liveness.ALIVE
     assert procs.is_same_process(recycled, procs.WORKER_MARKER) is procs.Liveness.DEAD
     assert procs.is_same_process(same, "not-in-its-cmdline") is procs.Liveness.DEAD
-    assert verdict(candidate(impostor.pid, started)) is reaper.Verdict.ALIVE
-    assert verdict(candidate(impostor.pid, started - 50)) is reaper.Verdict.DEAD
-    assert verdict(candidate(impostor.pid, started), hang_threshold_s=50) is reaper.Verdict.HUNG
-    assert verdict(candidate(impostor.pid, started, worker_boot_id="0")) is reaper.Verdict.DEAD
+    assert verdict(candidate(impostor.pid, started)) is liveness.Verdict.ALIVE
+    assert verdict(candidate(impostor.pid, started - 50)) is liveness.Verdict.DEAD
+    assert verdict(candidate(impostor.pid, started), hang_threshold_s=50) is liveness.Verdict.HUNG
+    assert verdict(candidate(impostor.pid, started, worker_boot_id="0")) is liveness.Verdict.DEAD
     # a bare pid (no start time recorded) is never fenced: it may be another worker now
-    assert verdict(candidate(impostor.pid, None), hang_threshold_s=50) is reaper.Verdict.ALIVE
+    assert verdict(candidate(impostor.pid, None), hang_threshold_s=50) is liveness.Verdict.ALIVE
     assert verdict(candidate(impostor.pid, started, worker_hostname="elsewhere")) is (
-        reaper.Verdict.ALIVE
+        liveness.Verdict.ALIVE
     )
 
 
@@ -315,9 +315,9 @@ def test_a_pid_that_cannot_be_probed_counts_as_alive(
         patch.setattr(procs.os, "kill", refuse)
         assert procs.probe(impostor.pid) is procs.Liveness.INCONCLUSIVE
         assert procs.is_same_process(identity, procs.WORKER_MARKER) is (procs.Liveness.INCONCLUSIVE)
-        assert verdict(candidate(impostor.pid, started)) is reaper.Verdict.ALIVE
+        assert verdict(candidate(impostor.pid, started)) is liveness.Verdict.ALIVE
         assert verdict(candidate(impostor.pid, started), hang_threshold_s=1) is (
-            reaper.Verdict.ALIVE
+            liveness.Verdict.ALIVE
         )
 
 

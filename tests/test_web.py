@@ -23,13 +23,12 @@ import psutil
 import pytest
 from starlette.testclient import TestClient
 
-from spoolctl.cli.queues import open_read, open_write, target_of
+from spoolctl.cli.queues import driver_of, open_read, open_write
 from spoolctl.cli.schemas import DATA_SCHEMAS, ENVELOPE, STREAMS
-from spoolctl.db.queue import display
 from spoolctl.web.access import QueueAccess
 from spoolctl.web.app import create_app
 from spoolctl.web.common import Settings
-from spoolctl.web.guard import Guard
+from spoolctl.web.request_guard import Guard
 from spoolctl.web.views import decode_complete, skip_partial_head
 from tests.helpers import REPO, Db, add_job, child_env, job, rows
 from tests.populated import run_quiet
@@ -54,7 +53,7 @@ WEB_STACK = ("starlette", "uvicorn", "jinja2")
 def client_for(db: Db, *, actions: bool = False, guard: Guard | None = None) -> TestClient:
     target = str(db)
     access = QueueAccess(
-        lambda: open_read(target), lambda: open_write(target), display(target_of(target))
+        lambda: open_read(target), lambda: open_write(target), driver_of(target).display
     )
     port = PORT if guard is None else guard.port
     app = create_app(access, guard or Guard.loopback(PORT), Settings(actions, ACTOR))
@@ -382,7 +381,8 @@ def test_a_database_url_never_shows_its_password(db: Db) -> None:
 # -- the layers ---------------------------------------------------------------------
 
 SQL_BUILDERS = {"select", "insert", "update", "delete", "text", "func", "union", "and_", "or_"}
-NOT_FOR_THE_WEB = ("spoolctl.db.tables", "spoolctl.db.dialects", "spoolctl.db.prepared",
+NOT_FOR_THE_WEB = ("spoolctl.db.tables", "spoolctl.db.backends.sqlite",
+                   "spoolctl.db.backends.postgresql", "spoolctl.db.prepared",
                    "spoolctl.db.engine", "spoolctl.cli", "click")  # fmt: skip
 
 

@@ -228,9 +228,7 @@ def test_a_spawn_record_lost_to_a_busy_lock_is_retried_until_it_lands(
 
     monkeypatch.setattr(execute, "record_spawn", busy_the_first_time)
     queue = open_write(str(db))
-    worker = Worker(
-        queue.engine, queue.output_root, WorkerOptions(mode="once"), Timing(0.2, 1.0, 600.0)
-    )
+    worker = Worker(queue, WorkerOptions(mode="once"), Timing(0.2, 1.0, 600.0))
     try:
         worker.run()
     finally:

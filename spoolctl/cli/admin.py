@@ -27,9 +27,10 @@ from spoolctl.config import (
     resolve_db,
 )
 from spoolctl.db import revision
-from spoolctl.db.health import Check, database_checks, postgres_checks
+from spoolctl.db.backends.base import Driver
+from spoolctl.db.health import Check
 from spoolctl.db.legacy import LEGACY_VERSIONS
-from spoolctl.db.queue import Target, local_spool, open_for_read
+from spoolctl.db.queue import open_for_read
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
 
@@ -110,24 +111,19 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
         checks.append(
             Check("db_path_resolved", "pass", f"{location.display} (from {location.source})")
         )
-        if location.url is not None:
-            checks += postgres_checks(location.url, local_spool(location.url))
-            checks.append(orphans_check(location.url, checks))
-        else:
-            assert location.path is not None
-            checks += database_checks(location.path)
-            checks.append(orphans_check(location.path, checks))
+        checks += location.driver.health_checks()
+        checks.append(orphans_check(location.driver, checks))
     checks.append(contract_check())
     return checks, location
 
 
-def orphans_check(path: Target, checks: list[Check]) -> Check:
+def orphans_check(driver: Driver, checks: list[Check]) -> Check:
     """Running jobs held back because their dead worker's process may still run."""
     if any(c.id in ("schema_version", "integrity") and c.status != "pass" for c in checks):
         return Check(
             "orphans_unconfirmed", "skip", "queue not readable", blocked_by="schema_version"
         )
-    queue = open_for_read(path)
+    queue = open_for_read(driver)
     orphans = [] if queue is None else queue.read(query.unconfirmed_orphans)
     if not orphans:
         return Check("orphans_unconfirmed", "pass", "no running job waits on an unconfirmed orphan")

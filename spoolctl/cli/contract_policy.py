@@ -3,7 +3,7 @@ safety and streams, and the probe vocabulary, in the vocabulary of 0.4.11's
 contract (whose key paths are the floor, SPEC section 7).
 
 Facts that the code defines (flags, bounds, defaults, codes, states) are not
-repeated here: `contract.py` reads them from the click tree, `validate`,
+repeated here: `capabilities.py` reads them from the click tree, `validate`,
 `errors` and `states`. What lives here is what no code can say about itself.
 """
 

@@ -3,6 +3,7 @@ database, history and output included (docs/moving-to-postgresql.md)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -10,20 +11,23 @@ import click
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
 from spoolctl.cli.render import Reply, emit
 from spoolctl.config import resolve_db
-from spoolctl.db.url import looks_like_url, masked, parse_db_url
+from spoolctl.db.backends import locate
+from spoolctl.db.backends.base import Driver
+from spoolctl.db.url import looks_like_url, masked
 from spoolctl.errors import InvalidInput
 
 
-def target_url(url: str) -> str:
-    """The URL if it names a PostgreSQL database; anything else is INVALID_INPUT."""
-    kind = parse_db_url(url, "copy-to URL")[0] if looks_like_url(url) else None
-    if kind != "postgresql":
+def target_of(url: str) -> Driver:
+    """The database a URL names, if it can hold a fleet's queue (PostgreSQL);
+    anything else is INVALID_INPUT, and nothing is created for it."""
+    target = locate(url, Path.cwd(), "copy-to URL") if looks_like_url(url) else None
+    if target is None or not target.shared:
         raise InvalidInput(
             "copy-to copies into a PostgreSQL database: give its URL, "
             "postgresql://user@host/dbname (the SQLite queue is named by --db)",
             target=masked(url),
         )
-    return parse_db_url(url, "copy-to URL")[1]
+    return target
 
 
 @verb(
@@ -52,18 +56,18 @@ def copy_to(url: str, dry_run: bool, db: str | None, as_json: bool) -> int:
     database is left empty. Refused with CONFLICT while a job is running in
     the source (stop its workers first) or when the target holds anything.
     """
+    from spoolctl.db.backends.postgresql.output import cap_bytes
     from spoolctl.services.copy import copy_to_postgres
-    from spoolctl.services.output_store import cap_bytes
 
-    target = target_url(url)
+    target = target_of(url)
     location = resolve_db(db)
-    if location.path is None:
+    if location.driver.shared:
         raise InvalidInput(
             f"copy-to copies an SQLite queue, but --db names {location.display}; "
             "give the SQLite file with --db",
             db=location.display,
         )
-    report = copy_to_postgres(location.path, target, dry_run=dry_run, cap=cap_bytes())
+    report = copy_to_postgres(location.driver, target, dry_run=dry_run, cap=cap_bytes())
     data = {
         "source": report.source,
         "target": report.target,

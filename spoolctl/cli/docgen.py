@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from spoolctl.cli.contract import capabilities_data, verb_commands
+from spoolctl.cli.capabilities import capabilities_data
+from spoolctl.cli.contract import verb_commands
 
 HEADER = """# spoolctl verb reference
 

@@ -21,7 +21,7 @@ from spoolctl.cli.options import (
 from spoolctl.cli.outages import outage_notice
 from spoolctl.cli.queues import open_read, warn_no_queue
 from spoolctl.cli.render import Reply, emit, local_time, write_json
-from spoolctl.db.queue import QueueFile
+from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, SpoolError
 from spoolctl.outage import Reconnecting
 from spoolctl.services.ledger import Page, ledger_end, read_events
@@ -110,9 +110,9 @@ class Ledger:
 
     def __init__(self, db: str | None) -> None:
         self.db = db
-        self.queue: QueueFile | None = None
+        self.queue: Queue | None = None
 
-    def _opened(self) -> QueueFile | None:
+    def _opened(self) -> Queue | None:
         if self.queue is None:
             self.queue = open_read(self.db)
         return self.queue

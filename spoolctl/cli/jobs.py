@@ -1,19 +1,16 @@
-"""`add`: submitting jobs, one from the command line or many from NDJSON."""
+"""`add`: submitting one job from the command line (`batch.py` reads many
+from NDJSON with --batch)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import sys
 import time
-from dataclasses import dataclass, replace
 from typing import Any
 
 import click
-from click.core import ParameterSource
 
 from spoolctl import validate
+from spoolctl.cli.batch import batch_defaults, read_batch
 from spoolctl.cli.options import (
     ENV_PAIR,
     JOB_ID,
@@ -29,7 +26,6 @@ from spoolctl.cli.options import (
 )
 from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import Reply, emit
-from spoolctl.db.queue import QueueFile
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services.submit import (
     DEFAULT_MAX_RETRIES,
@@ -42,36 +38,10 @@ from spoolctl.services.submit import (
 )
 from spoolctl.states import JobState
 
-
-def timeout_seconds(raw: str) -> int:
-    """Whole seconds 1 .. 2**63-1, or a duration with its unit like 5m (rounded up)."""
-    if not raw.strip()[-1:].isalpha():
-        return validate.int_in_range(raw, "timeout", 1, validate.MAX_TIMEOUT_S)
-    seconds = math.ceil(validate.duration(raw, what="timeout"))
-    return validate.int_in_range(seconds, "timeout", 1, validate.MAX_TIMEOUT_S)
-
-
-TIMEOUT = Rule("timeout", timeout_seconds, {"min": 1, "max": validate.MAX_TIMEOUT_S})
+TIMEOUT = Rule("timeout", validate.timeout_seconds, {"min": 1, "max": validate.MAX_TIMEOUT_S})
 KEY = Rule("key", validate.idempotency_key, validate.LIMITS["key"])
 NOTE = Rule("note", validate.note, validate.LIMITS["note"])
 CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
-BATCH_FIELDS = {
-    "argv",
-    "cmd",
-    "timeout",
-    "max_retries",
-    "max_crashes",
-    "priority",
-    "queue",
-    "after",
-    "at",
-    "key",
-    "tags",
-    "note",
-    "cwd",
-    "env",
-    "after_jobs",
-}
 
 
 @verb(
@@ -180,7 +150,7 @@ def add(
         defaults = batch_defaults(options, run_at, tags, env)
         specs = read_batch(batch, local, defaults)
         queue = open_write(db, synchronous="FULL")
-        now = queue_now(queue, local)
+        now = queue.now()  # the server's clock on PostgreSQL: a submitter's may be off
         rebased = [rebase(s, local, now) for s in specs]
         ids = queue.write(lambda conn: submit_batch(conn, rebased, now))
         return emit(
@@ -194,17 +164,10 @@ def add(
         **options,
     )
     queue = open_write(db, synchronous="FULL")
-    now = queue_now(queue, local)
+    now = queue.now()  # the server's clock on PostgreSQL: a submitter's may be off
     spec = rebase(spec, local, now)
     result = queue.write(lambda conn: submit(conn, spec, now))
     return emit(added_reply(result, spec), as_json)
-
-
-def queue_now(queue: QueueFile, local: float) -> float:
-    """The submission's time: this machine's clock for an SQLite file, the
-    server's for PostgreSQL (a submitter whose clock is off must not delay or
-    hurry its jobs)."""
-    return queue.now() if queue.is_postgres else local
 
 
 def rebase(spec: JobSpec, local: float, now: float) -> JobSpec:
@@ -276,195 +239,3 @@ def after_jobs_text(reply: Reply, result: Submitted, after: tuple[int, ...]) -> 
     if result.state == JobState.WAITING:
         return f"Added job {result.job_id}, waiting for job(s) {named}"
     return f"Added job {result.job_id} (jobs {named} are done)"
-
-
-def after_refs(value: Any, positions: dict[int, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A batch line's after_jobs: job ids, and positions of earlier specs ("@N":
-    the job of earlier line N)."""
-    if not isinstance(value, list):
-        raise InvalidInput('after_jobs must be a list of job ids or "@LINE" references')
-    ids: list[int] = []
-    lines: list[int] = []
-    for item in value:
-        if isinstance(item, int) and not isinstance(item, bool):
-            ids.append(validate.int_in_range(item, "after_jobs id", 1, validate.INT64_MAX))
-        elif isinstance(item, str) and item.startswith("@") and item[1:].isdigit():
-            if int(item[1:]) not in positions:
-                raise InvalidInput(f"after_jobs {item!r} names no earlier line holding a job")
-            lines.append(positions[int(item[1:])])
-        else:
-            raise InvalidInput(f'after_jobs items are job ids or "@LINE", got {item!r:.40}')
-    return tuple(ids), tuple(lines)
-
-
-@dataclass(frozen=True)
-class BatchDefaults:
-    """The per-job flags given with --batch: the default of every line (a
-    line's own key wins; tags and env merge, a line's own tag or variable
-    winning)."""
-
-    fields: dict[str, Any]
-    run_at: float | None = None
-    tags: dict[str, str] = dataclasses.field(default_factory=dict)
-    env: dict[str, str] = dataclasses.field(default_factory=dict)
-    after_jobs: tuple[int, ...] = ()
-
-
-BATCH_FLAG_FIELDS = {
-    "timeout_seconds": "timeout",
-    "max_retries": "max_retries",
-    "max_crashes": "max_crashes",
-    "priority": "priority",
-    "queue": "queue",
-    "note": "note",
-    "cwd": "cwd",
-}
-"""add's parameter -> the batch line field it is the default of."""
-BATCH_LINE_MAX = 1 << 20
-"""Bytes in one batch line: far above any valid job (a note is at most
-10,000 characters, env values 4,096)."""
-
-
-def batch_defaults(
-    options: dict[str, Any],
-    run_at: float | None,
-    tags: tuple[tuple[str, str], ...],
-    env: tuple[tuple[str, str], ...],
-) -> BatchDefaults:
-    """The flags given on the command line beside --batch; --key, which names
-    one job, cannot be the default of many: INVALID_INPUT."""
-    ctx = click.get_current_context()
-
-    def given(name: str) -> bool:
-        return ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
-
-    if given("idempotency_key"):
-        raise InvalidInput(
-            '--key names one job and cannot apply to a batch: give each line its own "key"',
-            flag="--key",
-        )
-    return BatchDefaults(
-        fields={name: options[name] for name in BATCH_FLAG_FIELDS if given(name)},
-        run_at=run_at,
-        tags=validate.tag_map(dict(tags)),
-        env=validate.env_map(dict(env)),
-        after_jobs=tuple(options.get("after_jobs") or ()),
-    )
-
-
-def with_defaults(spec: JobSpec, line: dict[str, Any], defaults: BatchDefaults) -> JobSpec:
-    """One line's spec with the batch's flags filled in where the line is silent."""
-    changes: dict[str, Any] = {
-        name: value
-        for name, value in defaults.fields.items()
-        if BATCH_FLAG_FIELDS[name] not in line
-    }
-    if defaults.run_at is not None and "after" not in line and "at" not in line:
-        changes["run_at"] = defaults.run_at
-    if defaults.tags:
-        changes["tags"] = validate.tag_map({**defaults.tags, **spec.tags})
-    if defaults.env:
-        changes["env"] = validate.env_map({**defaults.env, **spec.env})
-    if defaults.after_jobs and "after_jobs" not in line:
-        changes["after_jobs"] = defaults.after_jobs
-    return replace(spec, **changes) if changes else spec
-
-
-def read_batch(source: str, now: float, defaults: BatchDefaults | None = None) -> list[JobSpec]:
-    """Every line validated before anything is inserted."""
-    defaults = defaults or BatchDefaults(fields={})
-    try:
-        if source == "-":
-            lines = sys.stdin.read().splitlines()
-        else:
-            with open(source, encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read batch {source!r}: {exc}") from None
-    specs: list[JobSpec] = []
-    positions: dict[int, int] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = parse_line(line)
-            spec = with_defaults(spec_from_object(obj, now), obj, defaults)
-            if "after_jobs" in obj:
-                ids, earlier = after_refs(obj["after_jobs"], positions)
-                spec = replace(spec, after_jobs=ids, after_lines=earlier)
-            positions[number] = len(specs)
-            specs.append(spec)
-        except (ValueError, InvalidInput, MissingRequired) as exc:
-            message = getattr(exc, "message", str(exc))
-            raise InvalidInput(f"batch line {number}: {message}", line=number) from None
-    return specs
-
-
-def parse_line(line: str) -> Any:
-    """One line's JSON, with plain words for what the parser cannot take."""
-    if len(line) > BATCH_LINE_MAX:
-        raise InvalidInput(f"the line is longer than {BATCH_LINE_MAX} characters")
-    try:
-        return json.loads(line)
-    except RecursionError:
-        raise InvalidInput("the line's JSON is nested too deeply") from None
-    except ValueError as exc:
-        if "digits" in str(exc) and "integer" in str(exc):
-            raise InvalidInput("the line holds a number of more than 4300 digits") from None
-        raise InvalidInput(f"the line is not valid JSON: {exc}") from None
-
-
-def spec_from_object(obj: Any, now: float) -> JobSpec:
-    """One NDJSON line: the same fields and rules as the flags of `add`."""
-    if not isinstance(obj, dict):
-        raise InvalidInput("each line must be a JSON object")
-    unknown = set(obj) - BATCH_FIELDS
-    if unknown:
-        raise InvalidInput(f"unknown fields {sorted(unknown)}")
-    if ("argv" in obj) == ("cmd" in obj):
-        raise InvalidInput("give exactly one of argv or cmd")
-    if "after" in obj and "at" in obj:
-        raise InvalidInput("after and at cannot be used together")
-    argv = validate.argv(obj["argv"]) if "argv" in obj else validate.shell_string(_str(obj["cmd"]))
-    run_at = None
-    if "after" in obj:
-        run_at = now + validate.duration(str(obj["after"]))
-    elif "at" in obj:
-        run_at = validate.timestamp(str(obj["at"]), now=now)
-    max_crashes = obj.get("max_crashes")
-    return JobSpec(
-        argv=argv,
-        queue=validate.queue_name(_str(obj.get("queue", DEFAULT_QUEUE))),
-        priority=validate.int_in_range(
-            obj.get("priority", 0), "priority", validate.INT32_MIN, validate.INT32_MAX
-        ),
-        timeout_seconds=timeout_seconds(str(obj.get("timeout", DEFAULT_TIMEOUT_S))),
-        max_retries=validate.int_in_range(
-            obj.get("max_retries", DEFAULT_MAX_RETRIES), "max_retries", 0
-        ),
-        max_crashes=None
-        if max_crashes is None
-        else validate.int_in_range(max_crashes, "max_crashes", 0),
-        run_at=run_at,
-        idempotency_key=None
-        if obj.get("key") is None
-        else validate.idempotency_key(_str(obj["key"])),
-        tags=validate.tag_map(_str_map(obj.get("tags", {}), "tags")),
-        note=None if obj.get("note") is None else validate.note(_str(obj["note"])),
-        cwd=None if obj.get("cwd") is None else validate.cwd(_str(obj["cwd"])),
-        env=validate.env_map(_str_map(obj.get("env", {}), "env")),
-    )
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"expected a string, got {value!r:.40}")
-    return value
-
-
-def _str_map(value: Any, what: str) -> dict[str, str]:
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise InvalidInput(f"{what} must be an object of strings")
-    return value

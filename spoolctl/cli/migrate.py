@@ -13,15 +13,15 @@ from typing import Any
 import click
 
 from spoolctl.cli.options import db_option, json_option, verb
-from spoolctl.cli.queues import target_of
+from spoolctl.cli.queues import driver_of
 from spoolctl.cli.render import Reply, emit
-from spoolctl.db.queue import Target, display, schema_status
+from spoolctl.db.backends.base import Driver
+from spoolctl.db.queue import schema_status
 from spoolctl.db.revision import DELETE_STORED_OUTPUT_FLAG, HEAD_REVISION, KNOWN_REVISIONS
 from spoolctl.errors import InvalidInput, SafetyBlock
 
 MODES = ("status", "history", "sql")
 REVISION_FLAGS = ("to", "downgrade")
-NO_BACKUP_POSTGRES = "none (PostgreSQL: take one with pg_dump before migrating)"
 
 
 @verb(
@@ -104,7 +104,7 @@ def migrate(
             f"spoolctl migrate --downgrade REV --yes {DELETE_STORED_OUTPUT_FLAG}",
             flag=DELETE_STORED_OUTPUT_FLAG,
         )
-    where = target_of(db)
+    where = driver_of(db)
     if status:
         return emit(status_reply(where), as_json)
     if history:
@@ -114,7 +114,7 @@ def migrate(
         return emit(sql_reply(where, target, downgrade is not None, delete_stored_output), as_json)
     if downgrade is not None and not yes:
         raise SafetyBlock(
-            f"downgrading {display(where)} to {downgrade} changes its schema under every worker; "
+            f"downgrading {where.display} to {downgrade} changes its schema under every worker; "
             "confirm with --yes",
             target=downgrade,
         )
@@ -124,10 +124,10 @@ def migrate(
     )
 
 
-def status_reply(where: Target) -> Reply:
+def status_reply(where: Driver) -> Reply:
     found = schema_status(where)
     data: dict[str, Any] = {
-        "db_path": display(where),
+        "db_path": where.display,
         "exists": found is not None,
         "current": None if found is None else found.current,
         "head": HEAD_REVISION,
@@ -157,7 +157,7 @@ def status_text(data: dict[str, Any]) -> str:
     )
 
 
-def history_reply(where: Target) -> Reply:
+def history_reply(where: Driver) -> Reply:
     from spoolctl.db.revision import history
 
     found = schema_status(where)
@@ -188,19 +188,19 @@ def history_text(revisions: list[dict[str, Any]]) -> str:
 
 
 def sql_reply(
-    where: Target, target: str, downgrade: bool, delete_stored_output: bool = False
+    where: Driver, target: str, downgrade: bool, delete_stored_output: bool = False
 ) -> Reply:
     from spoolctl.db.migration import migration_sql
 
     text = migration_sql(
         where, target, downgrade=downgrade, delete_stored_output=delete_stored_output
     )
-    data = {"db_path": display(where), "target": target, "downgrade": downgrade, "sql": text}
+    data = {"db_path": where.display, "target": target, "downgrade": downgrade, "sql": text}
     return Reply(data, text=text.rstrip("\n"))
 
 
 def change_reply(
-    where: Target, target: str, downgrade: bool, backup: bool, delete_stored_output: bool = False
+    where: Driver, target: str, downgrade: bool, backup: bool, delete_stored_output: bool = False
 ) -> Reply:
     from spoolctl.db.migration import migrate_file
 
@@ -212,7 +212,7 @@ def change_reply(
         delete_stored_output=delete_stored_output,
     )
     data = {
-        "db_path": display(where),
+        "db_path": where.display,
         "from_revision": result.from_revision,
         "to_revision": result.to_revision,
         "applied": result.applied,
@@ -224,7 +224,7 @@ def change_reply(
         "quarantined_rows": len(result.quarantined_job_ids) + result.quarantined_attempts,
         "quarantined_job_ids": result.quarantined_job_ids,
     }
-    no_backup = NO_BACKUP_POSTGRES if isinstance(where, str) else "none"
+    no_backup = where.backup_note
     return Reply(data, text=lambda: change_text(data, no_backup))
 
 

@@ -4,29 +4,25 @@ from __future__ import annotations
 
 from spoolctl.cli.render import Reply
 from spoolctl.config import resolve_db
-from spoolctl.db.engine import Synchronous
-from spoolctl.db.queue import QueueFile, Target, open_for_read, open_for_write
+from spoolctl.db.backends.base import Driver, Synchronous
+from spoolctl.db.queue import Queue, open_for_read, open_for_write
 from spoolctl.errors import NotFound
 
 NO_QUEUE = "NO_QUEUE"
 
 
-def target_of(db_flag: str | None) -> Target:
-    """The SQLite file, or the PostgreSQL URL, the verb's --db resolves to."""
-    location = resolve_db(db_flag)
-    if location.url is not None:
-        return location.url
-    assert location.path is not None
-    return location.path
+def driver_of(db_flag: str | None) -> Driver:
+    """The driver of the queue the verb's --db resolves to."""
+    return resolve_db(db_flag).driver
 
 
-def open_write(db_flag: str | None, *, synchronous: Synchronous = "NORMAL") -> QueueFile:
-    return open_for_write(target_of(db_flag), synchronous=synchronous)
+def open_write(db_flag: str | None, *, synchronous: Synchronous = "NORMAL") -> Queue:
+    return open_for_write(driver_of(db_flag), synchronous=synchronous)
 
 
-def open_read(db_flag: str | None) -> QueueFile | None:
+def open_read(db_flag: str | None) -> Queue | None:
     """None when no queue exists there yet: read-only verbs never create one."""
-    return open_for_read(target_of(db_flag))
+    return open_for_read(driver_of(db_flag))
 
 
 def nowhere(db_flag: str | None) -> str:

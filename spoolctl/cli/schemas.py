@@ -1,7 +1,7 @@
 """JSON Schemas of each verb's `data`: the hand-written half of the contract.
 
 Flags, types, defaults and bounds come from the click commands themselves (see
-`contract.py`); what a verb answers cannot be read from click, so it is
+`contract_flags.py`); what a verb answers cannot be read from click, so it is
 written down here once, next to the envelope's schema. A test runs every verb
 with --json and validates its output against these. The schemas use a small
 subset of JSON Schema (type, properties, required, items, enum, anyOf,

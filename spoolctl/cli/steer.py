@@ -9,7 +9,7 @@ import click
 from spoolctl.cli.options import JOB_ID, Duration, StateList, db_option, json_option, verb
 from spoolctl.cli.queues import no_job, open_read, open_write
 from spoolctl.cli.render import Reply, emit
-from spoolctl.db.queue import QueueFile
+from spoolctl.db.queue import Queue
 from spoolctl.errors import SafetyBlock
 from spoolctl.services import prune as pruning
 from spoolctl.services.cancel import cancel as cancel_job
@@ -19,7 +19,7 @@ from spoolctl.states import JobState
 KILL_ASYNC = "the owning worker kills the job's process group at its next heartbeat"
 
 
-def existing_queue(db: str | None, job_id: int) -> QueueFile:
+def existing_queue(db: str | None, job_id: int) -> Queue:
     """The queue for a change to one job; a missing queue is not created for it."""
     found = open_read(db)
     if found is None:
@@ -146,7 +146,7 @@ def prune(
         f"{verb_word} {report.deleted_jobs} jobs, {report.deleted_attempts} attempts, "
         f"{report.deleted_events} events, {report.freed_bytes} bytes of output"
     )
-    if existing is not None and existing.is_postgres:
+    if report.deleted_output_chunks:  # output stored in the database (PostgreSQL)
         text += (
             f"; {report.deleted_output_chunks} chunks ({report.deleted_output_bytes} bytes)"
             " of output stored in the database"
@@ -155,7 +155,7 @@ def prune(
 
 
 def run_prune(
-    queue: QueueFile,
+    queue: Queue,
     states: tuple[str, ...],
     cutoff: float,
     report: pruning.PruneReport,

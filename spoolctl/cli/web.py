@@ -14,9 +14,8 @@ from typing import Any
 import click
 
 from spoolctl.cli.options import BoundedInt, BoundedText, db_option, json_option, verb
-from spoolctl.cli.queues import open_read, open_write, target_of
+from spoolctl.cli.queues import driver_of, open_read, open_write
 from spoolctl.cli.render import Reply, emit, write_json
-from spoolctl.db.queue import display
 from spoolctl.errors import ExtraMissing, InvalidInput, SafetyBlock
 from spoolctl.services.lanes import operator_identity
 
@@ -62,7 +61,7 @@ def web(
         from spoolctl.web.access import QueueAccess
         from spoolctl.web.app import create_app
         from spoolctl.web.common import Settings
-        from spoolctl.web.guard import Guard
+        from spoolctl.web.request_guard import Guard
     except ModuleNotFoundError as exc:
         raise ExtraMissing(
             f"spoolctl web needs the web extra ({exc.name} is missing)",
@@ -81,7 +80,7 @@ def web(
     if found is not None:
         found.read(lambda conn: None)  # an outdated or foreign queue is refused before listening
     access = QueueAccess(lambda: found or open_read(db), lambda: open_write(db),
-                         display(target_of(db)))  # fmt: skip
+                         driver_of(db).display)  # fmt: skip
     listener = server.listen(host, addresses[0], port)
     if token is None:
         guard = Guard.loopback(listener.port, (host_header_name(host),))

@@ -113,15 +113,13 @@ def work(
     )
     progress = ProgressLine(as_json or mode != "drain")
     worker = Worker(
-        queue_file.engine,
-        queue_file.output_root,
+        queue_file,
         options,
         timing,
-        clock=queue_file.clock(),
         on_result=(lambda report: progress.update(drain_progress(report)))
         if progress.active
         else None,
-        prepare=lambda: prepare(queue_file.target),
+        prepare=lambda: prepare(queue_file.driver),
         on_wait=outage_notice(),
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
@@ -130,7 +128,7 @@ def work(
     try:
         report = worker.run()
     except RevisionMismatch:
-        diagnose(queue_file.target)
+        diagnose(queue_file.driver)
         raise
     finally:
         progress.done()

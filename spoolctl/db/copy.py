@@ -22,9 +22,8 @@ import sqlalchemy
 from sqlalchemy import BigInteger, Connection, SmallInteger, Table, func, or_, select, text
 from sqlalchemy.exc import DataError, IntegrityError
 
-from spoolctl.config import busy_timeout_s
 from spoolctl.db import revision
-from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
+from spoolctl.db.backends.base import Driver
 from spoolctl.db.tables import (
     attempts,
     job_dependencies,
@@ -34,7 +33,6 @@ from spoolctl.db.tables import (
     output_chunks,
     workers,
 )
-from spoolctl.db.url import masked, scrub
 from spoolctl.errors import Conflict, InvalidInput
 
 COPY_ORDER: tuple[Table, ...] = (
@@ -51,32 +49,21 @@ it is written."""
 SEQUENCED: tuple[Table, ...] = (jobs, attempts, job_events, output_chunks)
 """Tables whose integer id comes from a sequence on PostgreSQL."""
 BATCH_ROWS = 1000
-COPY_LOCK_WAIT_S = 60.0
-"""How long the copy waits for another `migrate` or copy holding the lock."""
 SHOWN_OUT_OF_RANGE = 5
 """Rows named per column when integers do not fit the target."""
 
 
 @contextmanager
-def target_transaction(url: str, *, commit: bool) -> Iterator[Connection]:
+def target_transaction(target: Driver, *, commit: bool) -> Iterator[Connection]:
     """One write transaction on the PostgreSQL database under the migration
-    lock; committed only if `commit` and the body returned normally."""
-    from spoolctl.db.backends import postgresql
-
-    engine = postgresql.make_engine(
-        url,
-        write=True,
-        busy_timeout_s=max(busy_timeout_s(), COPY_LOCK_WAIT_S),
-        expected_revision=None,
-        lock_wait_option=LOCK_WAIT_OPTION,
-        read_only_option=READ_ONLY_OPTION,
-        on_mismatch=RevisionMismatch,
-    )
+    lock (waiting as long as a migrate would for another copy or migrate);
+    committed only if `commit` and the body returned normally."""
+    engine = target.migration_engine()
     try:
-        with postgresql.translate_errors(engine), engine.connect() as conn:
+        with target.translate_errors(engine), engine.connect() as conn:
             transaction = conn.begin()
             try:
-                postgresql.lock_migrations(conn)
+                target.lock_for_migration(conn)
                 yield conn
             except BaseException:
                 transaction.rollback()
@@ -89,14 +76,14 @@ def target_transaction(url: str, *, commit: bool) -> Iterator[Connection]:
         engine.dispose()
 
 
-def prepare_target(conn: Connection, url: str) -> None:
+def prepare_target(conn: Connection, target: Driver) -> None:
     """Refuse a database that holds anything (CONFLICT, nothing written); else
     create the schema at head inside the caller's transaction.
 
     Accepted: no tables at all, or a spoolctl schema of a known revision whose
     tables are all empty (upgraded to head here). A database with tables of
     another program is refused like a filled queue: spoolctl shares no schema."""
-    shown = masked(url)
+    shown = target.display
     status = revision.inspect_schema(conn)
     if status.has_tables and status.current is None:
         raise Conflict(
@@ -106,7 +93,7 @@ def prepare_target(conn: Connection, url: str) -> None:
             reason="foreign_tables",
         )
     if status.current is not None and not status.is_known:
-        revision.refuse_unless_current(status, url)
+        revision.refuse_unless_current(status, target)
     filled = filled_tables(conn)
     if filled:
         listed = ", ".join(f"{name} {n}" for name, n in filled.items())
@@ -172,27 +159,29 @@ def out_of_range(source: Connection, target: Connection) -> list[dict[str, Any]]
     return found
 
 
-def copy_rows(source: Connection, target: Connection, table: Table, url: str) -> int:
+def copy_rows(source: Connection, target: Connection, table: Table, into: Driver) -> int:
     """Every row of `table`, ids included, in primary key order, BATCH_ROWS
     per executemany; returns how many."""
     rows = source.execute(select(table).order_by(*table.primary_key.columns)).mappings()
     copied = 0
     while batch := rows.fetchmany(BATCH_ROWS):
-        insert_rows(target, table, [dict(row) for row in batch], url)
+        insert_rows(target, table, [dict(row) for row in batch], into)
         copied += len(batch)
     return copied
 
 
-def insert_rows(target: Connection, table: Table, rows: Sequence[dict[str, Any]], url: str) -> None:
+def insert_rows(
+    target: Connection, table: Table, rows: Sequence[dict[str, Any]], into: Driver
+) -> None:
     """One executemany; a row PostgreSQL refuses fails the copy with its reason."""
     if not rows:
         return
     try:
         target.execute(table.insert(), list(rows))
     except (DataError, IntegrityError) as exc:
-        reason = scrub(str(exc.orig).strip().splitlines()[0], url)
+        reason = into.redact(str(exc.orig).strip().splitlines()[0])
         raise InvalidInput(
-            f"a row of {table.name} cannot be stored in {masked(url)}: {reason}; "
+            f"a row of {table.name} cannot be stored in {into.display}: {reason}; "
             "nothing was written",
             table=table.name,
             database_error=reason,

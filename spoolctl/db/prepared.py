@@ -35,19 +35,20 @@ class Prepared:
 
     def __init__(self, statement: ClauseElement) -> None:
         self.statement = statement
-        self._compiled: dict[str, _Compiled] = {}
+        self._compiled: dict[type, _Compiled] = {}
+        """Compiled once per dialect (a queue's backend), keyed by its class."""
         self._row: Any = None
 
     def _compile(self, conn: Connection) -> _Compiled:
         compiled = cast(SQLCompiler, self.statement.compile(dialect=conn.dialect))
         order = tuple(compiled.positiontup or ()) if compiled.positional else None
         found = _Compiled(str(compiled), order, dict(compiled.params))
-        self._compiled[conn.dialect.name] = found
+        self._compiled[type(conn.dialect)] = found
         return found
 
     def execute(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
         """Run on the driver cursor; returns that cursor (rowcount, rows)."""
-        compiled = self._compiled.get(conn.dialect.name) or self._compile(conn)
+        compiled = self._compiled.get(type(conn.dialect)) or self._compile(conn)
         values = compiled.defaults if not params else {**compiled.defaults, **params}
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         if compiled.order is None:

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import sqlalchemy
 from sqlalchemy import Connection
 
-from spoolctl.db.url import masked
-from spoolctl.errors import NotAQueue, SchemaOutdated, SchemaTooNew, StorageFault
+from spoolctl.errors import NotAQueue, SchemaOutdated, SchemaTooNew
 
 if TYPE_CHECKING:
     from alembic.config import Config
+
+    from spoolctl.db.backends.base import Driver
 
 HEAD_REVISION = "0004_output_chunks"
 KNOWN_REVISIONS: tuple[str, ...] = (
@@ -90,38 +90,28 @@ def revisions_between(start: str | None, target: str) -> list[str]:
 
 
 def inspect_schema(conn: Connection) -> SchemaStatus:
-    """Read the revision (alembic) or schema_version (legacy) of a file."""
-    if conn.dialect.name == "sqlite":
-        tables = {
-            row[0]
-            for row in conn.exec_driver_sql(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        }
-    else:
-        tables = set(sqlalchemy.inspect(conn).get_table_names())
+    """Read the revision (alembic) or schema_version (legacy) of a database."""
+    from spoolctl.db.backends import statements
+
+    backend = statements(conn)
+    tables = backend.table_names(conn)
     current = None
     if "alembic_version" in tables:
         current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
-    legacy = None
-    # the original spoolctl only ever wrote SQLite: elsewhere such tables are foreign
-    if {"meta", "jobs"} <= tables and current is None and conn.dialect.name == "sqlite":
-        raw = conn.exec_driver_sql("SELECT value FROM meta WHERE key = 'schema_version'").scalar()
-        legacy = int(raw) if raw is not None and str(raw).isdigit() else 0
+    legacy = None if current is not None else backend.legacy_version(conn, tables)
     return SchemaStatus(current=current, legacy_version=legacy, has_tables=bool(tables))
 
 
-def refuse_unless_current(status: SchemaStatus, where: Path | str) -> None:
-    """Raise the public error for a file this code must not use as it is."""
+def refuse_unless_current(status: SchemaStatus, where: Driver) -> None:
+    """Raise the public error for a database this code must not use as it is."""
     if status.is_head:
         return
-    db_path = where if isinstance(where, Path) else masked(where)
+    db_path = where.display
     if status.is_foreign:
         raise NotAQueue(
-            f"{db_path} is {'an SQLite' if isinstance(where, Path) else 'a PostgreSQL'} "
-            "database but not a spoolctl queue (no alembic_version, "
-            "no legacy meta table); spoolctl, `migrate` included, never changes it. "
-            "Check --db / SPOOLCTL_DB / config db_path",
+            f"{db_path} is {where.kind_of_database} but not a spoolctl queue (no "
+            "alembic_version, no legacy meta table); spoolctl, `migrate` included, never "
+            "changes it. Check --db / SPOOLCTL_DB / config db_path",
             path=str(db_path),
         )
     migrate_cmd = f"spoolctl migrate --db {db_path}"
@@ -257,13 +247,6 @@ def _single(down: str | Sequence[str] | None) -> str | None:
 
 def check_foreign_keys(conn: Connection) -> None:
     """Refuse to commit a migration that left a dangling reference."""
-    if conn.dialect.name != "sqlite":
-        return  # PostgreSQL checks every reference as it is written
-    violations = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
-    if violations:
-        raise StorageFault(
-            f"the database holds {len(violations)} reference(s) to rows that do not exist, "
-            "so the migration was not committed; nothing was changed",
-            reason="damaged",
-            violations=[list(v) for v in violations[:20]],
-        )
+    from spoolctl.db.backends import statements
+
+    statements(conn).check_references(conn)

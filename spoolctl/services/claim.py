@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Select, bindparam, func, insert, select, upda
 
 from spoolctl import layout, procs
 from spoolctl.db import codec
-from spoolctl.db.dialects import before_slot_count
+from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.dependencies import cancel_dependents
@@ -153,7 +153,7 @@ def claim_next(
     if is_paused(conn, queue):
         return None
     if slots is not None:
-        before_slot_count(conn, queue)
+        statements(conn).before_slot_count(conn, queue)
         if running_in_queue(conn, queue) >= slots:
             return None
     skip: list[int] = []

@@ -10,7 +10,7 @@ writing into the SQLite file after the copy.
 
 Output: each attempt's stdout and stderr files, when they are regular files
 inside the source spool's `output` folder, are stored in `output_chunks` by
-the worker's own copier (`output_store`), so they follow the worker's rule:
+the worker's own copier (`backends.postgresql.output`), so they follow the worker's rule:
 64 KiB chunks, `offset` their byte position, at most `SPOOLCTL_PG_OUTPUT_CAP`
 bytes per stream (8 MiB by default), `truncated` 1 on the last chunk kept
 when the file was longer.
@@ -27,12 +27,13 @@ from sqlalchemy import Connection, RowMapping, select
 
 from spoolctl.db import copy as tables_copy
 from spoolctl.db import revision
+from spoolctl.db.backends import base
+from spoolctl.db.backends.base import Driver, OutputWriter
+from spoolctl.db.backends.files import open_regular
 from spoolctl.db.queue import open_for_read, schema_status
 from spoolctl.db.tables import attempts, jobs, output_chunks
-from spoolctl.db.url import masked
 from spoolctl.errors import Conflict, InvalidInput
-from spoolctl.services import output_store
-from spoolctl.services.output import inside, open_regular
+from spoolctl.services.attempt_output import inside
 from spoolctl.states import JobState
 
 OUTPUT_BATCH_BYTES = 32 * 1024 * 1024
@@ -80,41 +81,45 @@ class CopyReport:
     output: OutputTally
 
 
-def copy_to_postgres(source: Path, url: str, *, dry_run: bool, cap: int) -> CopyReport:
-    """Copy the SQLite queue at `source` into the empty PostgreSQL database at
-    `url` (a dry run rehearses every step, then rolls back)."""
+def copy_to_postgres(source: Driver, target: Driver, *, dry_run: bool, cap: int) -> CopyReport:
+    """Copy the SQLite queue `source` into the empty PostgreSQL database
+    `target` (a dry run rehearses every step, then rolls back)."""
     status = schema_status(source)
     if status is None:
         raise InvalidInput(
-            f"there is no queue at {source} to copy; name the SQLite queue with --db",
-            db=str(source),
+            f"there is no queue at {source.display} to copy; name the SQLite queue with --db",
+            db=source.display,
         )
     revision.refuse_unless_current(status, source)
     queue = open_for_read(source)
     assert queue is not None  # schema_status found it
     try:
-        return queue.read(lambda src: copy_snapshot(src, source, url, dry_run=dry_run, cap=cap))
+        return queue.read(lambda src: copy_snapshot(src, source, target, dry_run=dry_run, cap=cap))
     finally:
         queue.dispose()
 
 
 def copy_snapshot(
-    src: Connection, source: Path, url: str, *, dry_run: bool, cap: int
+    src: Connection, source: Driver, target: Driver, *, dry_run: bool, cap: int
 ) -> CopyReport:
     """The copy of one snapshot of the source."""
     refuse_running(src)
     refuse_dangling(src)
     tally = OutputTally(cap)
-    with tables_copy.target_transaction(url, commit=not dry_run) as dst:
-        tables_copy.prepare_target(dst, url)
+    with tables_copy.target_transaction(target, commit=not dry_run) as dst:
+        tables_copy.prepare_target(dst, target)
         refuse_out_of_range(src, dst)
-        counts = {t.name: tables_copy.copy_rows(src, dst, t, url) for t in tables_copy.COPY_ORDER}
+        counts = {
+            t.name: tables_copy.copy_rows(src, dst, t, target) for t in tables_copy.COPY_ORDER
+        }
         tables_copy.advance_sequences(src, dst)
-        store_output(src, dst, source.parent / "output", tally)
+        store_output(src, dst, source.output_root, target.output_writer(), tally)
         tally.chunks, tally.bytes_stored, tally.streams_truncated = tables_copy.output_totals(dst)
         counts[output_chunks.name] = tally.chunks
         ids = tables_copy.next_ids(dst)
-    return CopyReport(str(source), masked(url), dry_run, revision.HEAD_REVISION, counts, ids, tally)
+    return CopyReport(
+        source.display, target.display, dry_run, revision.HEAD_REVISION, counts, ids, tally
+    )
 
 
 def refuse_running(src: Connection) -> None:
@@ -156,7 +161,9 @@ def refuse_out_of_range(src: Connection, dst: Connection) -> None:
         )
 
 
-def store_output(src: Connection, dst: Connection, output_root: Path, tally: OutputTally) -> None:
+def store_output(
+    src: Connection, dst: Connection, output_root: Path, writer: OutputWriter, tally: OutputTally
+) -> None:
     """Store every attempt's output files as chunks (streams the source
     already stores chunks of are left as copied)."""
     stored = tables_copy.streams_with_chunks(src)
@@ -165,14 +172,14 @@ def store_output(src: Connection, dst: Connection, output_root: Path, tally: Out
         attempts.c.stdout_path, attempts.c.stderr_path,
     ).order_by(attempts.c.id)  # fmt: skip
     rows = src.execute(query).mappings()
-    batch = OutputBatch(dst, output_store.OutputCopier(tally.cap_bytes))
+    batch = OutputBatch(dst, writer)
     while page := rows.fetchmany(tables_copy.BATCH_ROWS):
         for row in page:
             found = {
                 name: ("", 0)
                 if (row["id"], name) in stored
                 else readable(row, name, output_root, tally)
-                for name in output_store.STREAMS
+                for name in base.STREAMS
             }
             size = sum(min(size, tally.cap_bytes) for _, size in found.values())
             batch.add(int(row["id"]), {name: path for name, (path, _) in found.items()}, size)
@@ -183,7 +190,7 @@ class OutputBatch:
     """Attempts whose files are read and stored together, about
     OUTPUT_BATCH_BYTES at a time."""
 
-    def __init__(self, dst: Connection, copier: output_store.OutputCopier) -> None:
+    def __init__(self, dst: Connection, copier: OutputWriter) -> None:
         self.dst, self.copier = dst, copier
         self.attempt_ids: list[int] = []
         self.size = 0

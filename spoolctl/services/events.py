@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert
 
 from spoolctl.db import codec
-from spoolctl.db.dialects import before_event
+from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import job_events
 from spoolctl.states import EventKind
@@ -32,7 +32,7 @@ def record_event(
     worker_id: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    before_event(conn)
+    statements(conn).before_event(conn)
     _INSERT_EVENT.execute(
         conn,
         {

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, exists, select, update
 
-from spoolctl.db.dialects import upsert
+from spoolctl.db.backends import statements
 from spoolctl.db.tables import attempts, jobs, workers
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
@@ -48,7 +48,7 @@ def register_worker(conn: Connection, info: WorkerInfo, now: float) -> None:
         state=WorkerState.RUNNING.value,
         stopped_at=None,
     )
-    upsert(conn, workers, values, "id")
+    statements(conn).upsert(conn, workers, values, "id")
 
 
 @dataclass(frozen=True)

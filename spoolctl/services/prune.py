@@ -35,7 +35,6 @@ from typing import Any
 from sqlalchemy import Connection, Select, delete, func, select
 
 from spoolctl import layout
-from spoolctl.db.dialects import is_postgres
 from spoolctl.db.tables import attempts, job_events, jobs, output_chunks
 from spoolctl.states import JobState
 
@@ -190,10 +189,9 @@ def prune_batch(
     report.matched += len(ids)
     batch = PrunedBatch(ids, stored_paths(conn, ids))
     report.deleted_events += _deleted(conn, delete(job_events).where(job_events.c.job_id.in_(ids)))
-    if is_postgres(conn):
-        count_chunks(conn, ids, report)
-        chunks = output_chunks.c.attempt_id.in_(_attempt_ids(ids))
-        conn.execute(delete(output_chunks).where(chunks))
+    count_chunks(conn, ids, report)  # output stored in the database (none on SQLite)
+    chunks = output_chunks.c.attempt_id.in_(_attempt_ids(ids))
+    conn.execute(delete(output_chunks).where(chunks))
     report.deleted_attempts += _deleted(conn, delete(attempts).where(attempts.c.job_id.in_(ids)))
     report.deleted_jobs += _deleted(conn, delete(jobs).where(jobs.c.id.in_(ids)))
     return batch
@@ -216,8 +214,7 @@ def survey(
         n_attempts, n_events = count_children(conn, chunk)
         report.deleted_attempts += n_attempts
         report.deleted_events += n_events
-        if is_postgres(conn):
-            count_chunks(conn, chunk, report)
+        count_chunks(conn, chunk, report)
 
 
 def _attempt_ids(job_ids: list[int]) -> Select[tuple[int]]:

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Connection, Row, Select, func, select
 
 from spoolctl.db import codec
-from spoolctl.db.dialects import HasTag
+from spoolctl.db.backends.base import HasTag
 from spoolctl.db.tables import attempts, job_events, jobs, workers
 from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
 

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from spoolctl.db.queue import QueueFile
+from spoolctl.db.queue import Queue
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
+
+    from spoolctl.db.backends.base import OutputReader
 
 T = TypeVar("T")
 
@@ -25,25 +27,25 @@ class QueueAccess:
 
     def __init__(
         self,
-        open_read: Callable[[], QueueFile | None],
-        open_write: Callable[[], QueueFile],
+        open_read: Callable[[], Queue | None],
+        open_write: Callable[[], Queue],
         display: str,
     ) -> None:
         self._open_read = open_read
         self._open_write = open_write
         self.display = display
         """How pages name the queue (a URL's password masked)."""
-        self._reader: QueueFile | None = None
-        self._writer: QueueFile | None = None
+        self._reader: Queue | None = None
+        self._writer: Queue | None = None
         self._lock = threading.Lock()
 
-    def reader(self) -> QueueFile | None:
+    def reader(self) -> Queue | None:
         with self._lock:
             if self._reader is None:
                 self._reader = self._open_read()
             return self._reader
 
-    def writer(self) -> QueueFile:
+    def writer(self) -> Queue:
         with self._lock:
             if self._writer is None:
                 self._writer = self._open_write()
@@ -65,10 +67,10 @@ class QueueAccess:
         queue = self.reader()
         return time.time() if queue is None else queue.now()
 
-    @property
-    def is_postgres(self) -> bool:
+    def output(self) -> OutputReader | None:
+        """Where attempts' output is read from; None while there is no queue."""
         queue = self.reader()
-        return queue is not None and queue.is_postgres
+        return None if queue is None else queue.output()
 
     @property
     def output_root(self) -> Path | None:

@@ -19,7 +19,7 @@ from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
 from spoolctl.web.access import QueueAccess
 from spoolctl.web.common import Refused, Settings, job_id_of
-from spoolctl.web.guard import Guard
+from spoolctl.web.request_guard import Guard
 
 FORM_MAX_BYTES = 16_384
 REASON_MAX = 1000

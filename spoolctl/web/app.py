@@ -29,9 +29,9 @@ from spoolctl.web import views
 from spoolctl.web.access import QueueAccess
 from spoolctl.web.actions import Actions
 from spoolctl.web.common import Refused, Settings, job_id_of, whole_number
-from spoolctl.web.guard import Guard
 from spoolctl.web.middleware import GuardMiddleware, LastResort
 from spoolctl.web.render import make_environment
+from spoolctl.web.request_guard import Guard
 
 STATIC = Path(__file__).parent / "static"
 NOTICES = {
@@ -116,11 +116,11 @@ class Dashboard:
 
     def read_job(self, job_id: int, attempt: int | None) -> tuple[dict[str, Any] | None, float]:
         now = self.access.now()
-        root, stored = self.access.output_root, self.access.is_postgres
-        if root is None:
+        root, reader = self.access.output_root, self.access.output()
+        if root is None or reader is None:
             return None, now
         detail = self.access.read(
-            lambda conn: views.job_page(conn, job_id, attempt, root, stored), None
+            lambda conn: views.job_page(conn, job_id, attempt, root, reader), None
         )
         return detail, now
 
@@ -131,12 +131,12 @@ class Dashboard:
         stream = request.query_params.get("stream", "stdout")
         if stream not in ("stdout", "stderr"):
             raise InvalidInput("stream must be stdout or stderr")
-        root, stored = self.access.output_root, self.access.is_postgres
-        if root is None:
+        root, reader = self.access.output_root, self.access.output()
+        if root is None or reader is None:
             raise NotFound(f"no job {job_id}", job_id=job_id)
         chunk = await run_in_threadpool(
             self.access.read,
-            lambda conn: views.output_chunk(conn, job_id, attempt, stream, offset, root, stored),
+            lambda conn: views.output_chunk(conn, job_id, attempt, stream, offset, root, reader),
             None,
         )
         return JSONResponse(chunk)

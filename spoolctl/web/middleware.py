@@ -1,4 +1,4 @@
-"""The checks every request passes before a route sees it (see `guard`), and
+"""The checks every request passes before a route sees it (see `request_guard`), and
 the last resort that turns an unexpected error into a plain 500."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from spoolctl.web.guard import SECURITY_HEADERS, Guard
+from spoolctl.web.request_guard import SECURITY_HEADERS, Guard
 
 log = logging.getLogger("spoolctl.web")
 
 
 class GuardMiddleware:
-    """Checks every request before a route sees it (see `guard`), and adds the
+    """Checks every request before a route sees it (see `request_guard`), and adds the
     security headers to every response, refusals included."""
 
     def __init__(self, app: ASGIApp, guard: Guard) -> None:

@@ -14,9 +14,9 @@ from urllib.parse import urlencode
 
 from spoolctl import validate
 from spoolctl.config import Timing
+from spoolctl.db.backends.base import OutputReader
 from spoolctl.errors import InvalidInput
-from spoolctl.services import dependencies, lanes, ledger, output_store, query
-from spoolctl.services import output as outputs
+from spoolctl.services import attempt_output, dependencies, lanes, ledger, query
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
 from spoolctl.text import shown
 
@@ -203,7 +203,7 @@ def job_list(conn: Connection, filters: Filters) -> dict[str, Any]:
 
 
 def job_page(
-    conn: Connection, job_id: int, attempt_no: int | None, output_root: Path, stored: bool
+    conn: Connection, job_id: int, attempt_no: int | None, output_root: Path, reader: OutputReader
 ) -> dict[str, Any] | None:
     """`show`'s data, the jobs it waits for and that wait for it, and the end
     of the chosen attempt's output (None: no such job)."""
@@ -213,29 +213,23 @@ def job_page(
     detail["after_jobs"] = dependencies.waits_for(conn, [job_id]).get(job_id, [])
     detail["dependents"] = dependencies.dependents_of(conn, job_id)
     detail["terminal"] = detail["job"]["state"] in TERMINAL_JOB_STATES
-    ref = outputs.confine(outputs.find_attempt(conn, job_id, attempt_no), output_root)
+    ref = attempt_output.confine(attempt_output.find_attempt(conn, job_id, attempt_no), output_root)
     detail["output"] = {
         "attempt_no": ref.attempt_no,
         "attempt_state": ref.state,
         "pinned": attempt_no is not None,
         "streams": {}
         if ref.attempt_no is None
-        else {name: stream_tail(conn, ref, name, stored) for name in outputs.STREAMS},
+        else {name: stream_tail(conn, ref, name, reader) for name in attempt_output.STREAMS},
     }
     return detail
 
 
 def stream_tail(
-    conn: Connection, ref: outputs.AttemptOutput, name: str, stored: bool
+    conn: Connection, ref: attempt_output.AttemptOutput, name: str, reader: OutputReader
 ) -> dict[str, Any]:
     """The last OUTPUT_TAIL bytes of a stream, as text, and where they end."""
-    if stored:
-        span = output_store.read_stored(conn, ref.attempt_id, name, -OUTPUT_TAIL, OUTPUT_TAIL)
-        data, start, missing = span.data, span.start, False
-    else:
-        found = outputs.read_span(ref.paths[name], -OUTPUT_TAIL, OUTPUT_TAIL)
-        data, size = found if found is not None else (b"", 0)
-        start, missing = size - len(data), found is None
+    data, start, missing = reader.span(conn, ref, name, -OUTPUT_TAIL, OUTPUT_TAIL)
     head = skip_partial_head(data) if start else 0
     text, used = output_text(data[head:], final=ref.state != AttemptState.RUNNING)
     return {
@@ -254,14 +248,14 @@ def output_chunk(
     name: str,
     offset: int,
     output_root: Path,
-    stored: bool,
+    reader: OutputReader,
 ) -> dict[str, Any]:
     """New bytes of a stream from `offset`, for a page following it live.
 
     The attempt's state is read before its bytes: once it is seen ended, the
     bytes read after hold everything it wrote (on PostgreSQL, the outcome's
     transaction stored the rest)."""
-    ref = outputs.confine(outputs.find_attempt(conn, job_id, attempt_no), output_root)
+    ref = attempt_output.confine(attempt_output.find_attempt(conn, job_id, attempt_no), output_root)
     job = query.get_job_row(conn, job_id)
     job_state = None if job is None else str(job.state)
     reply: dict[str, Any] = {
@@ -275,11 +269,7 @@ def output_chunk(
     }
     if ref.attempt_no is None:
         return reply
-    if stored:
-        data = output_store.read_stored(conn, ref.attempt_id, name, offset, OUTPUT_CHUNK).data
-    else:
-        found = outputs.read_span(ref.paths[name], offset, OUTPUT_CHUNK)
-        data = b"" if found is None else found[0]
+    data = reader.read(conn, ref, name, offset, OUTPUT_CHUNK)
     text, used = output_text(data, final=not reply["running"] and len(data) < OUTPUT_CHUNK)
     reply.update(text=text, offset=offset + used, more=len(data) == OUTPUT_CHUNK)
     return reply

@@ -1,5 +1,9 @@
 """Attempts' output stored in the database (PostgreSQL queues), and read back.
 
+The writer is `OutputCopier` (a worker's), the reader `StoredOutput`
+(`output`, `feedback`, the web): PostgreSQL's driver hands them out, and no
+caller knows which store it has (`backends.files` is SQLite's).
+
 The worker's local files stay the first copy. On a PostgreSQL queue the
 worker also copies what each running attempt appended to its files into
 `output_chunks`, a few times a second and once more in the transaction that
@@ -30,19 +34,20 @@ its stored output.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, func, insert, select
 
 from spoolctl.config import ENV_VARS
+from spoolctl.config import OUTPUT_CAP_ENV as CAP_ENV
+from spoolctl.db.backends.base import STREAMS
 from spoolctl.db.tables import attempts, output_chunks
 from spoolctl.errors import InvalidInput
 
 CHUNK_BYTES = 65_536
 """The most bytes one `output_chunks` row holds."""
-CAP_ENV = "SPOOLCTL_PG_OUTPUT_CAP"
 DEFAULT_CAP_BYTES: int = ENV_VARS[CAP_ENV]["default"]
 """8 MiB per attempt and stream."""
 MAX_CAP_BYTES: int = ENV_VARS[CAP_ENV]["max"]
@@ -50,7 +55,6 @@ MAX_CAP_BYTES: int = ENV_VARS[CAP_ENV]["max"]
 PASS_BUDGET_BYTES = 1 << 20
 """The most bytes of one stream a periodic pass copies (the final pass copies
 everything up to the cap), so one pass stays a short transaction."""
-STREAMS = ("stdout", "stderr")
 
 
 def cap_bytes() -> int:
@@ -93,6 +97,8 @@ class OutputCopier:
     `output_chunks`, inside transactions the worker opens."""
 
     cap: int
+    pass_every_s: float | None = 0.25
+    """How often a worker stores its running jobs' new output."""
     _attempts: dict[int, _Attempt] = field(default_factory=dict)
     _staged: dict[int, dict[str, _Stream]] = field(default_factory=dict)
 
@@ -232,25 +238,6 @@ def _read_from(path: str, offset: int, budget: int) -> tuple[bytes, int] | None:
         os.close(fd)
 
 
-# -- reading (any machine) -----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoredSpan:
-    """Stored bytes of one stream of one attempt."""
-
-    data: bytes
-    start: int
-    """Where `data` begins in the stream."""
-    stored: int
-    """Bytes of the stream stored in all."""
-    truncated: bool
-    """The cap cut the stored copy: the stream went on past `stored`."""
-    present: bool = True
-    """Some chunk of the stream is stored (see the module's docstring for
-    what none means)."""
-
-
 def stored_extent(conn: Connection, attempt_id: int, stream: str) -> tuple[int, bool] | None:
     """(bytes stored, truncated flag) of one stream, as its last chunk says;
     None when no chunk of it is stored."""
@@ -263,45 +250,3 @@ def stored_extent(conn: Connection, attempt_id: int, stream: str) -> tuple[int, 
     if last is None:
         return None
     return int(last[0]) + int(last[1]), bool(last[2])
-
-
-def read_stored(
-    conn: Connection, attempt_id: int, stream: str, start: int, budget: int
-) -> StoredSpan:
-    """Up to `budget` stored bytes from `start` (negative: that many bytes
-    before the end of what is stored)."""
-    found = stored_extent(conn, attempt_id, stream)
-    if found is None:
-        return StoredSpan(b"", 0, 0, truncated=False, present=False)
-    stored, truncated = found
-    begin = max(0, stored + start) if start < 0 else min(start, stored)
-    end = min(stored, begin + budget)
-    rows = conn.execute(
-        select(output_chunks.c.offset, output_chunks.c.data)
-        .where(
-            output_chunks.c.attempt_id == attempt_id,
-            output_chunks.c.stream == stream,
-            output_chunks.c.offset > begin - CHUNK_BYTES,  # no chunk is longer
-            output_chunks.c.offset < end,
-        )
-        .order_by(output_chunks.c.offset)
-    )
-    buffer = bytearray()
-    for offset, data in rows:
-        low, high = max(begin, offset), min(end, offset + len(data))
-        if high > low:
-            buffer += data[low - offset : high - offset]
-    return StoredSpan(bytes(buffer), begin, stored, truncated)
-
-
-def iter_stored(
-    conn: Connection, attempt_id: int, stream: str, batch: int = PASS_BUDGET_BYTES
-) -> Iterator[bytes]:
-    """All stored bytes of a stream, in pieces of at most `batch` bytes."""
-    offset = 0
-    while True:
-        span = read_stored(conn, attempt_id, stream, offset, batch)
-        if not span.data:
-            return
-        yield span.data
-        offset += len(span.data)

@@ -11,6 +11,7 @@ from functools import partial
 
 from sqlalchemy import Connection, Engine
 
+from spoolctl import liveness
 from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx, write_quietly
 from spoolctl.errors import Locked, Unreachable
@@ -60,20 +61,20 @@ class Reaping:
             self._judge(cand, now)
 
     def _judge(self, cand: reaper.Candidate, now: float) -> None:
-        verdict = reaper.owner_verdict(
+        verdict = liveness.owner_verdict(
             cand,
             now=now,
             hang_threshold_s=self.timing.hang_threshold_s,
             boot_id=self.boot_id,
             hostname=self.hostname,
         )
-        if verdict is reaper.Verdict.ALIVE or (
-            verdict is reaper.Verdict.HUNG and not reaper.fence(cand)
+        if verdict is liveness.Verdict.ALIVE or (
+            verdict is liveness.Verdict.HUNG and not liveness.fence(cand)
         ):
             self._defer(cand, now)
             return
-        same_machine = verdict is not reaper.Verdict.LEASE_EXPIRED
-        check = reaper.end_orphan(cand, same_machine=same_machine)
+        same_machine = verdict is not liveness.Verdict.LEASE_EXPIRED
+        check = liveness.end_orphan(cand, same_machine=same_machine)
         if not check.gone:
             self._defer(cand, now)
             write_quietly(self.engine, partial(self._flag, cand, check), self.lock_wait_s)
@@ -109,7 +110,7 @@ class Reaping:
             row
             for row in stale
             if row.id != self.worker_id
-            and reaper.worker_is_dead(row, boot_id=self.boot_id, hostname=self.hostname)
+            and liveness.worker_is_dead(row, boot_id=self.boot_id, hostname=self.hostname)
         ]
         if dead:
             bury = partial(reaper.bury_workers, rows=dead, now=now)

@@ -1,0 +1,90 @@
+"""`brief` and `robot-docs`: the contract in prose for a program, the brief
+within a token budget (one line per verb, generated from the click tree), the
+guide from `guide.py`."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import click
+
+from spoolctl.cli.contract import verb_commands
+from spoolctl.cli.contract_flags import flag_of
+from spoolctl.cli.options import SpoolCommand, json_option, verb
+from spoolctl.cli.render import Reply, emit
+from spoolctl.errors import EXIT_CODES, EXIT_WORDS
+
+BRIEF_BUDGET_TOKENS = 700
+CHARS_PER_TOKEN = 3.5
+COMMON_FLAGS = ("as_json", "db")
+
+
+def approx_tokens(text: str) -> int:
+    """A conservative estimate: the larger of chars/3.5 and words-plus-punctuation."""
+    pieces = len(re.findall(r"\w+|[^\w\s]", text))
+    return max(math.ceil(len(text) / CHARS_PER_TOKEN), pieces)
+
+
+def usage(name: str, command: SpoolCommand) -> str:
+    parts = [name]
+    for param in command.params:
+        if isinstance(param, click.Argument):
+            parts.append(f"{(param.name or '').upper()}{'...' if param.nargs == -1 else ''}")
+    flags = [flag_of(command, p.name or "") for p in command.params
+             if isinstance(p, click.Option) and p.name not in COMMON_FLAGS]  # fmt: skip
+    if len(flags) == 1:
+        parts.append(f"[{flags[0]}]")
+    elif flags:  # brace form: one "--" for all, to stay within the brief's budget
+        parts.append("[--{" + ",".join(f.removeprefix("--") for f in flags) + "}]")
+    return " ".join(parts)
+
+
+def short(text: str) -> str:
+    """The first clause of a help line or code description."""
+    first = text.split("\n")[0]
+    for mark in (":", ";", " ("):
+        first = first.split(mark)[0]
+    return first.rstrip(".")
+
+
+def brief_text() -> str:
+    lines = [
+        "spoolctl: durable queue of shell commands (an SQLite file, or PostgreSQL).",
+        "--json: stdout is one envelope {ok,data,errors[{code,message}],warnings,meta}. "
+        "Exit: " + ", ".join(f"{k} {EXIT_WORDS[k]}" for k in EXIT_CODES) + ".",
+        "--db PATH|postgresql://URL picks the queue. Verbs:",
+    ]
+    for name, command in verb_commands().items():
+        lines.append(f"- {usage(name, command)}: {short(command.help or '')}")
+    lines.append("Loop: add -> work --drain -> wait IDS -> feedback ID.")
+    lines.append("More: robot-docs guide, capabilities, schema.")
+    return "\n".join(lines)
+
+
+@verb("brief", examples=("spoolctl brief", "spoolctl brief --json"))
+@json_option
+def brief(as_json: bool) -> int:
+    """A compact usage summary for an automated caller (under 700 tokens)."""
+    text = brief_text()
+    data = {
+        "text": text,
+        "approx_tokens": approx_tokens(text),
+        "budget_tokens": BRIEF_BUDGET_TOKENS,
+    }
+    return emit(Reply(data, text=text), as_json)
+
+
+@verb("robot-docs", examples=("spoolctl robot-docs guide", "spoolctl robot-docs guide --json"))
+@click.argument("topic", type=click.Choice(["guide"]))
+@json_option
+def robot_docs(topic: str, as_json: bool) -> int:
+    """A longer workflow guide for programs driving spoolctl."""
+    from spoolctl.cli.guide import guide_sections
+
+    sections = guide_sections()
+    text = "\n\n".join(
+        s["title"] + "\n" + "\n".join(f"- {b}" for b in s["bullets"]) for s in sections
+    )
+    data = {"text": text, "approx_tokens": approx_tokens(text), "sections": sections}
+    return emit(Reply(data, text=text), as_json)

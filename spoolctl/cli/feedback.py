@@ -1,0 +1,138 @@
+"""`feedback`: one verdict on a job: how it ended, the tail of each of its
+streams (read as `output` reads them), and the commands to run next."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from spoolctl.cli.options import JOB_ID, BoundedInt, db_option, json_option, verb
+from spoolctl.cli.output import STREAM_CHOICE, open_existing, refuse_outside, selected
+from spoolctl.cli.render import Reply, emit, style
+from spoolctl.db.queue import Queue
+from spoolctl.services.attempt_output import STREAMS, AttemptOutput, confine, find_attempt
+from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
+from spoolctl.services.query import decode_job, get_job_row
+from spoolctl.states import TERMINAL_JOB_STATES, FailureReason, JobState
+from spoolctl.text import shown
+
+
+@verb(
+    "feedback",
+    examples=(
+        "spoolctl feedback 42",
+        "spoolctl feedback 42 --tail-bytes 500 --stream stderr --json",
+    ),
+)
+@click.argument("job_id", type=JOB_ID)
+@click.option("--tail-bytes", type=BoundedInt(1, 65_536), default=2048, show_default=True,
+              help="Bytes shown from the end of each stream.")  # fmt: skip
+@click.option("--stream", type=STREAM_CHOICE, default="both", show_default=True,
+              help="Which captured stream.")  # fmt: skip
+@db_option
+@json_option
+def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json: bool) -> int:
+    """One verdict on a job: how it ended, the tail of its output, what to run next."""
+    queue = open_existing(db, job_id)
+    job, found, after_jobs = queue.read(lambda conn: feedback_facts(conn, job_id))
+    ref = confine(found, queue.output_root)
+    data = verdict(job, ref, queue.now())
+    data["after_jobs"] = after_jobs
+    if data["failure_reason"] == FailureReason.DEPENDENCY_FAILED:
+        data["remediation"] = dependency_remediation(job_id, after_jobs)
+    # JSON always carries both streams (as 0.4.11 did); --stream picks what text shows
+    data["streams"] = tails(queue, ref, tail_bytes)
+    picked = selected(stream)
+    reply = Reply(data, text=lambda: feedback_text(data, picked))
+    refuse_outside(queue, reply, ref, data["streams"])
+    if ref.attempt_no is None:
+        reply.warn("NO_ATTEMPTS_YET", f"job {job_id} has no attempt yet")
+    return emit(reply, as_json)
+
+
+def tails(queue: Queue, ref: AttemptOutput, budget: int) -> dict[str, dict[str, Any]]:
+    if ref.attempt_no is None:
+        return {name: NOT_RUN_TAIL.copy() for name in STREAMS}
+    reader = queue.output()
+    return queue.read(lambda conn: {name: reader.tail(conn, ref, name, budget) for name in STREAMS})
+
+
+def feedback_facts(
+    conn: Any, job_id: int
+) -> tuple[dict[str, Any], AttemptOutput, list[dict[str, Any]]]:
+    ref = find_attempt(conn, job_id, None)
+    row = get_job_row(conn, job_id)
+    assert row is not None  # find_attempt raised NotFound otherwise
+    return decode_job(row), ref, waits_for(conn, [job_id]).get(job_id, [])
+
+
+def dependency_remediation(job_id: int, after_jobs: list[dict[str, Any]]) -> str:
+    """A job canceled because a job it waited for failed: look at that one and
+    retry it with its dependents."""
+    failed = [p["job_id"] for p in after_jobs if p["state"] in FAILED_PARENT_STATES]
+    if not failed:
+        return f"spoolctl show {job_id}; spoolctl retry {job_id}"
+    return f"spoolctl feedback {failed[0]}; spoolctl retry {failed[0]} --with-dependents"
+
+
+def verdict(job: dict[str, Any], ref: AttemptOutput, now: float) -> dict[str, Any]:
+    state = job["state"]
+    terminal = state in TERMINAL_JOB_STATES
+    attempt = ref.row
+    started, finished = attempt.get("started_at"), attempt.get("finished_at")
+    return {
+        "job_id": job["id"],
+        "state": state,
+        "terminal": terminal,
+        "succeeded": (state == JobState.DONE) if terminal else None,
+        "exit_code": attempt["exit_code"] if attempt else job["last_exit_code"],
+        "failure_reason": (attempt.get("failure_reason") if attempt else None)
+        or job["last_failure_reason"],
+        "last_error": job["last_error"],
+        "attempts": job["attempts"],
+        "attempts_total": ref.attempts_total,
+        "latest_attempt_no": ref.attempt_no,
+        "duration_seconds": None if started is None else round((finished or now) - started, 3),
+        "remediation": remediation(job["id"], state, ref.attempt_no is not None),
+    }
+
+
+def remediation(job_id: int, state: str, has_attempt: bool) -> str | None:
+    """The next commands to run, or None when the job succeeded."""
+    if state == JobState.DONE:
+        return None
+    if state in (JobState.QUEUED, JobState.RUNNING, JobState.WAITING):
+        return f"spoolctl wait {job_id} && spoolctl feedback {job_id}"
+    read = f"spoolctl output {job_id} --stream stderr" if has_attempt else f"spoolctl show {job_id}"
+    return f"{read}; spoolctl retry {job_id}"
+
+
+NOT_RUN_TAIL: dict[str, Any] = {
+    "path": None, "size_bytes": 0, "tail": "", "truncated": False, "missing": True,
+}  # fmt: skip
+
+
+def feedback_text(data: dict[str, Any], picked: tuple[str, ...] = ("stdout", "stderr")) -> str:
+    verdict_word = {True: "succeeded", False: "did not succeed", None: "not finished"}
+    lines = [
+        f"job {data['job_id']}: {shown(data['state'])} ({verdict_word[data['succeeded']]})",
+        f"  exit code {'-' if data['exit_code'] is None else data['exit_code']}"
+        f"  reason {shown(data['failure_reason'] or '-')}"
+        f"  attempts {data['attempts_total']}  failures {shown(data['attempts'])}"
+        f"  duration {data['duration_seconds']}s",
+    ]
+    if data["last_error"]:
+        lines.append(f"  last error: {shown(data['last_error'])}")
+    if data.get("after_jobs"):
+        waits = ", ".join(f"{p['job_id']} ({shown(p['state'])})" for p in data["after_jobs"])
+        lines.append(f"  after jobs: {waits}")
+    for name, info in data["streams"].items():
+        if info["tail"] and name in picked:
+            lines += [
+                style(f"-- {name} (last {len(info['tail'])} chars) --", bold=True),
+                shown(info["tail"].rstrip("\n"), keep_newlines=True),
+            ]
+    if data["remediation"]:
+        lines.append(f"next: {data['remediation']}")
+    return "\n".join(lines)

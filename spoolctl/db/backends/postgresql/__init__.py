@@ -1,0 +1,386 @@
+"""PostgreSQL: what differs from the embedded SQLite file, in one place.
+
+- Engine: psycopg 3 through SQLAlchemy, READ COMMITTED for writes (claims take
+  their row with FOR UPDATE SKIP LOCKED, every hand-over is guarded by the
+  attempt it expects), REPEATABLE READ READ ONLY for read snapshots. A write
+  waits for a row lock at most the busy timeout (`lock_timeout`), then it is
+  `Locked`, exactly as SQLite's busy lock is.
+- Every transaction re-reads the schema revision, so a worker of another
+  version stops at its next transaction.
+- Change watch: LISTEN on a connection of its own; a trigger (revision 0004)
+  NOTIFYs whenever a job becomes queued, delivered at commit. With
+  `SPOOLCTL_PG_NOTIFY=0` (PgBouncer in transaction pooling) it polls.
+- Clock: liveness times come from the server (`clock_timestamp()`), sampled
+  as an offset from the local clock and refreshed every few seconds.
+- Ledger order: event ids come from a sequence, and concurrent transactions
+  could commit them out of order; inserting an event first takes a
+  transaction-level advisory lock, so ids commit in the order they are drawn
+  and `events --since-id` never skips one.
+- Migrations run in one transaction under a transaction-level advisory lock;
+  there is no file to back up (use pg_dump; `docs/postgresql.md`).
+
+- Output: the worker's files are the first copy; a copy goes into
+  `output_chunks` (`postgresql/output.py`), so output reads the same from
+  any machine. A lease guard (`spoolctl/lease_guard.py`) kills a silent worker's
+  jobs, since reapers on other machines cannot check its processes.
+
+The package: this module (the driver, its engines, the statements that
+differ), `url` (parsing, masking), `errors` (translation), `watch` (the
+server's clock, LISTEN/NOTIFY), `output` (the stored copy), `health`
+(doctor's checks). Nothing here is imported unless `--db` names a PostgreSQL
+URL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Engine, Table, Text, bindparam, create_engine, event
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+
+from spoolctl.config import busy_timeout_s, local_clock
+from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
+from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
+from spoolctl.db.backends.postgresql.url import driver_url, parse_url
+from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
+from spoolctl.db.url import masked
+from spoolctl.errors import ExtraMissing
+
+if TYPE_CHECKING:
+    from spoolctl.db.backends.postgresql.output import OutputCopier
+    from spoolctl.db.backends.postgresql.stored import StoredOutput
+    from spoolctl.db.health import Check
+
+__all__ = ["PostgresDriver", "display_of", "parse_url", "translate_errors"]
+
+MIGRATE_BUSY_TIMEOUT_S = 60.0
+"""A migrate waits at least this long for another migrate's lock and rows."""
+
+LEDGER_LOCK_KEY = 0x5C0_01ED
+"""pg_advisory_xact_lock key serializing event inserts (ids commit in order)."""
+MIGRATE_LOCK_KEY = 0x5C0_0111
+"""pg_advisory_xact_lock key serializing schema changes."""
+SLOTS_LOCK_BASE = 0x5C0_0000
+"""Added to a hash of the queue name: serializes `--slots` counting per lane."""
+CONNECT_TIMEOUT_S = 10
+IDLE_IN_TRANSACTION_MAX_S = 10.0
+NETWORK_TIMEOUT_MAX_S = 10.0
+
+
+def idle_limit_ms() -> int:
+    """How long the server lets a session sit idle inside a transaction: a
+    quarter of the lease (at least 1 s, at most 10 s), so a frozen worker's
+    locks are released well before its jobs could be requeued."""
+    from spoolctl.config import Timing
+
+    hang = Timing.from_env().hang_threshold_s
+    if hang <= 0:
+        return int(IDLE_IN_TRANSACTION_MAX_S * 1000)
+    return int(min(IDLE_IN_TRANSACTION_MAX_S, max(1.0, hang / 4)) * 1000)
+
+
+def network_bounds() -> dict[str, Any]:
+    """libpq settings that bound how long a call can hang on a dead network:
+    unacknowledged data fails after `tcp_user_timeout`, an idle connection is
+    probed by keepalives. Scaled to the lease (SPOOLCTL_HANG_THRESHOLD): a
+    worker must notice a lost server well within half of it, when it fences
+    itself, since others requeue its jobs after the whole of it."""
+    from spoolctl.config import Timing
+
+    hang = Timing.from_env().hang_threshold_s
+    bound = NETWORK_TIMEOUT_MAX_S if hang <= 0 else min(NETWORK_TIMEOUT_MAX_S, max(0.5, hang / 8))
+    return {
+        "connect_timeout": max(2, min(CONNECT_TIMEOUT_S, int(bound))),
+        "tcp_user_timeout": int(bound * 1000),
+        "keepalives": 1,
+        "keepalives_idle": max(1, int(bound / 2)),
+        "keepalives_interval": 1,
+        "keepalives_count": 2,
+    }
+
+
+def make_engine(
+    url: str, *, write: bool, busy_timeout_s: float, expected_revision: str | None
+) -> Engine:
+    """An engine on the database: READ COMMITTED writes whose lock waits end
+    at the busy timeout (`lock_timeout`), REPEATABLE READ READ ONLY reads,
+    and, with expected_revision, the revision re-read in every transaction
+    (in the same round trip as the transaction's settings)."""
+    from spoolctl.db.backends.postgresql.watch import CLOCK_ONLY_OPTION
+
+    require_driver()
+    engine = create_engine(
+        driver_url(url),
+        pool_size=2,
+        max_overflow=4,
+        connect_args={**network_bounds(), "application_name": "spoolctl"},
+        hide_parameters=True,
+    )
+    engine.update_execution_options(spoolctl_display=masked(url))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # A session left idle inside a transaction (its worker frozen or cut
+        # off) would hold row and ledger locks for the whole fleet: the
+        # server ends it. Ours last milliseconds; migrate and copy-to run
+        # statements back to back.
+        dbapi_conn.execute(f"SET idle_in_transaction_session_timeout = {idle_limit_ms()}")
+        dbapi_conn.commit()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        options = conn.get_execution_options()
+        if options.get(CLOCK_ONLY_OPTION, False):
+            return  # a clock reading touches no table: any schema (or none) will do
+        # One round trip: the transaction's settings and the revision check.
+        if write and not options.get(READ_ONLY_OPTION, False):
+            wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
+            ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
+            setting = "SELECT set_config('lock_timeout', %(ms)s, true)"
+            params: dict[str, Any] | None = {"ms": ms}
+        else:
+            setting = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+            params = None
+        if expected_revision is None:
+            conn.exec_driver_sql(setting, params)
+            return
+        found = _revision_with(conn, setting, params)
+        if found != expected_revision:
+            raise RevisionMismatch(
+                f"schema revision changed underneath: expected {expected_revision}, found {found}",
+                expected=expected_revision,
+                found=found,
+            )
+
+    return engine
+
+
+def require_driver() -> None:
+    """psycopg 3 is the optional `postgresql` extra: without it a PostgreSQL
+    `--db` is EXTRA_MISSING, naming what to install."""
+    try:
+        import psycopg  # noqa: F401
+    except ModuleNotFoundError:
+        raise ExtraMissing(
+            "--db names a PostgreSQL database, which needs psycopg 3 (the postgresql extra)",
+            extra="postgresql",
+        ) from None
+
+
+def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None) -> str | None:
+    """Run the transaction's setting statement and read the revision (one
+    round trip for a write transaction); None when there is no
+    alembic_version table (the failed transaction is rolled back when the
+    connection returns to the pool)."""
+    try:
+        if params is None:  # SET TRANSACTION must come first, on its own
+            conn.exec_driver_sql(setting)
+            found = conn.exec_driver_sql(_VERSION_SQL).scalar()
+        else:
+            row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1)", params).first()
+            found = None if row is None else row[1]
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
+            return None
+        raise
+    return None if found is None else str(found)
+
+
+_VERSION_SQL = "SELECT version_num FROM alembic_version"
+
+
+def lock_ledger(conn: Connection) -> None:
+    """Once per transaction (a transaction often writes several events)."""
+    transaction = conn.get_transaction()
+    if transaction is not None and conn.info.get(_LEDGER_HELD_BY) is transaction:
+        return
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": LEDGER_LOCK_KEY})
+    conn.info[_LEDGER_HELD_BY] = transaction
+
+
+_LEDGER_HELD_BY = "spoolctl_ledger_held_by"
+
+
+def lock_migrations(conn: Connection) -> None:
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": MIGRATE_LOCK_KEY})
+
+
+def lock_lane_slots(conn: Connection, queue: str) -> None:
+    conn.exec_driver_sql(
+        "SELECT pg_advisory_xact_lock(%(k)s, hashtext(%(q)s))",
+        {"k": SLOTS_LOCK_BASE, "q": queue},
+    )
+
+
+# -- the statements that differ (backends.statements(conn)) ---------------------
+
+
+def before_event(conn: Connection) -> None:
+    """Event ids come from a sequence and concurrent transactions could commit
+    them out of order: inserting one takes the ledger's transaction lock."""
+    lock_ledger(conn)
+
+
+def before_slot_count(conn: Connection, queue: str) -> None:
+    """Claimants of one lane count its running jobs one at a time (their row
+    locks alone would let two of them see the same count)."""
+    lock_lane_slots(conn, queue)
+
+
+def upsert(conn: Connection, table: Table, values: dict[str, Any], key: str) -> None:
+    from sqlalchemy.dialects.postgresql import insert
+
+    stmt = insert(table).values(**values)
+    conn.execute(stmt.on_conflict_do_update(index_elements=[table.c[key]], set_=values))
+
+
+def table_names(conn: Connection) -> set[str]:
+    import sqlalchemy
+
+    return set(sqlalchemy.inspect(conn).get_table_names())
+
+
+def legacy_version(conn: Connection, tables: set[str]) -> int | None:
+    """The original spoolctl only ever wrote SQLite: here such tables are foreign."""
+    return None
+
+
+def check_references(conn: Connection) -> None:
+    """PostgreSQL checks every reference as it is written."""
+
+
+@compiles(HasTag, "postgresql")
+def _has_tag_postgresql(element: HasTag, compiler: SQLCompiler, **kw: Any) -> str:
+    column = compiler.process(element.tags, **kw)
+    safe = (
+        f"(CASE WHEN {column} IS JSON OBJECT THEN CAST({column} AS JSONB) ELSE '{{}}'::jsonb END)"
+    )
+    key = compiler.process(bindparam(None, element.key, type_=Text()), **kw)
+    if element.value is None:
+        return f"jsonb_exists({safe}, {key})"
+    value = compiler.process(bindparam(None, element.value, type_=Text()), **kw)
+    return f"(({safe} ->> {key}) = {value})"
+
+
+# -- the driver ------------------------------------------------------------------
+
+
+def local_spool(url: str) -> Path:
+    """Where a worker of a PostgreSQL queue keeps its output files on this
+    machine: `SPOOLCTL_SPOOL_DIR`, else a folder per database under
+    `$XDG_STATE_HOME/spoolctl` (default `~/.local/state/spoolctl`). Output
+    is also stored in the database, readable from any machine."""
+    given = os.environ.get("SPOOLCTL_SPOOL_DIR")
+    if given:
+        return Path(given).expanduser().absolute()
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    digest = hashlib.sha256(masked(url).encode()).hexdigest()[:16]
+    return state / "spoolctl" / f"pg-{digest}"
+
+
+class PostgresDriver:
+    """One database on a server, shared by workers on many machines."""
+
+    name = "postgresql"
+    kind_of_database = "a PostgreSQL database"
+    backup_note = "none (PostgreSQL: take one with pg_dump before migrating)"
+    shared = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    @property
+    def display(self) -> str:
+        return masked(self.url)
+
+    @property
+    def spool(self) -> Path:
+        return local_spool(self.url)
+
+    @property
+    def output_root(self) -> Path:
+        return self.spool / "output"
+
+    def redact(self, text: str) -> str:
+        from spoolctl.db.backends.postgresql.url import scrub
+
+        return scrub(text, self.url)
+
+    def may_hold_a_queue(self) -> bool:
+        return True  # only the server can tell (schema_status asks it)
+
+    def ensure(self) -> None:
+        return None  # the database exists or the login says so
+
+    def engine(
+        self,
+        *,
+        write: bool,
+        expected_revision: str | None,
+        synchronous: Synchronous = "NORMAL",
+        lock_wait_s: float | None = None,
+    ) -> Engine:
+        timeout_s = busy_timeout_s() if lock_wait_s is None else lock_wait_s
+        return make_engine(self.url, write=write, busy_timeout_s=timeout_s,
+                           expected_revision=expected_revision)  # fmt: skip
+
+    def peek_engine(self) -> Engine:
+        return self.engine(write=False, expected_revision=None)
+
+    def migration_engine(self) -> Engine:
+        return self.engine(
+            write=True,
+            expected_revision=None,
+            lock_wait_s=max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S),
+        )
+
+    def translate_errors(self, engine: Engine) -> Any:
+        return translate_errors(engine)
+
+    def clock(self, engine: Engine) -> Callable[[], float]:
+        from spoolctl.db.backends.postgresql.watch import ServerClock
+
+        return ServerClock(engine, local_clock())
+
+    def change_watch(self, engine: Engine) -> ChangeWatch:
+        from spoolctl.db.backends.postgresql.watch import NotifyWatch
+
+        return NotifyWatch(self.url)
+
+    def lease_guard(self, fence_after_s: float) -> LeaseGuard | None:
+        from spoolctl.lease_guard import LeaseGuard as Guard
+
+        return Guard(fence_after_s)
+
+    def identity(self) -> object | None:
+        return None  # a server, not a file: nothing can replace it underneath
+
+    def output_writer(self) -> OutputCopier:
+        from spoolctl.db.backends.postgresql.output import OutputCopier, cap_bytes
+
+        return OutputCopier(cap_bytes())
+
+    def output_reader(self) -> StoredOutput:
+        from spoolctl.db.backends.postgresql.stored import StoredOutput
+
+        return StoredOutput()
+
+    def lock_for_migration(self, conn: Connection) -> None:
+        lock_migrations(conn)
+
+    def take_backup(self, label: str) -> Path | None:
+        return None
+
+    def after_migration(self, engine: Engine) -> None:
+        return None
+
+    def health_checks(self) -> list[Check]:
+        from spoolctl.db.backends.postgresql.health import postgres_checks
+
+        return postgres_checks(self)

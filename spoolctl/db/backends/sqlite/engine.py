@@ -1,0 +1,230 @@
+"""SQLite's engines: every write transaction opens with a raw `BEGIN
+IMMEDIATE` from a connection event hook (the pysqlite recipe: the driver's
+own transaction handling is disabled on connect, our BEGIN is emitted on
+begin), waited for in short sleeps; every transaction re-reads the schema
+revision; files are opened `mode=rw` (never created by a connection) or, to
+look without a trace, immutable. SQLite's errors in the contract's words."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import DBAPIError
+
+from spoolctl.db.backends.base import Synchronous
+from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
+from spoolctl.errors import DiskFull, Locked, StorageFault
+
+
+def make_engine(
+    db_path: Path,
+    *,
+    write: bool,
+    busy_timeout_s: float,
+    synchronous: Synchronous = "NORMAL",
+    expected_revision: str | None = None,
+    foreign_keys: bool = True,
+    peek: bool = False,
+) -> Engine:
+    """An engine on one queue file.
+
+    write: transactions open with BEGIN IMMEDIATE (else plain deferred BEGIN).
+    expected_revision: when set, every transaction checks alembic_version.
+    foreign_keys: False only for schema migrations, which rebuild referenced
+    tables (SQLite ignores this pragma inside a transaction, so it is set on
+    connect) and must run `PRAGMA foreign_key_check` before committing.
+    peek: a read that leaves no trace (see peek_uri).
+    """
+    # mode=rw: SQLite never creates the file behind our back (a pool connection
+    # opened after the queue was deleted would otherwise start an empty one).
+    uri = peek_uri(db_path) if peek else f"file:{quote(str(db_path))}?mode=rw"
+    engine = create_engine(
+        f"sqlite:///{uri}&uri=true",
+        connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        if write and expected_revision is not None and revision_of(cur) == expected_revision:
+            # Only a queue already at the code's revision is switched to WAL:
+            # a file that will be refused (foreign, legacy, newer) is not
+            # changed by opening it. after_migration() switches a file that
+            # migrate created or adopted once the change is committed.
+            cur.execute("PRAGMA journal_mode=WAL")
+        if write:
+            # BEGIN IMMEDIATE waits in begin_immediate(), not in SQLite's busy
+            # handler, whose sleeps start at 1 ms and grow to 100 ms.
+            cur.execute("PRAGMA busy_timeout=0")
+        cur.execute(f"PRAGMA foreign_keys={'ON' if foreign_keys else 'OFF'}")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        options = conn.get_execution_options()
+        if write and not options.get(READ_ONLY_OPTION, False):
+            wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
+            begin_immediate(conn.connection.driver_connection, wait_s)
+        else:
+            conn.exec_driver_sql("BEGIN")
+        if expected_revision is not None:
+            _check_revision(conn, expected_revision)
+
+    return engine
+
+
+def peek_uri(db_path: Path) -> str:
+    """The `file:` URI of a read-only engine that creates, changes and removes
+    no file.
+
+    Without a `-wal` and `-shm` beside it the file is opened immutable: SQLite
+    takes no lock and makes no `-shm`/`-wal` even for a WAL-mode file, so a
+    file that is then refused is left exactly as it was found. With both
+    present (a queue in use) it is opened read-only, which sees committed WAL
+    content and, unlike a read-write connection, never checkpoints on close.
+    (An immutable read takes no lock: it could see a torn page of a file being
+    written in rollback-journal mode, which only `migrate` does, on a file it
+    creates or adopts, before switching it to WAL.)
+    """
+    side = [db_path.with_name(db_path.name + suffix).exists() for suffix in ("-wal", "-shm")]
+    options = "mode=ro" if all(side) else "mode=ro&immutable=1"
+    return f"file:{quote(str(db_path))}?{options}"
+
+
+def revision_of(cursor: sqlite3.Cursor) -> str | None:
+    """The file's alembic revision, None when it has none (or is no database)."""
+    try:
+        row = cursor.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.DatabaseError:
+        return None
+    return None if row is None else str(row[0])
+
+
+def switch_to_wal(engine: Engine, timeout_s: float) -> None:
+    """Put the file in WAL mode (persistent in its header), waiting up to
+    timeout_s while another connection keeps it busy."""
+    deadline = time.monotonic() + timeout_s
+    with translate_errors(engine), engine.connect() as conn:
+        raw: Any = conn.connection.driver_connection
+        while True:
+            try:
+                raw.execute("PRAGMA journal_mode=WAL").fetchall()
+                return
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(BUSY_MAX_SLEEP_S)
+
+
+BUSY_FIRST_SLEEP_S = 0.0001
+BUSY_MAX_SLEEP_S = 0.002
+
+
+def begin_immediate(raw: Any, timeout_s: float) -> None:
+    """Take SQLite's write lock, waiting up to timeout_s for it.
+
+    Retries with sleeps from 0.1 ms doubling to 2 ms: transactions here last
+    well under a millisecond, so a waiting claimant gets the lock about as soon
+    as it is free instead of after SQLite's coarse busy-handler sleeps (which
+    made two workers slower than one). Raises sqlite3's busy error on timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    sleep_s = BUSY_FIRST_SLEEP_S
+    while True:
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            left = deadline - time.monotonic()
+            if not is_busy(exc) or left <= 0:
+                raise
+            time.sleep(min(sleep_s, left))
+            sleep_s = min(sleep_s * 2, BUSY_MAX_SLEEP_S)
+
+
+def _check_revision(conn: Connection, expected: str) -> None:
+    raw: Any = conn.connection.driver_connection
+    cursor = raw.cursor()
+    try:
+        found = revision_of(cursor)
+    finally:
+        cursor.close()
+    if found != expected:
+        if raw.in_transaction:
+            raw.execute("ROLLBACK")
+        raise RevisionMismatch(
+            f"schema revision changed underneath: expected {expected}, found {found}",
+            expected=expected,
+            found=found,
+        )
+
+
+def db_path_of(engine: Engine) -> str:
+    """The queue file an engine opens (its URL is a `file:` URI with options)."""
+    database = engine.url.database or ""
+    return unquote(database.removeprefix("file:").split("?", 1)[0])
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True when SQLite gave up waiting for a lock."""
+    text = str(getattr(exc, "orig", exc)).lower()
+    return "database is locked" in text or "database is busy" in text or "locked" in text
+
+
+STORAGE_FAULTS = (
+    ("unable to open database file", "unreadable",
+     "check that the file and its folder exist and that this user may read and write them"),
+    ("file is not a database", "damaged", "the file is damaged or not an SQLite database"),
+    ("malformed", "damaged", "the file is damaged: restore the queue from a backup"),
+    ("readonly database", "read_only",
+     "the database file or its folder is read-only for this user"),
+    ("disk i/o error", "unusable", "the disk failed or the file was removed underneath"),
+    ("database or disk is full", "disk_full", "free space on the disk holding the spool folder"),
+    ("no such table", "not_a_queue",
+     "the file is not a spoolctl queue (or was replaced underneath)"),
+)  # fmt: skip
+"""SQLite's words for a file it cannot use -> (DB_UNUSABLE reason, what to check)."""
+
+
+def storage_fault(text: str) -> tuple[str, str | None]:
+    """The DB_UNUSABLE reason and hint for one of SQLite's error texts."""
+    lowered = text.lower()
+    for words, reason, hint in STORAGE_FAULTS:
+        if words in lowered:
+            return reason, hint
+    return "unusable", None
+
+
+@contextmanager
+def translate_errors(engine: Engine) -> Iterator[None]:
+    """Busy beyond the timeout becomes `Locked` (exit 4); a file SQLite cannot
+    use becomes `StorageFault` (DB_UNUSABLE, exit 3) with its reason and what
+    to check; integrity violations (bugs) pass through as they are. Errors of
+    statements run on the driver directly (`prepared.py`) are treated the same."""
+    try:
+        yield
+    except (DBAPIError, sqlite3.Error) as exc:
+        raw = exc.orig if isinstance(exc, DBAPIError) else exc
+        if isinstance(raw, sqlite3.IntegrityError) or not isinstance(raw, sqlite3.DatabaseError):
+            raise
+        text = str(raw)
+        if isinstance(raw, sqlite3.OperationalError) and is_busy(raw):
+            raise Locked(
+                "the queue database stayed locked beyond the busy timeout; try again",
+                sqlite_error=text,
+            ) from None
+        reason, hint = storage_fault(text)
+        where = db_path_of(engine)
+        message = f"cannot use the queue database {where}: {text}" + (f" ({hint})" if hint else "")
+        if reason == "disk_full":
+            raise DiskFull(message, path=where, sqlite_error=text) from None
+        raise StorageFault(message, reason=reason, path=where, sqlite_error=text) from None

@@ -1,0 +1,201 @@
+"""A worker's periodic duties, each a small task: `due_at()` says when it
+next needs running (the loop sleeps until the earliest), `run(now)` does it
+if it is due. Duties that write wait out the write backoff (`Shift.db_due`);
+the lease fence, which only drives the jobs' processes, never does."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sqlalchemy import Connection
+
+from spoolctl import procs
+from spoolctl.db.engine import write_quietly, write_tx
+from spoolctl.errors import StorageFault
+from spoolctl.services import execute, heartbeat, lease, reaper
+from spoolctl.states import FailureReason
+from spoolctl.worker.reaping import Reaping
+from spoolctl.worker.shift import LOCK_SLICE_S, NEVER, TRANSIENT, Shift
+
+
+class Duty(Protocol):
+    def due_at(self) -> float: ...
+
+    def run(self, now: float) -> None: ...
+
+
+class Heartbeat:
+    """Beat the worker's row and its running jobs; a job the database no
+    longer gives this worker (canceled, reaped, force-retried) has its group
+    killed. Also: the queue file must still be the one the worker opened, a
+    claim whose answer was lost is released, and workers that died idle are
+    buried."""
+
+    def __init__(self, shift: Shift, reaping: Reaping) -> None:
+        self.shift = shift
+        self.reaping = reaping
+        self.identity: object | None = None
+        """What the queue must stay (its driver's identity), read at start."""
+
+    def due_at(self) -> float:
+        return self.shift.db_due(self.shift.last_beat + self.shift.beat_every)
+
+    def run(self, now: float) -> None:
+        shift = self.shift
+        if now - shift.last_beat < shift.beat_every:
+            return
+        self._check_database_file()
+        pairs = [(job_id, e.claim.attempt_id) for job_id, e in shift.running.items()]
+        try:
+            with write_tx(shift.engine, LOCK_SLICE_S) as conn:
+                lost = self._beat(conn, pairs, now)
+        except TRANSIENT:
+            shift.backoff.failed(now)
+            return
+        shift.backoff.ok()
+        shift.last_beat = now
+        shift.fenced = False
+        if shift.guard is not None:
+            shift.guard.renewed()
+        self.reaping.bury_dead_workers(now)
+        for job_id in lost:
+            execution = shift.running[job_id]
+            execution.kill_now()
+            execution.wait_blocking()
+            shift.finished_one(execution, None, None)
+
+    def _beat(self, conn: Connection, pairs: list[tuple[int, int]], now: float) -> list[int]:
+        shift = self.shift
+        done = len(shift.report.results)
+        lost = heartbeat.beat(conn, shift.worker_id, pairs, now, done)
+        reaper.release_forgotten(conn, shift.worker_id, shift.identity.pid, set(shift.running), now)
+        return lost
+
+    def _check_database_file(self) -> None:
+        """A queue file deleted or replaced underneath would have this worker
+        write into an unlinked inode nobody else sees: stop instead."""
+        shift = self.shift
+        if shift.queue.driver.identity() != self.identity:
+            shift.db_gone = True
+            raise StorageFault(
+                f"the queue database {shift.queue.display} was deleted or replaced while this "
+                "worker ran; it stopped (its running jobs were killed)",
+                path=shift.queue.display,
+                reason="replaced",
+            )
+
+
+class LeaseFence:
+    """No heartbeat has landed for half the hang threshold: others may requeue
+    this worker's jobs once it is silent for the whole threshold, so kill them
+    now (their outcome is recorded as a worker crash when the database lets
+    it) and claim nothing until a heartbeat lands."""
+
+    def __init__(self, shift: Shift) -> None:
+        self.shift = shift
+
+    def due_at(self) -> float:
+        shift = self.shift
+        hang = shift.timing.hang_threshold_s
+        if not shift.running or hang <= 0 or shift.fenced:
+            return NEVER
+        return shift.last_beat + hang / 2
+
+    def run(self, now: float) -> None:
+        shift = self.shift
+        hang = shift.timing.hang_threshold_s
+        if shift.fenced or not lease.self_fence_due(now, shift.last_beat, hang):
+            return
+        shift.fenced = True
+        silent = now - shift.last_beat
+        error = f"worker could not heartbeat for {silent:.1f}s (half the hang threshold): fenced"
+        for execution in shift.running.values():
+            if execution.outcome is None and execution.forced is None:
+                execution.force_end(FailureReason.WORKER_CRASH, error)
+
+
+class ReapPass:
+    """Claims run a reap pass first; a worker whose slots are all busy (so it
+    claims nothing) runs one of its own every heartbeat interval, so crash
+    recovery never waits for some worker to be idle."""
+
+    def __init__(self, shift: Shift, reaping: Reaping) -> None:
+        self.shift = shift
+        self.reaping = reaping
+
+    def due_at(self) -> float:
+        return self.shift.db_due(self.shift.last_reap_pass + self.shift.beat_every)
+
+    def run(self, now: float) -> None:
+        shift = self.shift
+        if now - shift.last_reap_pass < shift.beat_every:
+            return
+        shift.last_reap_pass = now
+        self.reaping.pass_now(now, shift.running)
+
+
+class SpawnRecords:
+    """Store the pid and start time of jobs that outlived the short delay.
+    Retried on every pass until it lands: without it a reaper could not kill
+    the job's group should this worker die, and the job could run twice at
+    once."""
+
+    def __init__(self, shift: Shift) -> None:
+        self.shift = shift
+
+    def _unrecorded(self) -> list[execute.Execution]:
+        return [
+            e for e in self.shift.running.values() if e.proc is not None and not e.spawn_recorded
+        ]
+
+    def due_at(self) -> float:
+        due = [e.record_spawn_at for e in self._unrecorded()]
+        return self.shift.db_due(min(due)) if due else NEVER
+
+    def run(self, now: float) -> None:
+        due = [e for e in self._unrecorded() if now >= e.record_spawn_at]
+        if not due:
+            return
+
+        def record(conn: Connection) -> None:
+            for execution in due:
+                pid = execution.pid
+                started = None if pid is None else procs.process_start_time(pid)
+                execute.record_spawn(conn, execution, started)
+
+        if write_quietly(self.shift.engine, record, LOCK_SLICE_S):
+            for execution in due:
+                execution.spawn_recorded = True
+        else:
+            self.shift.backoff.failed(now)
+
+
+class OutputPass:
+    """Store what running jobs appended to their output files since the last
+    pass, where the queue's output writer stores output beyond them (a stat
+    per file when nothing was). A pass that cannot write is retried after
+    the write backoff, from where the database stands (see its writer)."""
+
+    def __init__(self, shift: Shift) -> None:
+        self.shift = shift
+        self.next_at = 0.0
+
+    def due_at(self) -> float:
+        shift = self.shift
+        if not shift.running or shift.output.pass_every_s is None:
+            return NEVER
+        return shift.db_due(self.next_at)
+
+    def run(self, now: float) -> None:
+        writer = self.shift.output
+        if writer.pass_every_s is None or now < self.next_at:
+            return
+        self.next_at = now + writer.pass_every_s
+        behind = writer.behind()
+        if not behind:
+            return
+        if write_quietly(self.shift.engine, lambda conn: writer.copy(conn, behind), LOCK_SLICE_S):
+            writer.landed()
+        else:
+            writer.failed()
+            self.shift.backoff.failed(now)

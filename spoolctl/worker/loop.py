@@ -1,0 +1,223 @@
+"""The worker's loop: connect and register, then, until its mode says stop,
+record what ended, claim what fits, run the periodic duties, and sleep until
+a job ends, a signal comes, work arrives or the next duty is due."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from spoolctl import outage
+from spoolctl.config import Timing
+from spoolctl.db.backends.base import ChangeWatch
+from spoolctl.db.engine import read_tx
+from spoolctl.db.queue import Queue
+from spoolctl.errors import Locked, Unreachable
+from spoolctl.outage import Reconnecting
+from spoolctl.services import claim as claiming
+from spoolctl.services import lanes
+from spoolctl.states import FailureReason
+from spoolctl.wakeup import Signals, StopRequested, counting_signals, wait_readable
+from spoolctl.worker import duties, lifecycle
+from spoolctl.worker.reaping import Reaping
+from spoolctl.worker.report import WorkerOptions, WorkReport, default_worker_id
+from spoolctl.worker.settle import Settler
+from spoolctl.worker.shift import LOCK_SLICE_S, RETRY_FIRST_S, Shift
+
+WATCH_TICK_S = 0.03
+"""How often an idle worker looks at a change watch it cannot wait on."""
+LISTEN_TICK_S = 0.5
+"""With a watch that wakes the worker through its descriptor (a NOTIFY),
+its own polling fallback runs at this tick."""
+NO_PIDFD_TICK_S = 0.005
+GUARD_FENCE_SHARE = 0.75
+"""The lease guard kills a silent worker's jobs at this share of the hang
+threshold: a live worker has fenced itself at half of it already."""
+HARD_STOP_RECORD_S = 5.0
+"""After a second signal, how long the worker tries to record its killed jobs."""
+
+
+class Worker:
+    """Runs jobs of one lane of a queue until its mode says stop."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        options: WorkerOptions,
+        timing: Timing,
+        on_result: Callable[[WorkReport], None] | None = None,
+        prepare: Callable[[], None] = lambda: None,
+        on_wait: outage.OutageListener | None = None,
+    ) -> None:
+        worker_id = options.worker_id or default_worker_id()
+        self.shift = shift = Shift(queue, options, timing, worker_id, WorkReport(worker_id),
+                                   queue.driver.output_writer(), queue.clock(),
+                                   on_result=on_result)  # fmt: skip
+        self.prepare = prepare
+        """Makes the schema usable (run before registering; may need the server)."""
+        self.on_wait = on_wait
+        """Told when the worker starts waiting for the server, and when it got through."""
+        self.signals = Signals()
+        self.reaping = Reaping(shift.engine, timing, worker_id, shift.boot_id, shift.hostname,
+                               shift.clock, LOCK_SLICE_S)  # fmt: skip
+        self.settler = Settler(shift, self.reaping)
+        self.heartbeat = duties.Heartbeat(shift, self.reaping)
+        self.fence = duties.LeaseFence(shift)
+        self.duties: list[duties.Duty] = [
+            duties.SpawnRecords(shift), duties.OutputPass(shift),
+            duties.ReapPass(shift, self.reaping),
+        ]  # fmt: skip
+        """Run in this order after each claim pass, while writes may go on."""
+        self._watch: ChangeWatch | None = None
+
+    @property
+    def worker_id(self) -> str:
+        return self.shift.worker_id
+
+    def run(self) -> WorkReport:
+        with counting_signals() as self.signals:
+            if self._connect():
+                self._serve()
+        self.shift.report.stopped_by_signal = self.signals.count > 0
+        return self.shift.report
+
+    def _serve(self) -> None:
+        shift = self.shift
+        self._watch = watch = shift.queue.driver.change_watch(shift.engine)
+        hang = shift.timing.hang_threshold_s
+        if hang > 0:
+            # After the worker's own fence (half the threshold), which records
+            # its jobs as worker crashes; before others may requeue (the whole).
+            shift.guard = shift.queue.driver.lease_guard(hang * GUARD_FENCE_SHARE)
+        try:
+            try:
+                self._loop(watch)
+            finally:
+                lifecycle.retire(shift)
+        finally:
+            shift.held.close()
+            watch.close()
+            if shift.guard is not None:
+                shift.guard.close()
+
+    def _connect(self) -> bool:
+        """Make the schema usable and register, waiting out a server that
+        cannot be reached (`outage.py`) for up to options.server_wait_s
+        (then `Unreachable`). False when a stop signal ended the wait:
+        nothing was registered."""
+        server = Reconnecting(self.signals, self.on_wait)
+
+        def attempt() -> None:
+            if server.outage is None:
+                self.prepare()
+            else:  # a try that hangs on a silent server is abandoned on a signal
+                with self.signals.interruptible():
+                    self.prepare()
+            self.heartbeat.identity = self.shift.queue.driver.identity()
+            lifecycle.register(self.shift, server.outage, server.try_began)
+
+        try:
+            server.call(attempt, patience_s=self.shift.options.server_wait_s)
+        except StopRequested:
+            return False
+        return True
+
+    def _loop(self, watch: ChangeWatch) -> None:
+        shift = self.shift
+        while True:
+            now = shift.clock()
+            if self.signals.count >= 2:
+                self._hard_stop(now)
+                return
+            writable = not shift.backoff.blocks(now)
+            if writable:
+                self.heartbeat.run(now)
+            self.fence.run(now)
+            ended = shift.ended(now)
+            if not shift.backoff.blocks(now):  # a failed heartbeat holds back the rest
+                wanted = self._wanted(now, watch, len(ended))
+                if ended or wanted:
+                    for claim in self.settler.settle_and_claim(now, ended, wanted):
+                        self.settler.start(claim, now)
+                    shift.guard_groups()
+                for duty in self.duties:
+                    duty.run(now)
+            if self._finished(now):
+                return
+            self._wait(now)
+
+    def _claiming(self) -> bool:
+        """Whether this worker would take more work now."""
+        shift = self.shift
+        once_done = shift.options.mode == "once" and shift.report.claimed > 0
+        return not (self.signals.count or once_done)
+
+    def _wanted(self, now: float, watch: ChangeWatch, ended: int) -> int:
+        """How many jobs to try to claim now (0: none); `ended` attempts are
+        about to free their slots."""
+        shift, settler = self.shift, self.settler
+        free = shift.options.concurrency - len(shift.running) + ended
+        if not self._claiming() or shift.fenced or free <= 0:
+            return 0
+        look = watch.changed() or ended > 0 or not settler.exhausted
+        if not (look or now >= settler.next_claim_at):
+            return 0
+        return 1 if shift.options.mode == "once" else free
+
+    def _finished(self, now: float) -> bool:
+        shift = self.shift
+        mode = shift.options.mode
+        if self.signals.count:
+            return not shift.running
+        if mode == "once":
+            return not shift.running and (shift.report.claimed > 0 or self.settler.exhausted)
+        if mode == "drain" and not shift.running and self.settler.exhausted:
+            try:
+                with read_tx(shift.engine) as conn:
+                    settled = claiming.lane_settled(conn, shift.options.queue, now)
+                    paused = lanes.is_paused(conn, shift.options.queue)
+            except (Locked, Unreachable):
+                return False
+            shift.report.drained = settled
+            shift.report.paused = paused
+            return settled or paused
+        return False
+
+    def _hard_stop(self, now: float) -> None:
+        shift = self.shift
+        for execution in shift.running.values():
+            execution.force_end(FailureReason.CANCELED, "worker stopped by a second signal")
+        for execution in shift.running.values():
+            execution.wait_blocking()
+        give_up_at = now + HARD_STOP_RECORD_S
+        while shift.running and shift.clock() < give_up_at:  # best effort: else the reaper
+            self.settler.settle_and_claim(shift.clock(), shift.ended(shift.clock()), 0)
+            if shift.running:
+                time.sleep(max(shift.backoff.retry_s, RETRY_FIRST_S))
+        shift.running.clear()
+
+    def _wait(self, now: float) -> None:
+        """Sleep until a job ends, a signal comes, or the next thing is due.
+        What needs the database waits out a write backoff; what drives the
+        jobs' processes (timeouts, group kills, self-fencing) never does."""
+        shift = self.shift
+        wake = min(duty.due_at() for duty in [self.heartbeat, *self.duties])
+        if any(e.outcome is not None for e in shift.running.values()):
+            wake = now  # to be recorded
+        idle = len(shift.running) < shift.options.concurrency and self._claiming()
+        watch_fd = None if self._watch is None else self._watch.fileno()
+        if idle:  # a watch that wakes us through its descriptor needs no fast tick
+            tick = WATCH_TICK_S if watch_fd is None else LISTEN_TICK_S
+            wake = min(wake, now + tick, self.settler.next_claim_at)
+        deadline = min(shift.db_due(wake), self.fence.due_at())
+        fds = [self.signals.wake_fd]
+        if watch_fd is not None and idle and not shift.fenced and not shift.backoff.blocks(now):
+            fds.append(watch_fd)  # a NOTIFY wakes the worker at once
+        for execution in shift.running.values():
+            deadline = min(deadline, execution.next_wakeup())
+            if execution.pidfd is not None:
+                fds.append(execution.pidfd)
+            elif execution.leader_running:
+                deadline = min(deadline, now + NO_PIDFD_TICK_S)
+        shift.guard_groups()
+        wait_readable(fds, deadline - now, self.signals.wake_fd)

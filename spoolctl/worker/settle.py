@@ -1,0 +1,123 @@
+"""Recording ended attempts and claiming the next, in one short write
+transaction per pass (the reap pass first: a stale job due for judging is
+judged before anything is claimed), and starting what was claimed."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from spoolctl.services import claim as claiming
+from spoolctl.services import execute
+from spoolctl.services.outcome import Outcome, record_outcome
+from spoolctl.states import JobState
+from spoolctl.worker.reaping import Reaping
+from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
+
+Ended = list[tuple[execute.Execution, Outcome]]
+
+
+class Settler:
+    """Claims for one worker: when to look again (`next_claim_at`, and
+    whether the last look found the lane exhausted), and the pass that
+    records and claims."""
+
+    def __init__(self, shift: Shift, reaping: Reaping) -> None:
+        self.shift = shift
+        self.reaping = reaping
+        self.next_claim_at = 0.0
+        self.exhausted = False
+        self.job_env = execute.encoded_environment()
+        """This process's environment, encoded once: the base of every job's."""
+
+    def settle_and_claim(self, now: float, ended: Ended, wanted: int) -> list[claiming.Claim]:
+        """Record ended attempts and claim up to `wanted` (plus the slots they
+        free) in one write transaction. Nothing is lost when the write fails:
+        ended attempts stay in `running` and are recorded on a later pass."""
+        shift = self.shift
+        try:
+            with shift.held.write_tx(LOCK_SLICE_S) as conn:
+                self._store_last_output(conn, ended)
+                states = [self._settle(conn, e, o, now) for e, o in ended]
+                stale = self.reaping.stale(conn, now, shift.running) if wanted else []
+                claims = [] if stale else self._claim_in(conn, now, wanted)
+        except TRANSIENT:
+            shift.output.failed()
+            shift.backoff.failed(now)
+            return []
+        shift.backoff.ok()
+        shift.output.landed()
+        for (execution, outcome), state in zip(ended, states, strict=True):
+            shift.finished_one(execution, outcome, state)
+        if wanted:
+            shift.last_reap_pass = now
+        if stale:
+            self.reaping.reap(stale, now)
+            claims = self._claim_only(now, wanted)
+        return claims
+
+    def _store_last_output(self, conn: Connection, ended: Ended) -> None:
+        """An ended attempt's remaining output is stored (where the writer
+        stores any) in the transaction that records its outcome, so whoever
+        sees it ended finds all of its output in the database."""
+        if ended:
+            ids = [execution.claim.attempt_id for execution, _ in ended]
+            self.shift.output.copy(conn, ids, final=True)
+
+    def _settle(
+        self, conn: Connection, execution: execute.Execution, outcome: Outcome, now: float
+    ) -> JobState | None:
+        if execution.proc is not None and not execution.spawn_recorded:
+            execute.record_spawn(conn, execution, None)
+        return record_outcome(
+            conn,
+            job_id=execution.claim.job_id,
+            attempt_id=execution.claim.attempt_id,
+            attempt_no=execution.claim.attempt_no,
+            worker_id=self.shift.worker_id,
+            outcome=outcome,
+            now=now,
+        )
+
+    def _claim_in(self, conn: Connection, now: float, wanted: int) -> list[claiming.Claim]:
+        shift = self.shift
+        claims = []
+        for _ in range(wanted):
+            claim = claiming.claim_next(
+                conn,
+                worker_id=shift.worker_id,
+                worker_pid=shift.identity.pid,
+                queue=shift.options.queue,
+                slots=shift.options.slots,
+                output_root=shift.queue.output_root,
+                now=now,
+            )
+            if claim is None:
+                break
+            claims.append(claim)
+        self.exhausted = len(claims) < wanted
+        if self.exhausted:
+            self.next_claim_at = self._next_claim_time(conn, now)
+        return claims
+
+    def _claim_only(self, now: float, wanted: int) -> list[claiming.Claim]:
+        try:
+            with self.shift.held.write_tx(LOCK_SLICE_S) as conn:
+                return self._claim_in(conn, now, wanted)
+        except TRANSIENT:
+            self.shift.backoff.failed(now)
+            return []
+
+    def _next_claim_time(self, conn: Connection, now: float) -> float:
+        due = claiming.next_due_at(conn, self.shift.options.queue)
+        fallback = now + self.shift.options.poll_interval_s
+        return fallback if due is None or due <= now else min(due, fallback)
+
+    def start(self, claim: claiming.Claim, now: float) -> None:
+        """Spawn a claimed job (its claim committed first) in a free slot."""
+        shift = self.shift
+        shift.report.claimed += 1
+        execution = execute.Execution(claim, shift.free_slot())
+        execution.start(self.job_env, shift.worker_id, now)
+        shift.running[claim.job_id] = execution
+        shift.output.track(claim.attempt_id, {"stdout": claim.stdout_path,
+                                               "stderr": claim.stderr_path})  # fmt: skip

@@ -1,0 +1,140 @@
+"""What the parts of one worker share for as long as it runs: its queue and
+identity, the attempts running now (by job id), the report, the lease guard,
+and the backoff that holds back every write after one failed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+
+from spoolctl import procs
+from spoolctl.config import Timing
+from spoolctl.db.backends.base import LeaseGuard, OutputWriter
+from spoolctl.db.engine import HeldConnection
+from spoolctl.db.queue import Queue
+from spoolctl.errors import DiskFull, Locked, Unreachable
+from spoolctl.services import execute
+from spoolctl.services.outcome import Outcome
+from spoolctl.states import JobState
+from spoolctl.worker.report import AttemptResult, WorkerOptions, WorkReport
+
+LOCK_SLICE_S = 0.25
+"""The longest one write waits for the lock before the loop runs again."""
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 2.0
+"""Backoff between writes that found the lock busy, the disk full or the
+server unreachable."""
+TRANSIENT = (Locked, Unreachable, DiskFull)
+"""What a running worker retries instead of stopping (Unreachable named on
+its own: it need not stay a kind of Locked)."""
+
+
+@dataclass
+class Backoff:
+    """After a write that could not land, every write waits: RETRY_FIRST_S,
+    doubling to RETRY_MAX_S (the loop keeps enforcing timeouts and handling
+    signals meanwhile)."""
+
+    retry_s: float = 0.0
+    blocked_until: float = 0.0
+
+    def failed(self, now: float) -> None:
+        self.retry_s = min(max(self.retry_s * 2, RETRY_FIRST_S), RETRY_MAX_S)
+        self.blocked_until = now + self.retry_s
+
+    def ok(self) -> None:
+        self.retry_s = 0.0
+        self.blocked_until = 0.0
+
+    def blocks(self, now: float) -> bool:
+        return now < self.blocked_until
+
+
+@dataclass
+class Shift:
+    queue: Queue
+    options: WorkerOptions
+    timing: Timing
+    worker_id: str
+    report: WorkReport
+    output: OutputWriter
+    """Where running attempts' output is stored beyond their files."""
+    clock: Callable[[], float]
+    identity: procs.ProcessIdentity = field(default_factory=procs.self_identity)
+    hostname: str = field(default_factory=procs.hostname)
+    boot_id: str = field(default_factory=procs.boot_id)
+    running: dict[int, execute.Execution] = field(default_factory=dict)
+    backoff: Backoff = field(default_factory=Backoff)
+    guard: LeaseGuard | None = None
+    on_result: Callable[[WorkReport], None] | None = None
+    last_beat: float = 0.0
+    """When the last heartbeat landed (the lease is counted from it)."""
+    last_reap_pass: float = 0.0
+    fenced: bool = False
+    """No heartbeat landed for half the hang threshold: claim nothing."""
+    db_gone: bool = False
+    """The queue file was deleted or replaced: write nothing more."""
+    held: HeldConnection = field(init=False)
+    """The connection of the claim-and-record transactions, one per job."""
+
+    def __post_init__(self) -> None:
+        self.held = HeldConnection(self.queue.engine)
+
+    @property
+    def engine(self) -> Engine:
+        return self.queue.engine
+
+    @property
+    def beat_every(self) -> float:
+        """The heartbeat interval, at most a quarter of the hang threshold."""
+        hang = self.timing.hang_threshold_s
+        beat = self.timing.heartbeat_interval_s
+        return min(beat, hang / 4) if hang > 0 else beat
+
+    def free_slot(self) -> int:
+        used = {e.slot for e in self.running.values()}
+        return next(i for i in range(self.options.concurrency) if i not in used)
+
+    def guard_groups(self) -> None:
+        """Tell the lease guard which process groups run now."""
+        if self.guard is not None:
+            self.guard.track({e.proc.pid for e in self.running.values() if e.proc is not None})
+
+    def ended(self, now: float) -> list[tuple[execute.Execution, Outcome]]:
+        """Attempts whose process group is over, with their outcome (still in
+        `running` until the outcome is recorded)."""
+        found = []
+        for execution in self.running.values():
+            outcome = execution.poll(now)
+            if outcome is not None:
+                found.append((execution, outcome))
+        return found
+
+    def finished_one(
+        self, execution: execute.Execution, outcome: Outcome | None, state: JobState | None
+    ) -> None:
+        """The attempt's end is recorded (outcome None or state None: this
+        worker lost it to a cancel, a reap or a forced retry)."""
+        del self.running[execution.claim.job_id]
+        self.output.forget(execution.claim.attempt_id)
+        label = "lost_ownership" if outcome is None or state is None else outcome.label
+        self.report.add(
+            AttemptResult(
+                execution.claim.job_id,
+                execution.claim.attempt_no,
+                label,
+                None if state is None else state.value,
+            )
+        )
+        if self.on_result is not None and outcome is not None:
+            self.on_result(self.report)
+
+    def db_due(self, due_at: float) -> float:
+        """When a database duty due at `due_at` can run (after the backoff)."""
+        return max(due_at, self.backoff.blocked_until)
+
+
+NEVER = math.inf
