@@ -26,8 +26,9 @@ slow and not browser"`.
 
 - `pg` is set here, never by hand: on every test that uses the test server's
   fixtures (pg_server, pg_databases, pg_url), on the [postgresql] run of a
-  both_backends test, and on every test in tests/test_pg_*.py (some start a
-  server of their own). A test that starts or reaches a test server without
+  both_backends test, and on every test of a module named for it
+  (tests/test_pg_*.py, test_devtools_pg_server.py: some start a server of
+  their own). A test that starts or reaches a test server without
   it fails (_marks_tell_the_truth), so the mark cannot go stale.
 - `browser` is set here on tests/test_web_browser.py (and any test using its
   `chromium` fixture).
@@ -67,7 +68,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests import pg_server as pg_tools
+from devtools import pg_server as pg_tools
 from tests.helpers import Db, stop_started_workers
 
 pytest_plugins = ["tests.pg_fixtures"]
@@ -126,7 +127,7 @@ def _needs_pg(item: pytest.Item) -> bool:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("backend") == "postgresql":
         return True
-    return bool(PG_FIXTURES & set(_fixture_names(item))) or item.path.name.startswith("test_pg_")
+    return bool(PG_FIXTURES & set(_fixture_names(item))) or "pg_" in item.path.name
 
 
 def _shares_module_state(item: pytest.Item) -> bool:
@@ -269,8 +270,9 @@ def _noting(kind: str, what: str, fn: F) -> F:
 
 def _watch_what_tests_do() -> None:
     """Every way a test process starts another (subprocess, fork, spawn), and
-    every way it starts or reaches a PostgreSQL test server, notes it in _Did.
-    Wrapped once per session, in the test process only (children exec)."""
+    every way it starts or reaches a PostgreSQL test server (devtools/pg_server.py,
+    which tests/pg_server.py re-exports), notes it in _Did. Wrapped once per
+    session, in the test process only (children exec)."""
     popen: Any = subprocess.Popen
     if hasattr(popen._execute_child, "__wrapped__"):
         return
