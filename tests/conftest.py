@@ -19,18 +19,56 @@ Either is what `--db` takes; the helpers in tests/helpers.py accept both.
 
 `pytest -k "not postgresql"` runs the converted tests on SQLite only (the
 tests/test_pg_*.py modules still need the server).
+
+Markers (registered in pyproject.toml), so that a quick loop can leave out
+what is slow or needs more than Python: `./scripts/test -m "not pg and not
+slow and not browser"`.
+
+- `pg` is set here, never by hand: on every test that uses the test server's
+  fixtures (pg_server, pg_databases, pg_url), on the [postgresql] run of a
+  both_backends test, and on every test of a module named for it
+  (tests/test_pg_*.py, test_devtools_pg_server.py: some start a server of
+  their own). A test that starts or reaches a test server without
+  it fails (_marks_tell_the_truth), so the mark cannot go stale.
+- `browser` is set here on tests/test_web_browser.py (and any test using its
+  `chromium` fixture).
+- `slow` is put on by hand, on tests of five seconds or more (grace periods,
+  timeouts, the chaos runs, the differential suite): the fast loop skips them.
+- `subprocess` is put on by hand (a module's `pytestmark`, or one test) where a
+  test starts real processes: spoolctl verbs or workers as processes, jobs
+  (an in-process worker spawns its jobs), a worker's lease guard, any other
+  program; a module fixture's processes count for every test using it. A
+  test that starts a process without the mark fails with the hint to add it,
+  so the mark stays true (a test server's initdb and pg_ctl are `pg`'s).
+
+Parallel runs (pytest-xdist, `./scripts/test` runs `-n N --dist loadgroup`):
+each worker process gets its own PostgreSQL server (pg_server is per
+session, and each worker is a session), its own basetemp and so its own
+queues and spool folders; ports are always the kernel's free ones. The
+reaper's scan of every process on the machine finds an attempt's processes
+by a token of worker id, attempt row and claim time (spoolctl/procs.py), so
+one worker's reaper cannot take another's jobs for orphans. Tests
+that share a module-scoped fixture (a queue filled once, a server or browser
+of the module's own, the differential suite's one run of every scenario)
+are put in one xdist group per module, so that they run on one worker and the
+fixture is built once; every other test is spread singly.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
+import os
 import re
 import secrets
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
+from devtools import pg_server as pg_tools
 from tests.helpers import Db, stop_started_workers
 
 pytest_plugins = ["tests.pg_fixtures"]
@@ -47,6 +85,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "sqlite_only(reason): opt a test out of its module's both_backends mark",
     ):
         config.addinivalue_line("markers", line)
+    _watch_what_tests_do()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -58,7 +97,57 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("backend", BACKENDS, ids=BACKENDS, indirect=True)
 
 
+PG_FIXTURES = frozenset({"pg_server", "pg_databases", "pg_url"})
+BROWSER_MODULE = "test_web_browser.py"
+SHARED_SCOPES = frozenset({"class", "module", "package"})
+"""Session-scoped fixtures are built once per worker anyway (each is a session)."""
+CHEAP_SHARED = frozenset({"backend", "_collect_after_module"})
+"""Module-scoped fixtures that do not tie a module's tests to one worker."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects and xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Sets the pg, browser and xdist_group marks (see the module docstring),
+    then the pg_xfail ones."""
+    for item in items:
+        if _needs_pg(item):
+            item.add_marker(pytest.mark.pg)
+        if item.path.name == BROWSER_MODULE or "chromium" in _fixture_names(item):
+            item.add_marker(pytest.mark.browser)
+        if _shares_module_state(item):
+            item.add_marker(pytest.mark.xdist_group(_module_id(item)))
+    _mark_pg_xfails(items)
+
+
+def _fixture_names(item: pytest.Item) -> list[str]:
+    return list(getattr(item, "fixturenames", ()))
+
+
+def _needs_pg(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("backend") == "postgresql":
+        return True
+    return bool(PG_FIXTURES & set(_fixture_names(item))) or "pg_" in item.path.name
+
+
+def _shares_module_state(item: pytest.Item) -> bool:
+    """The test uses a fixture built once per module (or class) that is not
+    one of CHEAP_SHARED: the module's tests belong on one worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    for name in _fixture_names(item):
+        defs = info.name2fixturedefs.get(name)
+        if defs and name not in CHEAP_SHARED and defs[-1].scope in SHARED_SCOPES:
+            return True
+    return False
+
+
+def _module_id(item: pytest.Item) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", item.nodeid.split("::")[0])
+
+
+def _mark_pg_xfails(items: list[pytest.Item]) -> None:
     """pg_xfail (on a test, its module, or one of its parameters) makes the
     [postgresql] variant a strict xfail; the [sqlite] one runs as usual."""
     for item in items:
@@ -154,3 +243,86 @@ def _collect_after_module() -> Iterator[None]:
     """Close what a module's in-process runs left for the collector."""
     yield
     gc.collect()
+
+
+# -- the marks tell the truth ----------------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Did:
+    """What the running test did that its marks must say (reset before each
+    test's setup, so a module fixture's work counts for the test that made it)."""
+
+    process: str | None = None
+    pg: str | None = None
+
+
+def _noting(kind: str, what: str, fn: F) -> F:
+    @functools.wraps(fn)
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        if getattr(_Did, kind) is None:
+            setattr(_Did, kind, what)
+        return fn(*args, **kwargs)
+
+    return noted  # type: ignore[return-value]
+
+
+def _watch_what_tests_do() -> None:
+    """Every way a test process starts another (subprocess, fork, spawn), and
+    every way it starts or reaches a PostgreSQL test server (devtools/pg_server.py,
+    which tests/pg_server.py re-exports), notes it in _Did. Wrapped once per
+    session, in the test process only (children exec)."""
+    popen: Any = subprocess.Popen
+    if hasattr(popen._execute_child, "__wrapped__"):
+        return
+    popen._execute_child = _noting("process", "subprocess.Popen", popen._execute_child)
+    for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, _noting("process", f"os.{name}", getattr(os, name)))
+    pg_tools.pg_bin_dir = _noting("pg", "start a test server", pg_tools.pg_bin_dir)
+    pg_tools._run = _unnoted(pg_tools._run)  # initdb, pg_ctl: the pg mark says it
+    server: Any = pg_tools.PgServer
+    server.connect = _noting("pg", "connect to a test server", server.connect)
+
+
+def _unnoted(fn: F) -> F:
+    """fn's processes are not the test's own: starting or stopping a test
+    server is what `pg` says (and the session's server is started by
+    whichever pg test comes first)."""
+
+    @functools.wraps(fn)
+    def unnoted(*args: Any, **kwargs: Any) -> Any:
+        before = _Did.process
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _Did.process = before
+
+    return unnoted  # type: ignore[return-value]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _Did.process = _Did.pg = None
+
+
+@pytest.fixture(autouse=True)
+def _marks_tell_the_truth(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that started a process carries `subprocess`, one that started or
+    reached a PostgreSQL test server carries `pg`: else -m would run it where
+    it cannot work, or in a loop that promised to be quick."""
+    yield
+    node = request.node
+    if _Did.process and node.get_closest_marker("subprocess") is None:
+        pytest.fail(
+            f"{node.nodeid} started a process ({_Did.process}) but is not marked subprocess:"
+            " add `pytestmark = pytest.mark.subprocess` to its module (or the mark to the test)",
+            pytrace=False,
+        )
+    if _Did.pg and node.get_closest_marker("pg") is None:
+        pytest.fail(
+            f"{node.nodeid} used PostgreSQL ({_Did.pg}) but is not marked pg: use the"
+            " pg fixtures or both_backends, or move it to a tests/test_pg_*.py module",
+            pytrace=False,
+        )

@@ -166,6 +166,7 @@ def test_only_metadata_differing_deduplicates_with_a_warning(db: Db, capsys: Cap
     assert (json.loads(row["tags"]), row["note"]) == ({"a": "1"}, "one"), "the job kept its own"
 
 
+@pytest.mark.subprocess
 def test_a_key_is_free_again_once_its_job_is_done(
     db: Db, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,6 +18,8 @@ import pytest
 
 from tests.helpers import Result, child_env, cli_json, rows
 
+pytestmark = pytest.mark.subprocess
+
 RAW = b"caf\xe9 \xff\xfe tail"
 
 

@@ -3,7 +3,10 @@ random worker every fraction of a second and starts a new one.
 
 Afterwards (a final drain with no killing): every job is done, every job's
 command ran to its end at least once, no two copies of one job ever ran at
-the same moment, and attempts, crash counts and the event ledger agree.
+the same moment, and attempts, crash counts and the event ledger agree. A
+crashed attempt's orphan that cannot be confirmed gone in time (a loaded
+machine) is flagged `orphan_unconfirmed` and waited for before the reap:
+that documented path is accepted, a second copy or a lost job never is.
 
 "Never two copies at once" is observed, not inferred: while a job runs it
 holds an exclusive non-blocking `flock` on its own lock file. The lock lives
@@ -11,13 +14,15 @@ as long as the job's process group does (it is inherited by the group and
 released only when the last holder is dead), so a second copy started while
 an orphaned first one still runs fails to take it and records a violation.
 
-The suite (and so CI) runs both the short variant and the long one (marked
-`slow`, about a minute: `pytest -m "not slow"` leaves it out for a quick run).
+The suite (and so CI) runs both the short variant and the long one (about a
+minute); all are marked `slow`, so `pytest -m "not slow"` leaves them out.
 """
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import signal
 import subprocess
 import time
@@ -31,6 +36,8 @@ import pytest
 from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import cli, rows, start_worker, wait_for
+
+pytestmark = pytest.mark.subprocess
 
 JOB = r"""
 lock="$1/$SPOOLCTL_JOB_ID.lock"; log="$1/$SPOOLCTL_JOB_ID.log"
@@ -143,8 +150,13 @@ def run_chaos(db: Path, folder: Path, fleet: Fleet, plan: Chaos) -> list[int]:
     return job_ids
 
 
-def expected_events(crashes: int) -> list[str]:
-    return ["added", *["claimed", "reaped"] * crashes, "claimed", "succeeded"]
+def expected_events(crashes: int) -> re.Pattern[str]:
+    """Each crash is a claim and its reap; between the two, the reaper may
+    have flagged the orphan `orphan_unconfirmed` any number of times (its end
+    not confirmed in time, as under load: docs/guarantees.md, crash recovery),
+    the documented path on which the job waits instead of running twice."""
+    crash = " claimed( orphan_unconfirmed)* reaped"
+    return re.compile(f"added(?:{crash}){{{crashes}}} claimed succeeded")
 
 
 def check_ledger(db: Path, job_ids: list[int]) -> int:
@@ -153,15 +165,21 @@ def check_ledger(db: Path, job_ids: list[int]) -> int:
     assert sorted(jobs) == sorted(job_ids)
     assert Counter(r["state"] for r in jobs.values()) == {"done": len(job_ids)}
     tries: dict[int, list[tuple[str, str | None]]] = {j: [] for j in job_ids}
+    crashed: dict[int, set[int]] = {j: set() for j in job_ids}
     for a in rows(db, "SELECT * FROM attempts ORDER BY job_id, attempt_no"):
         tries[a["job_id"]].append((a["state"], a["failure_reason"]))
+        if a["state"] == "abandoned":
+            crashed[a["job_id"]].add(a["id"])
     events: dict[int, list[str]] = {j: [] for j in job_ids}
-    for e in rows(db, "SELECT job_id, event FROM job_events ORDER BY id"):
+    for e in rows(db, "SELECT job_id, event, detail FROM job_events ORDER BY id"):
         events[e["job_id"]].append(e["event"])
+        if e["event"] == "orphan_unconfirmed":  # only ever about a crashed attempt
+            assert json.loads(e["detail"])["attempt_id"] in crashed[e["job_id"]], dict(e)
     for job_id, row in jobs.items():
         crashes = row["crashes"]
         assert tries[job_id] == [("abandoned", "worker_crash")] * crashes + [("succeeded", None)]
-        assert events[job_id] == expected_events(crashes), f"job {job_id}"
+        story = " ".join(events[job_id])
+        assert expected_events(crashes).fullmatch(story), f"job {job_id}: {story}"
         assert row["attempts"] == crashes
     return sum(r["crashes"] for r in jobs.values())
 
@@ -184,6 +202,7 @@ def chaos(db: Path, tmp_path: Path, fleet: Fleet, plan: Chaos) -> None:
     assert fleet.kills >= 5 and crashes > 0, "the chaos never hit a running job"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_chaos_short(db: Path, tmp_path: Path, fleet: Fleet) -> None:
     chaos(db, tmp_path, fleet, SHORT)
@@ -196,6 +215,7 @@ def test_chaos_long(db: Path, tmp_path: Path, fleet: Fleet) -> None:
     chaos(db, tmp_path, fleet, LONG)
 
 
+@pytest.mark.slow
 def test_an_owner_that_heartbeats_is_never_touched_by_two_polling_workers(
     db: Path, tmp_path: Path, fleet: Fleet
 ) -> None:

@@ -52,6 +52,7 @@ def test_doctor_on_an_empty_file_is_not_ready_either(tmp_path: Path) -> None:
     assert db.stat().st_size == 0
 
 
+@pytest.mark.subprocess
 def test_doctor_on_a_current_queue_passes_every_check(tmp_path: Path) -> None:
     populate(tmp_path / ".spoolctl" / "queue.db")
     result = run_json("doctor")

@@ -19,7 +19,7 @@ import pytest
 from tests.helpers import Db, WriteLock, add, child_env, has_queue, is_postgres, wait_for
 from tests.populated import Populated, populate, run_quiet
 
-pytestmark = pytest.mark.both_backends
+pytestmark = [pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 @pytest.fixture(scope="module")

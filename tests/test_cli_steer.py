@@ -30,7 +30,7 @@ from tests.helpers import (
 )
 from tests.populated import Populated, populate, run_quiet
 
-pytestmark = pytest.mark.both_backends
+pytestmark = [pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import Db, add_job, attempts_of, cli, execute, job, rows, start_worker, wait_for
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 JOBS = 200

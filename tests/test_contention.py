@@ -24,7 +24,7 @@ import pytest
 from tests.helpers import Db, WriteLock, attempts_of, child_env, job, rows, start_worker, wait_for
 from tests.populated import Populated, populate, run_quiet
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends, pytest.mark.subprocess]
 SUBMITTERS, ADDS_EACH = 8, 25
 
 SUBMITTER = """
@@ -69,6 +69,7 @@ def submit_concurrently(db: Db) -> list[tuple[str, int, object]]:
     return answers  # type: ignore[return-value]
 
 
+@pytest.mark.slow
 def test_every_acknowledged_add_exists_exactly_once_under_contention(
     db: Db, tmp_path: Path, workers: list[subprocess.Popen[str]]
 ) -> None:

@@ -185,6 +185,7 @@ def script(q: Populated, tmp: Path, pg_url: str) -> list[tuple[str, list[str], i
     ]
 
 
+@pytest.mark.subprocess
 def test_every_verb_output_matches_its_published_schema(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_url: str
 ) -> None:
@@ -201,6 +202,7 @@ def test_every_verb_output_matches_its_published_schema(
     assert covered == set(verb_commands()) - ({"migrate"} - set(available_verbs())) - {"web"}
 
 
+@pytest.mark.subprocess
 def test_follow_frames_match_the_published_stream_schemas(tmp_path: Path) -> None:
     q = populate(tmp_path / "queue.db")
     streams = schema_data()["streams"]

@@ -80,6 +80,7 @@ def test_a_malformed_url_gets_the_percent_encoding_hint() -> None:
     assert "%40" in refused.value.message and SECRET not in refused.value.message
 
 
+@pytest.mark.subprocess
 def test_a_relative_path_with_a_colon_is_usable_with_dot_slash(tmp_path: Path) -> None:
     cwd = os.getcwd()
     os.chdir(tmp_path)
@@ -94,6 +95,7 @@ def test_a_relative_path_with_a_colon_is_usable_with_dot_slash(tmp_path: Path) -
     assert (tmp_path / "name:with:colon.db").is_file()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("slashes", ["///", "////"])
 def test_an_sqlite_url_names_a_file(slashes: str, tmp_path: Path) -> None:
     path = f"{tmp_path}/spool/queue.db".lstrip("/") if slashes == "////" else "spool/queue.db"

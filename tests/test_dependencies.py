@@ -31,7 +31,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.both_backends
+pytestmark = [pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 def write(db: Db, fn: Any) -> Any:

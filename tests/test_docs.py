@@ -32,6 +32,8 @@ def sh_blocks(path: Path) -> list[str]:
     return FENCE.findall(path.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "path", [p for p in DOCS if sh_blocks(p)], ids=lambda p: p.relative_to(REPO).as_posix()
 )

@@ -121,6 +121,7 @@ def files_of(db: Db) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
 
+@pytest.mark.subprocess
 def test_migration_engine_lock_backup_and_after(driver: Driver, queue: Queue, db: Db) -> None:
     """A migration's engine holds the lock for the change; the backup is a
     readable copy where the driver takes one (None where the operator does)."""
@@ -147,6 +148,7 @@ def test_the_clock_is_the_time_liveness_is_judged_by(queue: Queue) -> None:
     assert abs(queue.now() - time.time()) < 5
 
 
+@pytest.mark.subprocess
 def test_the_change_watch_sees_another_process_commit(queue: Queue, db: Db) -> None:
     watch = queue.driver.change_watch(queue.engine)
     try:
@@ -171,6 +173,7 @@ def poll(condition: object, timeout: float = 10.0) -> bool:
     return False
 
 
+@pytest.mark.subprocess
 def test_lease_guard_only_where_other_machines_cannot_check(driver: Driver) -> None:
     guard = driver.lease_guard(60.0)
     if not driver.shared:
@@ -198,6 +201,7 @@ def test_identity_changes_when_an_sqlite_file_is_replaced(
     assert driver.identity() != first
 
 
+@pytest.mark.subprocess
 def test_output_written_is_read_back_through_the_reader(queue: Queue, db: Db) -> None:
     """The writer stores what the job's files hold (beyond them where the
     backend stores a copy); the reader reads the same bytes either way."""

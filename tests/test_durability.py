@@ -62,6 +62,7 @@ def test_a_batch_add_commits_with_synchronous_full(
     assert len(rows(db, "SELECT id FROM jobs")) == 3
 
 
+@pytest.mark.subprocess
 def test_workers_commit_with_synchronous_normal(db: Path, commits: list[int]) -> None:
     assert run_quiet("add", "--db", str(db), "--json", "--", "true").exit_code == 0
     commits.clear()

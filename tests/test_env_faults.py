@@ -25,7 +25,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import Result, add, attempts_of, cli_json, job, rows, start_worker, wait_for
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]
 
 
 def _mount(*args: str) -> bool:
@@ -84,6 +84,7 @@ def job_count(db: Path) -> int:
     return int(rows(db, "SELECT count(*) AS n FROM jobs")[0]["n"])
 
 
+@pytest.mark.slow
 def test_a_read_only_disk_refuses_every_write_clearly_and_keeps_every_job(
     tmp_path: Path, tmpfs: Callable[[Path, str], None]
 ) -> None:
@@ -144,6 +145,7 @@ def test_a_full_output_disk_truncates_output_but_every_attempt_is_recorded(
     assert doctor(db)["disk_space"]["status"] == "fail"
 
 
+@pytest.mark.slow
 def test_a_full_database_disk_makes_the_worker_wait_and_loses_no_job(
     tmp_path: Path, tmpfs: Callable[[Path, str], None]
 ) -> None:
@@ -239,6 +241,7 @@ def test_doctor_names_a_database_deleted_underneath(db: Path) -> None:
     assert missing["status"] == "fail" and "deleted" in missing["message"]
 
 
+@pytest.mark.slow
 def test_a_worker_whose_database_is_deleted_stops_and_recreates_nothing(
     db: Path, tmp_path: Path
 ) -> None:

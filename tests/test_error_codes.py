@@ -27,6 +27,8 @@ import spoolctl
 from spoolctl import errors
 from tests.helpers import REPO, Result, add, child_env, cli_json
 
+pytestmark = pytest.mark.subprocess
+
 PACKAGE = Path(spoolctl.__file__).parent
 ALLOWED: dict[tuple[str, str], str] = {
     ("db/tables.py", "AttributeError"): "module __getattr__: Python's protocol for a missing name",

@@ -38,7 +38,7 @@ from tests.helpers import (
 )
 from tests.populated import Populated, populate, run_quiet
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends, pytest.mark.subprocess]
 SECRET = "TOP-SECRET-CONTENT"
 
 

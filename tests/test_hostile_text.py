@@ -28,7 +28,7 @@ from spoolctl.text import shown, shown_argv
 from tests.helpers import child_env, execute
 from tests.test_terminal import run_in_pty
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.subprocess]
 
 TITLE = "\x1b]0;pwned\x07"
 CLIPBOARD = "\x1b]52;c;cm0gLXJmIH4=\x07"
@@ -140,6 +140,7 @@ def views(h: Hostile) -> list[list[str]]:
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_no_view_passes_a_control_character_to_the_terminal(hostile: Hostile) -> None:
     for args in views(hostile):
         found = spoolctl(hostile.db, *args)
@@ -258,6 +259,7 @@ def test_events_show_each_detail_compact_and_show_lists_the_events(hostile: Host
     assert [line.split()[5] for line in events] == ["added", "claimed", "succeeded"]
 
 
+@pytest.mark.slow
 def test_attempts_and_failures_are_counted_apart(tmp_path: Path) -> None:
     """`attempts` in the JSON counts failures (as 0.4.11 did); people see how
     many times the job ran, and apart how many of those failed."""

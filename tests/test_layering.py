@@ -86,6 +86,7 @@ def modules_after(argv: list[str], tmp_path: Path) -> tuple[dict[str, Any], set[
     return envelope, set(json.loads(listing.read_text()))
 
 
+@pytest.mark.subprocess
 def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
     db = tmp_path / "q" / "queue.db"
     # The first add creates the database (that may load alembic); the steady
@@ -100,6 +101,7 @@ def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
     assert "sqlalchemy.dialects.postgresql" not in loaded, "an SQLite add loaded PostgreSQL's"
 
 
+@pytest.mark.subprocess
 def test_status_path_imports_neither_alembic_nor_postgresql(tmp_path: Path) -> None:
     db = tmp_path / "q" / "queue.db"
     modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
@@ -120,6 +122,7 @@ def test_the_fixtures_tests_read_live_inside_the_checkout() -> None:
     assert (test_legacy.FIXTURES / "expected.json").is_file()
 
 
+@pytest.mark.subprocess
 def test_wheel_ships_the_revision_scripts(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -143,6 +146,7 @@ def test_wheel_ships_the_revision_scripts(tmp_path: Path) -> None:
     assert web_files and web_files <= set(names)
 
 
+@pytest.mark.subprocess
 def test_installed_wheel_migrates_from_any_directory(tmp_path: Path) -> None:
     """The wheel alone (no repository, no alembic.ini) can create and migrate a queue."""
     wheel_dir, target, elsewhere = tmp_path / "w", tmp_path / "site", tmp_path / "elsewhere"

@@ -250,6 +250,7 @@ def test_status_and_sql_describe_the_adoption_without_changing_anything(
     assert list(tmp_path.glob("spool/*.bak-*")) == []
 
 
+@pytest.mark.subprocess
 def test_a_job_left_running_by_a_dead_worker_is_reaped_afterwards(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -266,6 +267,7 @@ def test_a_job_left_running_by_a_dead_worker_is_reaped_afterwards(
     assert events == ["added", "claimed", "reaped"]
 
 
+@pytest.mark.subprocess
 def test_output_shows_an_old_attempts_captured_output(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -276,6 +278,7 @@ def test_output_shows_an_old_attempts_captured_output(
     assert shown.stdout == "attempt-begin\nattempt-end\n"
 
 
+@pytest.mark.subprocess
 def test_new_attempts_write_the_new_layout_beside_adopted_output_and_prune_takes_both(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -307,6 +310,8 @@ def test_new_attempts_write_the_new_layout_beside_adopted_output_and_prune_takes
     assert (output / "2" / "1" / "stdout").read_text() == "out\n", "a dead job's output went"
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_odd_rows_are_quarantined_and_reported_in_text_too(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

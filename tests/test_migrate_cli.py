@@ -16,6 +16,8 @@ import pytest
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from tests.helpers import Result, child_env, cli, inproc, rows, start_worker, wait_for
 
+pytestmark = pytest.mark.subprocess
+
 OLD = KNOWN_REVISIONS[0]
 TABLES = ("jobs", "attempts", "workers", "job_events")
 

@@ -26,7 +26,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.both_backends
+pytestmark = [pytest.mark.both_backends, pytest.mark.subprocess]
 IDLE_PROOF_S = 1.0
 """How long a queued job must stay unclaimed to show a paused lane is not
 served: many times the idle worker's pickup latency (milliseconds)."""

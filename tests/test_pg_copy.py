@@ -26,6 +26,8 @@ from tests.pg_server import libpq_url
 from tests.populated import run_json, run_quiet
 from tests.test_legacy import copy_fixture
 
+pytestmark = pytest.mark.subprocess
+
 COMPARED = [t for t in metadata.sorted_tables if t.name != "output_chunks"]
 
 

@@ -44,7 +44,7 @@ from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import STARTED_WORKERS, child_env, wait_for
 from tests.pg_server import libpq_url
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.timeout(90), pytest.mark.subprocess]
 
 HEARTBEAT_S = "0.5"
 REAP_S = "1.5"

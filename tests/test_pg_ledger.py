@@ -9,12 +9,16 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.db.queue import open_for_write
 from spoolctl.services.events import record_event
 from spoolctl.services.ledger import read_events
 from spoolctl.states import EventKind
 from tests.helpers import cli, driver_of
+
+pytestmark = pytest.mark.subprocess
 
 
 def test_an_event_drawn_later_cannot_commit_before_an_earlier_one(pg_url: str) -> None:

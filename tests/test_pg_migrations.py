@@ -387,6 +387,7 @@ def waiting_for_the_lock(url: str) -> int:
     return int(found[0][0])
 
 
+@pytest.mark.subprocess
 def test_two_racing_migrates_upgrade_once(pg_url: str) -> None:
     """Both runs are started while the migration lock is held, so both wait
     for it: the first to get it upgrades, the second then finds nothing to do."""

@@ -50,7 +50,7 @@ from tests.helpers import (
 from tests.pg_server import ENV_URL, PgServer, start_server
 from tests.schema_check import errors as schema_errors
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.subprocess]
 
 WAITING = b"waiting for the database server"
 CONNECTED = b"connected to the database server"

@@ -29,6 +29,8 @@ from spoolctl.layout import attempt_paths
 from tests.helpers import REPO, STARTED_WORKERS, child_env, driver_of, wait_for
 from tests.pg_server import libpq_url
 
+pytestmark = pytest.mark.subprocess
+
 BINARY = bytes(range(256)) * 600
 """153,600 bytes, every byte value (not UTF-8): three chunks."""
 

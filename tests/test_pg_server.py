@@ -212,6 +212,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.subprocess
 def test_a_server_whose_test_process_was_killed_is_stopped_by_the_next_start(
     tmp_path: Path,
 ) -> None:

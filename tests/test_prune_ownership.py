@@ -16,7 +16,7 @@ from spoolctl.services import prune as pruning
 from tests.helpers import Db, attempts_of, cli_json, execute, rows, write_lock_free
 from tests.populated import Populated, populate, run_json
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 @pytest.fixture

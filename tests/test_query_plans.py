@@ -40,6 +40,8 @@ from spoolctl.services.query import JobFilter
 from tests.helpers import rows
 from tests.populated import populate, run_json
 
+pytestmark = pytest.mark.subprocess
+
 BARE_SCAN = re.compile(r"^SCAN (jobs|attempts|job_events)$")
 
 

@@ -39,7 +39,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends, pytest.mark.subprocess]
 
 
 REAP_THRESHOLD_S = 1.0  # tests.helpers.FAST_KNOBS
@@ -141,6 +141,7 @@ def test_sigkilled_worker_is_reaped_and_its_orphan_dies_before_the_rerun(
     assert data["executed"] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.sqlite_only("killing an orphan group is process handling, the same on both backends")
 def test_an_orphan_group_whose_leader_already_exited_is_killed_too(
     db: Path, tmp_path: Path

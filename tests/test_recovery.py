@@ -50,7 +50,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.subprocess]
 
 
 def pid_in(path: Path) -> int:
@@ -88,6 +88,7 @@ def test_a_background_child_does_not_outlive_its_attempt(db: Path, tmp_path: Pat
     assert not pid_alive(pid_in(pidfile)), "the sleeper outlived the attempt"
 
 
+@pytest.mark.slow
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_period(
     db: Path, tmp_path: Path
 ) -> None:
@@ -142,6 +143,7 @@ def _nobody_can_run_spoolctl(env: dict[str, str]) -> bool:
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+@pytest.mark.slow
 def test_an_orphan_that_cannot_be_killed_keeps_its_job_running_and_is_shown() -> None:
     """A reaper running as another user cannot signal the dead worker's job:
     the job stays running, flagged with its pid in status, workers and doctor,
@@ -270,6 +272,7 @@ def test_a_worker_that_cannot_be_probed_is_trusted_for_its_lease_only(db: Db) ->
     assert events_of(db, beyond)[-1] == "reaped"
 
 
+@pytest.mark.slow
 @pytest.mark.both_backends
 def test_a_worker_whose_heartbeats_cannot_land_fences_itself(db: Db, tmp_path: Path) -> None:
     """Lock held from outside beyond half the hang threshold: the worker kills
@@ -299,6 +302,7 @@ def test_a_worker_whose_heartbeats_cannot_land_fences_itself(db: Db, tmp_path: P
 # -- a worker never stalls --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.both_backends
 def test_timeouts_and_signals_are_handled_while_the_lock_is_held_elsewhere(
     db: Db, tmp_path: Path

@@ -22,7 +22,7 @@ from spoolctl.db.revision import KNOWN_REVISIONS
 from tests.helpers import Result, add_job, cli
 from tests.test_legacy import copy_fixture
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.subprocess]
 
 NEWER_REVISION = "9999_from_a_newer_spoolctl"
 # Arguments that make each verb reach the queue file (and return promptly).
@@ -116,6 +116,7 @@ def run_verb(db: Path, verb: str, args: list[str]) -> Result:
     return cli(verb, *args, db=db if takes_db else None, env=env, json=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(FILES))
 def test_every_verb_leaves_a_file_it_refuses_exactly_as_it_was(kind: str, tmp_path: Path) -> None:
     source = tmp_path / "source"

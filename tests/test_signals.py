@@ -23,7 +23,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import REPO, attempts_of, cli, pid_alive, wait_for
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]
 
 ESCAPER = (
     'setsid sh -c \'echo $$ > "$1/escaped"; exec sleep 60\' sh "$1" & '

@@ -29,6 +29,7 @@ from tests.helpers import add_job, attempts_of, cli, job, start_worker
 pytestmark = [
     pytest.mark.timeout(600),
     pytest.mark.skipif(shutil.which("flock") is None, reason="needs util-linux flock"),
+    pytest.mark.subprocess,
 ]
 
 ROUNDS = 50
@@ -81,6 +82,7 @@ def _round(db: Path, delay_s: float) -> dict[str, object]:
     }
 
 
+@pytest.mark.slow
 def test_a_worker_killed_right_after_spawning_never_leaves_a_second_copy(
     tmp_path: Path,
 ) -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers import cli, cli_json
 
+pytestmark = pytest.mark.subprocess
+
 
 def assert_storage_error(result_stdout: str, exit_code: int, fragment: str, reason: str) -> None:
     envelope = json.loads(result_stdout)

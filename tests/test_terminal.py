@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import add, child_env, cli
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]
 
 
 def run_in_pty(argv: list[str], env: dict[str, str], until: bytes, timeout: float = 20) -> bytes:
@@ -44,6 +44,7 @@ def run_in_pty(argv: list[str], env: dict[str, str], until: bytes, timeout: floa
     return seen
 
 
+@pytest.mark.slow
 def test_wait_draws_a_progress_line_on_a_tty_only(db: Path) -> None:
     job_id = add(db, "sleep", "30")
     argv = [sys.executable, "-m", "spoolctl", "wait", str(job_id), "--db", str(db),

@@ -29,7 +29,7 @@ from tests.helpers import Db, is_postgres, rows
 from tests.populated import Populated, populate, run_quiet, takes_db
 from tests.schema_check import errors as schema_errors
 
-pytestmark = pytest.mark.both_backends
+pytestmark = [pytest.mark.both_backends, pytest.mark.subprocess]
 
 ENVELOPE_KEYS = {"ok", "tool_version", "data", "meta", "warnings", "commands", "errors"}
 NEVER = {

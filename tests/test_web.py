@@ -35,6 +35,8 @@ from tests.populated import run_quiet
 from tests.schema_check import errors as schema_errors
 from tests.test_layering import modules_after
 
+pytestmark = pytest.mark.subprocess
+
 PORT = 8765
 """The port the in-process app believes it serves (Host headers name it)."""
 ACTOR = "web: tester@box (pid 1)"

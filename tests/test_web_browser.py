@@ -25,6 +25,8 @@ import pytest
 from tests.helpers import Db, add_job, job, rows, start_worker, wait_for
 from tests.test_web import IMG, SCRIPT, Served, drain, hostile_queue
 
+pytestmark = pytest.mark.subprocess
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 MISSING = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]

@@ -20,7 +20,7 @@ from tests.helpers import add_job, execute, start_worker, wait_for
 from tests.test_hostile_text import CLIPBOARD, ESCAPED, HOSTILE, OUTPUT, PRINTF_FORMAT, TITLE
 from tests.test_web import client_for, drain
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.subprocess]
 
 RAW_CONTROL = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffd]"
@@ -63,6 +63,7 @@ def client(hostile: tuple[Path, dict[str, int]]) -> Iterator[TestClient]:
         yield found
 
 
+@pytest.mark.slow
 def test_no_page_holds_a_raw_control_character(
     client: TestClient, hostile: tuple[Path, dict[str, int]]
 ) -> None:
@@ -84,6 +85,7 @@ def test_no_page_holds_a_raw_control_character(
     assert_plain(live["html"], "/events/live")
 
 
+@pytest.mark.slow
 def test_output_shows_colour_codes_as_nothing_and_other_escapes_as_text(
     client: TestClient, hostile: tuple[Path, dict[str, int]]
 ) -> None:

@@ -23,7 +23,8 @@ from tests.compat.reference import REFERENCE_VERSION, reference_python
 from tests.compat.scenarios import SCENARIOS, Scenario, Step
 from tests.compat.shapes import Answer, Difference, compare
 
-pytestmark = pytest.mark.timeout(600)  # the first run builds the reference (a pip install)
+# the first run builds the reference (a pip install)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.subprocess, pytest.mark.slow]
 
 Found = tuple[str, str, Difference]  # (scenario, command, difference)
 

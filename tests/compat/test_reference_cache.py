@@ -13,7 +13,7 @@ import pytest
 
 from tests.compat.reference import COMPLETE, REFERENCE_VERSION, installed_version, venv_dir
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.subprocess, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 BUILD = (
     "import sys\nfrom tests.compat.reference import reference_python\nprint(reference_python())\n"
