@@ -467,7 +467,12 @@ def reap_orphans() -> None:
                         continue
                     _pg_ctl_stop(run_as, data_dir, "immediate")
                 shutil.rmtree(root)
-            except (OSError, ValueError, PgServerError):
+            except (
+                OSError,
+                ValueError,
+                IndexError,
+                PgServerError,
+            ):  # an owner file half written: its server is young
                 continue
 
 

@@ -16,6 +16,8 @@ from typing import Any
 from spoolctl.errors import InvalidInput, MissingRequired
 
 MAX_DURATION_S = 31_536_000_000
+MAX_WAIT_S = 86_400
+"""The longest any wait of a verb may be told to last (wait, events, --follow)."""
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_TIMEOUT_S = INT64_MAX
@@ -48,7 +50,7 @@ LIMITS: dict[str, Any] = {
     "list_limit": {"min": 0, "max": 1000},
     "events_limit": {"min": 0, "max": 10_000},
     "tail_bytes": {"min": 1, "max": 65_536},
-    "wait_seconds": {"min": 0, "max": 86_400},
+    "wait_seconds": {"min": 0, "max": MAX_WAIT_S},
     "poll_interval_seconds": {"min_exclusive": 0, "max": 3600},
 }
 

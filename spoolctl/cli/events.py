@@ -26,10 +26,10 @@ from spoolctl.errors import InvalidInput, SpoolError
 from spoolctl.outage import Reconnecting
 from spoolctl.services.ledger import Page, ledger_end, read_events
 from spoolctl.text import shown
+from spoolctl.validate import MAX_WAIT_S
 from spoolctl.wakeup import StopRequested, counting_signals
 
 POLL_S = 0.1
-MAX_WAIT_S = 86_400
 DEFAULT_IDLE_TIMEOUT_S = 3600
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import click
 from sqlalchemy import Connection
 
-from spoolctl.cli.events import DEFAULT_IDLE_TIMEOUT_S, MAX_WAIT_S
+from spoolctl.cli.events import DEFAULT_IDLE_TIMEOUT_S
 from spoolctl.cli.options import JOB_ID, BoundedInt, Duration, db_option, json_option, verb
 from spoolctl.cli.queues import no_job, open_read
 from spoolctl.cli.render import Reply, emit, style
@@ -27,6 +27,7 @@ from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput
 from spoolctl.services.attempt_output import STREAMS, AttemptOutput, confine, find_attempt
 from spoolctl.text import shown
+from spoolctl.validate import MAX_WAIT_S
 
 STREAM_CHOICE = click.Choice(["stdout", "stderr", "both"])
 

@@ -16,9 +16,9 @@ from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeou
 from spoolctl.services import query
 from spoolctl.states import JobState
 from spoolctl.text import shown
+from spoolctl.validate import MAX_WAIT_S
 
 WAIT_FINAL = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELED, JobState.FAILED})
-MAX_WAIT_S = 86_400
 
 
 @verb(
