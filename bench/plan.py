@@ -15,6 +15,8 @@ class Plan:
     batch_reps: int = 3
     drain_jobs: int = 1_000
     drain_reps: int = 3  # A B B A blocks per file system: 6 drains per side and setup
+    long_drain_jobs: int = 5_000  # start-up amortised to about 0.05 ms per job
+    long_drain_reps: int = 2  # their own A B B A blocks, ceilings at the same job count
     slow_reps: int = 2  # A B B A blocks of 100 x `sleep 0.1`, 1 and 8 slots (~11 s + 2 s each)
     ceiling_spawns: int = 500  # `true` spawns per ceiling sample
     pickup_samples: int = 30  # per side and file system
@@ -30,6 +32,7 @@ QUICK = Plan(
     add_reps=6,
     batch_reps=1,
     drain_reps=1,
+    long_drain_reps=1,
     slow_reps=1,
     ceiling_spawns=300,
     pickup_samples=10,
