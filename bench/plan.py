@@ -1,5 +1,6 @@
-"""How much to measure: the default run (about 12 min on 2 cores, plus 6 for
-the PostgreSQL scenario) and --quick (about 3 min, plus 2). Interleaved
+"""How much to measure: the default run (about 12 min on 2 cores, plus 8 for
+the 5,000-job drains and 6 for the PostgreSQL scenario) and --quick (about 3
+min, plus 4 and 2; bench/README.md says how these were found). Interleaved
 scenarios run in blocks of A B B A, so each block gives every arm two samples
 and two ours/ref pairs."""
 
