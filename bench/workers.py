@@ -87,6 +87,7 @@ def _long_drains(plan: Plan, target: Target, layout: Layout) -> dict[str, Any]:
         "ratios_ours_to_ref": _drain_ratios(records),
         "fraction_of_ceiling": _ceiling_fractions(records),
         "per_job_ms": _per_job(records, LONG_SETUPS),
+        "peak_rss_mb": _peak_rss(records),
         "errors": records.errors,
         "samples": records.samples,
     }
