@@ -133,8 +133,9 @@ def per_job_ms(timings: dict[str, float], wall: float, workers: int, jobs: int) 
     them): wall, the drain's elapsed time per job (1000 / jobs/s); worker,
     the workers' time per job (wall x workers, what db + spawn + rest add up
     to); db and spawn as the workers measured them; rest, everything else
-    of the worker time, which includes outside_run, each process's life
-    outside Worker.run (start-up, imports, exit)."""
+    of the worker time, which includes outside_run, the workers' time
+    outside Worker.run (start-up, imports, exit and, with several workers,
+    one's time exited while another still drains)."""
     ms = 1000.0 / jobs
     worker = wall * workers * ms
     db, spawn = timings["db_s"] * ms, timings["spawn_s"] * ms

@@ -16,7 +16,7 @@ class Plan:
     batch_reps: int = 3
     drain_jobs: int = 1_000
     drain_reps: int = 3  # A B B A blocks per file system: 6 drains per side and setup
-    long_drain_jobs: int = 5_000  # start-up amortised to about 0.05 ms per job
+    long_drain_jobs: int = 5_000  # start-up amortised to under 0.1 ms per job
     long_drain_reps: int = 2  # their own A B B A blocks, ceilings at the same job count
     slow_reps: int = 2  # A B B A blocks of 100 x `sleep 0.1`, 1 and 8 slots (~11 s + 2 s each)
     ceiling_spawns: int = 500  # `true` spawns per ceiling sample
