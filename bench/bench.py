@@ -121,7 +121,7 @@ def _ref_add_median(results: dict[str, Any]) -> float | None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions (~3 min)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (~7 min)")
     parser.add_argument(
         "--only",
         default=",".join(SCENARIOS),

@@ -93,13 +93,14 @@ def drain_once(
     `workers` `work --drain --json *extra` processes at once, and time until
     the last one exits. value: jobs/s. `during` (a context) is entered just
     before the workers start and left once they have all exited. A server's
-    work (backends.Queue.server_counters) is reported per job."""
+    work (backends.Queue.server_counters) is reported per job, and so is the
+    workers' own account of their time where they give one (per_job_ms)."""
     d = fresh_dir(f"drain-{backend.name}-{impl.name}", scratch)
     queue = backend.queue(impl, d, job)
     try:
         queue.fill(jobs, time.time())
         before = queue.server_counters()
-        wall, executed, peak_mb = _run_drain(impl, queue, d, workers, extra, during)
+        wall, datas, peak_mb = _run_drain(impl, queue, d, workers, extra, during)
         done = queue.count("done")
         after = queue.server_counters()
     finally:
@@ -108,12 +109,43 @@ def drain_once(
         raise BenchError(
             f"{impl.name} on {backend.name}: drain left {jobs - done} of {jobs} jobs not done"
         )
-    return {
+    sample: Sample = {
         "value": jobs / wall,
         "wall_s": wall,
-        "executed": executed,
+        "workers": workers,
+        "executed": sum(data["executed"] for data in datas),
         "peak_rss_mb": peak_mb,
         **{f"{k}_per_job": (after[k] - before[k]) / jobs for k in before},
+    }
+    if all("timings" in data for data in datas):  # ours since issue 23; the reference never
+        timings = {k: sum(data["timings"][k] for data in datas) for k in TIMING_KEYS}
+        sample["timings"] = timings
+        sample["per_job_ms"] = per_job_ms(timings, wall, workers, jobs)
+    return sample
+
+
+TIMING_KEYS = ("db_s", "spawn_s", "wall_s", "jobs")
+PER_JOB_KEYS = ("wall", "worker", "db", "spawn", "rest", "outside_run")
+
+
+def per_job_ms(timings: dict[str, float], wall: float, workers: int, jobs: int) -> dict[str, float]:
+    """A drain's time per job, from the workers' own `timings` (summed over
+    them): wall, the drain's elapsed time per job (1000 / jobs/s); worker,
+    the workers' time per job (wall x workers, what db + spawn + rest add up
+    to); db and spawn as the workers measured them; rest, everything else
+    of the worker time, which includes outside_run, the workers' time
+    outside Worker.run (start-up, imports, exit and, with several workers,
+    one's time exited while another still drains)."""
+    ms = 1000.0 / jobs
+    worker = wall * workers * ms
+    db, spawn = timings["db_s"] * ms, timings["spawn_s"] * ms
+    return {
+        "wall": wall * ms,
+        "worker": worker,
+        "db": db,
+        "spawn": spawn,
+        "rest": worker - db - spawn,
+        "outside_run": worker - timings["wall_s"] * ms,
     }
 
 
@@ -124,8 +156,8 @@ def _run_drain(
     workers: int,
     extra: Sequence[str],
     during: contextlib.AbstractContextManager[Any] | None,
-) -> tuple[float, int, float]:
-    """(wall seconds, jobs the workers say they executed, first worker's peak MB)."""
+) -> tuple[float, list[dict[str, Any]], float]:
+    """(wall seconds, each worker's JSON data, first worker's peak MB)."""
     argv = impl.argv("work", "--db", queue.db, "--drain", "--json", *extra)
     logs = [(d / f"out{i}", d / f"err{i}") for i in range(workers)]
     with contextlib.ExitStack() as files:
@@ -149,11 +181,11 @@ def _run_drain(
         wall = time.perf_counter() - start
     sampler.done.set()
     sampler.join()
-    executed = sum(
-        envelope_data(impl, tuple(argv[1:]), code, out.read_text(), err.read_text())["executed"]
+    datas = [
+        envelope_data(impl, tuple(argv[1:]), code, out.read_text(), err.read_text())
         for code, (out, err) in zip(codes, logs, strict=True)
-    )
-    return wall, executed, sampler.peak_mb
+    ]
+    return wall, datas, sampler.peak_mb
 
 
 # -- idle worker and pickup ----------------------------------------------------------------

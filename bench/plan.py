@@ -1,5 +1,6 @@
-"""How much to measure: the default run (about 12 min on 2 cores, plus 6 for
-the PostgreSQL scenario) and --quick (about 3 min, plus 2). Interleaved
+"""How much to measure: the default run (about 12 min on 2 cores, plus 8 for
+the 5,000-job drains and 6 for the PostgreSQL scenario) and --quick (about 3
+min, plus 4 and 2; bench/README.md says how these were found). Interleaved
 scenarios run in blocks of A B B A, so each block gives every arm two samples
 and two ours/ref pairs."""
 
@@ -15,6 +16,8 @@ class Plan:
     batch_reps: int = 3
     drain_jobs: int = 1_000
     drain_reps: int = 3  # A B B A blocks per file system: 6 drains per side and setup
+    long_drain_jobs: int = 5_000  # start-up amortised to under 0.1 ms per job
+    long_drain_reps: int = 2  # their own A B B A blocks, ceilings at the same job count
     slow_reps: int = 2  # A B B A blocks of 100 x `sleep 0.1`, 1 and 8 slots (~11 s + 2 s each)
     ceiling_spawns: int = 500  # `true` spawns per ceiling sample
     pickup_samples: int = 30  # per side and file system
@@ -30,6 +33,7 @@ QUICK = Plan(
     add_reps=6,
     batch_reps=1,
     drain_reps=1,
+    long_drain_reps=1,
     slow_reps=1,
     ceiling_spawns=300,
     pickup_samples=10,

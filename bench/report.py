@@ -10,16 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-Row = dict[str, str]
-COLUMNS = {
-    "metric": "metric",
-    "ours": "ours",
-    "ref": "ref 0.4.11",
-    "ratio": "ours/ref (pairs)",
-    "ceiling": "of ceiling",
-    "target": "target",
-    "verdict": "",
-}
+import report_long
+from cells import COLUMNS, Row
+from cells import cell as _cell
+from cells import ratio as _ratio
+from cells import row as _row
+from cells import verdict as _verdict
+
 DRAIN_TARGET = {"disk": 1.5, "tmpfs": 2.0}
 """SPEC 6: drain throughput over the reference's, per file system."""
 DRAIN_LABELS = ("1 worker", "2 workers", "1 worker --concurrency 4")
@@ -44,16 +41,6 @@ def rows(results: dict[str, Any]) -> list[Row]:
     return out
 
 
-def _row(metric: str, ours: str = "", ref: str = "", ratio: str = "", **more: str) -> Row:
-    row = dict.fromkeys(COLUMNS, "")
-    row.update(metric=metric, ours=ours, ref=ref, ratio=ratio, **more)
-    return row
-
-
-def _verdict(ok: bool) -> str:
-    return "met" if ok else "MISSED"
-
-
 def _failed(results: dict[str, Any], name: str) -> list[Row]:
     if name not in results:
         return []
@@ -63,19 +50,6 @@ def _failed(results: dict[str, Any], name: str) -> list[Row]:
 def _arm_errors(results: dict[str, Any], name: str) -> list[Row]:
     errors = results[name].get("errors") or {}
     return [_row(f"{name} / {arm}: {text[:90]}", "ERROR") for arm, text in errors.items()]
-
-
-def _cell(spread: dict[str, Any], scale: float = 1.0, fmt: str = ".0f") -> str:
-    if not spread or not spread.get("n"):
-        return "-"
-    med, lo, hi = (spread[k] * scale for k in ("median", "min", "max"))
-    return f"{med:{fmt}} [{lo:{fmt}}..{hi:{fmt}}]"
-
-
-def _ratio(spread: dict[str, Any]) -> str:
-    if not spread or not spread.get("n"):
-        return ""
-    return f"{spread['median']:.2f}x [{spread['min']:.2f}..{spread['max']:.2f}]"
 
 
 def _fs(result: dict[str, Any]) -> str:
@@ -171,7 +145,8 @@ def _drain_builder(name: str) -> Callable[[dict[str, Any]], list[Row]]:
         if "error" in drain:
             return _failed(results, name)
         head = [_row(f"== drain on {_fs(drain)}")]
-        return head + _ceiling_rows(drain) + _drain_setup_rows(drain) + _arm_errors(results, name)
+        setups = _ceiling_rows(drain) + _drain_setup_rows(drain) + report_long.rows(drain)
+        return head + setups + _arm_errors(results, name)
 
     return _drain_rows
 
@@ -343,7 +318,8 @@ def render(
     text.append(
         "cells: median [min..max]; ours/ref: median [min..max] of the ratios of interleaved "
         "pairs; of ceiling: drain jobs/s over the spawn + files ceiling measured beside it "
-        "(ours / ref)"
+        "(ours / ref); ours per job (long drains): wall = 1000 / jobs/s, and the workers' "
+        "time (wall x workers) split by their own timings into database + spawn + the rest"
     )
     text.append(
         f"machine: {machine['cpu_model']}, {machine['cpu_count']} CPUs, "

@@ -8,7 +8,7 @@ import contextlib
 import random
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from fixtures import IMPLS, OURS, Impl, clean_env, workdir
 from interleave import Arm, Records, Sample, run_blocks, spread
 from plan import Plan
 
-DRAIN_SETUPS = (
+DRAIN_SETUPS: tuple[tuple[str, int, tuple[str, ...]], ...] = (
     ("1 worker", 1, ()),
     ("2 workers", 2, ()),
     ("1 worker --concurrency 4", 1, ("--concurrency", "4")),
@@ -31,12 +31,17 @@ DRAIN_SETUPS = (
 def drain(plan: Plan, target: Target, layout: Layout) -> dict[str, Any]:
     """On one file system: ours and the reference draining with 1 and 2
     workers, ours with --concurrency 4, and the machine's ceilings (spawn
-    alone; spawn + ours' per-attempt files, 1 and 2 loops), all interleaved.
-    Every arm's folder stays until the end (see fixtures.fresh_dir)."""
+    alone; spawn + ours' per-attempt files, 1 and 2 loops), all interleaved;
+    then, in blocks of their own, the same drains of plan.long_drain_jobs
+    beside their ceilings at that job count (`long`), where start-up weighs
+    little and the per-job cost shows. Every arm's folder stays until the
+    end of its set (see fixtures.fresh_dir)."""
     concurrency = supports(OURS, "work", "--concurrency")
     with workdir(f"drain-{target.label}", target.root) as scratch:
         arms = _drain_arms(plan, scratch, layout, concurrency)
         records = run_blocks(arms, plan.drain_reps, f"drain on {target.describe()}")
+    long = _long_drains(plan, target, layout)
+    errors = {f"{long['jobs']:,} jobs: {arm}": text for arm, text in long["errors"].items()}
     return {
         "filesystem": target.facts(),
         "jobs": plan.drain_jobs,
@@ -44,6 +49,44 @@ def drain(plan: Plan, target: Target, layout: Layout) -> dict[str, Any]:
         "arms": {a.name: spread(records.values(a.name)) for a in arms},
         "ratios_ours_to_ref": _drain_ratios(records),
         "fraction_of_ceiling": _ceiling_fractions(records),
+        "per_job_ms": _per_job(records, DRAIN_SETUPS),
+        "peak_rss_mb": _peak_rss(records),
+        "errors": {**records.errors, **errors},
+        "samples": records.samples,
+        "long": long,
+    }
+
+
+LONG_SETUPS = DRAIN_SETUPS[:2]
+"""The drains compared with the reference at plan.long_drain_jobs: 1 and 2 workers."""
+
+
+def _long_drains(plan: Plan, target: Target, layout: Layout) -> dict[str, Any]:
+    """Ours and the reference draining plan.long_drain_jobs with 1 and 2
+    workers, interleaved A B B A with the spawn + files ceiling (1 and 2
+    loops) over the same number of jobs; in a scratch folder of its own, so
+    the short drains' files are gone first."""
+    jobs = plan.long_drain_jobs
+    with workdir(f"drain{jobs}-{target.label}", target.root) as scratch:
+        ceilings = [
+            Arm(name, _ceiling_arm(scratch, layout, loops, jobs))
+            for name, loops in ((CEILING_FILES_1, 1), (CEILING_FILES_2, 2))
+        ]
+        drains = [
+            Arm(f"{impl.name} {label}", _drain_arm(impl, jobs, n, extra, scratch))
+            for label, n, extra in LONG_SETUPS
+            for impl in IMPLS
+        ]
+        arms = [ceilings[0], *drains, ceilings[1]]  # each ceiling beside its drains
+        label = f"{jobs:,}-job drains on {target.describe()}"
+        records = run_blocks(arms, plan.long_drain_reps, label)
+    return {
+        "jobs": jobs,
+        "ceiling_spawns": jobs,
+        "arms": {a.name: spread(records.values(a.name)) for a in arms},
+        "ratios_ours_to_ref": _drain_ratios(records),
+        "fraction_of_ceiling": _ceiling_fractions(records),
+        "per_job_ms": _per_job(records, LONG_SETUPS),
         "peak_rss_mb": _peak_rss(records),
         "errors": records.errors,
         "samples": records.samples,
@@ -103,6 +146,19 @@ def _ceiling_fractions(records: Records) -> dict[str, Any]:
                 "of": ceiling_arm,
                 **spread(records.ratios(f"{impl.name} {label}", ceiling_arm)),
             }
+    return out
+
+
+def _per_job(records: Records, setups: Sequence[tuple[str, int, tuple[str, ...]]]) -> Any:
+    """Ours' drains per job (harness.per_job_ms, from the workers' own
+    timings; absent for a build of ours from before them): the spread of
+    each part over the drains of a setup."""
+    out: dict[str, Any] = {}
+    for label, _, _ in setups:
+        ours = [s for s in records.samples if s["arm"] == f"ours {label}"]
+        if ours and all("per_job_ms" in s for s in ours):
+            taken = [s["per_job_ms"] for s in ours]
+            out[label] = {key: spread([t[key] for t in taken]) for key in harness.PER_JOB_KEYS}
     return out
 
 

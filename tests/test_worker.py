@@ -97,6 +97,20 @@ def test_drain_waits_for_retries_but_not_for_delayed_jobs(db: Db, tmp_path: Path
     assert job(db, later)["state"] == "queued" and attempts_of(db, later) == []
 
 
+def test_a_drain_reports_where_its_time_went(db: Db) -> None:
+    for _ in range(3):
+        add_job(db, "true")
+
+    result = cli("work", "--drain", db=db, json=True)
+
+    assert result.exit_code == 0, result.stdout + result.stderr
+    timings = result.data["timings"]
+    assert set(timings) == {"db_s", "spawn_s", "wall_s", "jobs"}
+    assert timings["jobs"] == result.data["executed"] == 3
+    assert timings["db_s"] > 0 and timings["spawn_s"] > 0, timings
+    assert timings["db_s"] + timings["spawn_s"] <= timings["wall_s"], timings
+
+
 def test_first_signal_lets_the_running_job_finish(db: Db, tmp_path: Path) -> None:
     started = tmp_path / "started"
     running = add_job(db, "sh", "-c", f"touch {started}; sleep 1; echo finished")
@@ -108,7 +122,9 @@ def test_first_signal_lets_the_running_job_finish(db: Db, tmp_path: Path) -> Non
     out, _ = worker.communicate(timeout=20)
 
     assert worker.returncode == 0
-    assert json.loads(out)["data"]["stopped_by_signal"] is True
+    data = json.loads(out)["data"]
+    assert data["stopped_by_signal"] is True
+    assert data["timings"]["jobs"] == 1, "a loop-mode worker reports its timings too"
     assert job(db, running)["state"] == "done"
     assert Path(attempts_of(db, running)[0]["stdout_path"]).read_text() == "finished\n"
     assert job(db, waiting)["state"] == "queued", "claimed a job after the stop signal"

@@ -148,11 +148,15 @@ ADD_ONE = obj(
 )
 ADD_BATCH = obj({"count": INT, "job_ids": arr(INT)})
 
+WORK_TIMINGS = obj({"db_s": NUM, "spawn_s": NUM, "wall_s": NUM, "jobs": INT})
+"""`work --drain` and loop mode: seconds in the database, spawning, and in all,
+over `jobs` attempts started (spoolctl/worker/report.py, WorkTimings)."""
+
 WORK = {"anyOf": [
     obj({"claimed": BOOL},
         {"job_id": INT, "attempt_no": INT, "result": STR, "job_state": opt(STR)}),
-    obj({"drained": BOOL, "executed": INT}, {"paused": BOOL}),
-    obj({"stopped": BOOL, "executed": INT}),
+    obj({"drained": BOOL, "executed": INT, "timings": WORK_TIMINGS}, {"paused": BOOL}),
+    obj({"stopped": BOOL, "executed": INT, "timings": WORK_TIMINGS}),
 ]}  # fmt: skip
 
 CHECK = obj({"id": STR, "status": one_of("pass", "warn", "fail", "skip"), "message": STR,

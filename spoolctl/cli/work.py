@@ -155,7 +155,21 @@ def report_data(report: WorkReport, mode: str) -> dict[str, Any]:
     else:
         data["stopped"] = True
     data["stopped_by_signal"] = report.stopped_by_signal
+    data["timings"] = timings_data(report)
     return data
+
+
+def timings_data(report: WorkReport) -> dict[str, Any]:
+    """Where the worker's time went (worker/report.py's WorkTimings), in
+    seconds, over the `jobs` attempts it started: what a benchmark splits
+    per job."""
+    timings = report.timings
+    return {
+        "db_s": round(timings.db.total_s, 6),
+        "spawn_s": round(timings.spawn.total_s, 6),
+        "wall_s": round(timings.wall.total_s, 6),
+        "jobs": report.claimed,
+    }
 
 
 def attempts(count: int) -> str:

@@ -47,7 +47,7 @@ class Heartbeat:
         self._check_database_file()
         pairs = [(job_id, e.claim.attempt_id) for job_id, e in shift.running.items()]
         try:
-            with write_tx(shift.engine, LOCK_SLICE_S) as conn:
+            with shift.report.timings.db, write_tx(shift.engine, LOCK_SLICE_S) as conn:
                 lost = self._beat(conn, pairs, now)
         except TRANSIENT:
             shift.backoff.failed(now)
@@ -57,7 +57,8 @@ class Heartbeat:
         shift.fenced = False
         if shift.guard is not None:
             shift.guard.renewed()
-        self.reaping.bury_dead_workers(now)
+        with shift.report.timings.db:
+            self.reaping.bury_dead_workers(now)
         for job_id in lost:
             execution = shift.running[job_id]
             execution.kill_now()
@@ -131,7 +132,8 @@ class ReapPass:
         if now - shift.last_reap_pass < shift.beat_every:
             return
         shift.last_reap_pass = now
-        self.reaping.pass_now(now, shift.running)
+        with shift.report.timings.db:
+            self.reaping.pass_now(now, shift.running)
 
 
 class SpawnRecords:
@@ -163,7 +165,9 @@ class SpawnRecords:
                 started = None if pid is None else procs.process_start_time(pid)
                 execute.record_spawn(conn, execution, started)
 
-        if write_quietly(self.shift.engine, record, LOCK_SLICE_S):
+        with self.shift.report.timings.db:
+            landed = write_quietly(self.shift.engine, record, LOCK_SLICE_S)
+        if landed:
             for execution in due:
                 execution.spawn_recorded = True
         else:
@@ -194,7 +198,11 @@ class OutputPass:
         behind = writer.behind()
         if not behind:
             return
-        if write_quietly(self.shift.engine, lambda conn: writer.copy(conn, behind), LOCK_SLICE_S):
+        with self.shift.report.timings.db:
+            landed = write_quietly(
+                self.shift.engine, lambda conn: writer.copy(conn, behind), LOCK_SLICE_S
+            )
+        if landed:
             writer.landed()
         else:
             writer.failed()

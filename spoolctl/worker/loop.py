@@ -75,7 +75,7 @@ class Worker:
         return self.shift.worker_id
 
     def run(self) -> WorkReport:
-        with counting_signals() as self.signals:
+        with self.shift.report.timings.wall, counting_signals() as self.signals:
             if self._connect():
                 self._serve()
         self.shift.report.stopped_by_signal = self.signals.count > 0
@@ -173,7 +173,7 @@ class Worker:
             return not shift.running and (shift.report.claimed > 0 or self.settler.exhausted)
         if mode == "drain" and not shift.running and self.settler.exhausted:
             try:
-                with read_tx(shift.engine) as conn:
+                with shift.report.timings.db, read_tx(shift.engine) as conn:
                     settled = claiming.lane_settled(conn, shift.options.queue, now)
                     paused = lanes.is_paused(conn, shift.options.queue)
             except (Locked, Unreachable):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Literal
 
 from spoolctl import procs
@@ -34,6 +36,46 @@ class AttemptResult:
     job_state: str | None
 
 
+class Span:
+    """Seconds spent inside `with span:` blocks, added up (a block entered
+    inside another of the same span counts once). Two clock reads per block:
+    cheap enough to leave on in every worker, so a benchmark or an operator
+    can see where a worker's time goes without a profiler's overhead."""
+
+    __slots__ = ("_depth", "_entered", "total_s")
+
+    def __init__(self) -> None:
+        self.total_s = 0.0
+        self._depth = 0
+        self._entered = 0.0
+
+    def __enter__(self) -> None:
+        if self._depth == 0:
+            self._entered = time.perf_counter()
+        self._depth += 1
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self.total_s += time.perf_counter() - self._entered
+
+
+@dataclass
+class WorkTimings:
+    """Where a worker's time went (`work --json`'s `timings`): `db`, the
+    loop's database work (each claim-and-record transaction from its begin
+    to its commit, heartbeats, spawn records, output passes, reap passes,
+    the drain's end check; not registering or retiring); `spawn`, starting
+    jobs (`Execution.start`: the files, the spawn); `wall`, the whole of
+    `Worker.run`. The rest of wall is the loop itself and its waits."""
+
+    db: Span = field(default_factory=Span)
+    spawn: Span = field(default_factory=Span)
+    wall: Span = field(default_factory=Span)
+
+
 @dataclass
 class WorkReport:
     worker_id: str
@@ -46,6 +88,7 @@ class WorkReport:
     tally: Counter[str] = field(default_factory=Counter)
     """How many results of each kind: kept as they come, so a progress line
     costs the same at the millionth job as at the first."""
+    timings: WorkTimings = field(default_factory=WorkTimings)
 
     def add(self, result: AttemptResult) -> None:
         self.results.append(result)

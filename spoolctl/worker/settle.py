@@ -35,7 +35,7 @@ class Settler:
         ended attempts stay in `running` and are recorded on a later pass."""
         shift = self.shift
         try:
-            with shift.held.write_tx(LOCK_SLICE_S) as conn:
+            with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
                 self._store_last_output(conn, ended)
                 states = [self._settle(conn, e, o, now) for e, o in ended]
                 stale = self.reaping.stale(conn, now, shift.running) if wanted else []
@@ -101,7 +101,7 @@ class Settler:
 
     def _claim_only(self, now: float, wanted: int) -> list[claiming.Claim]:
         try:
-            with self.shift.held.write_tx(LOCK_SLICE_S) as conn:
+            with self.shift.report.timings.db, self.shift.held.write_tx(LOCK_SLICE_S) as conn:
                 return self._claim_in(conn, now, wanted)
         except TRANSIENT:
             self.shift.backoff.failed(now)
@@ -117,7 +117,8 @@ class Settler:
         shift = self.shift
         shift.report.claimed += 1
         execution = execute.Execution(claim, shift.free_slot())
-        execution.start(self.job_env, shift.worker_id, now)
+        with shift.report.timings.spawn:
+            execution.start(self.job_env, shift.worker_id, now)
         shift.running[claim.job_id] = execution
         shift.output.track(claim.attempt_id, {"stdout": claim.stdout_path,
                                                "stderr": claim.stderr_path})  # fmt: skip
