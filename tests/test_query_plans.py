@@ -83,7 +83,7 @@ def engine(db: Path) -> Iterator[Engine]:
 
 
 def plans_of(engine: Engine, work: Callable[[Connection], Any]) -> list[tuple[str, list[str]]]:
-    """Run work in one transaction; explain every SELECT it issued.
+    """Run work in one transaction; explain every SELECT, UPDATE and DELETE it issued.
 
     SQL is captured on the sqlite3 connection itself (bound values expanded),
     so statements run through SQLAlchemy and the worker's prepared statements
@@ -91,7 +91,8 @@ def plans_of(engine: Engine, work: Callable[[Connection], Any]) -> list[tuple[st
     seen: list[str] = []
 
     def capture(statement: str) -> None:
-        if statement.lstrip().upper().startswith("SELECT") and "alembic" not in statement:
+        kind = statement.lstrip()[:6].upper()
+        if kind in ("SELECT", "UPDATE", "DELETE") and "alembic" not in statement:
             seen.append(statement)
 
     with write_tx(engine) as conn:
@@ -251,11 +252,28 @@ def test_events_prune_reap_and_claim_name_their_indexes(engine: Engine, db: Path
     # a heartbeat are judged by their lock or start time, so no range on it
     reap = plan_of(plans, "coalesce(jobs.heartbeat_at")
     assert matches(reap, ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)"]), reap
-    # claim: the lane's queued rows in claim order, the first due one
-    assert plan_of(plans, "next_run_at <=") == [
-        "SEARCH jobs USING INDEX ix_jobs_claim (state=? AND queue=?)"
-    ]
+    # claim: one statement (CLAIM_PLAN)
+    assert plan_of(plans, "next_run_at <=") == CLAIM_PLAN
     assert rows(db, "SELECT count(*) AS n FROM jobs WHERE state = 'running'")[0]["n"] == 1
+
+
+CLAIM_PLAN = [
+    # the job taken: the row the subquery names, by its primary key
+    "SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)",
+    # the lane's first due job in claim order: the claim index's first entry
+    "SCALAR SUBQUERY 1",
+    "SEARCH pick USING COVERING INDEX ix_jobs_claim (state=? AND queue=?)",
+    # the lane's pause row: one primary-key lookup
+    "SCALAR SUBQUERY 2",
+    "SEARCH lanes USING INDEX sqlite_autoindex_lanes_1 (queue=?)",
+    # that job's newest attempt (was it ended elsewhere?), then its number
+    "CORRELATED SCALAR SUBQUERY 3",
+    "SEARCH attempts USING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
+    "CORRELATED SCALAR SUBQUERY 4",
+    "SEARCH attempts USING COVERING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
+]
+"""The claim as one UPDATE ... RETURNING: every part a search by an index;
+the attempt and its event are two inserts beside it."""
 
 
 def test_read_engine_opens_a_deferred_transaction(db: Path) -> None:
@@ -277,9 +295,8 @@ def claim_in(conn: Connection, queue: str, output: Path, now: float) -> Any:
 
 
 def test_waiting_jobs_cost_the_claim_nothing(engine: Engine, db: Path) -> None:
-    """Hundreds of waiting jobs in the lane: the claim is still the one indexed
-    search (waiting rows sit outside its state='queued' range) plus one
-    primary-key lookup of the lane's pause row."""
+    """Hundreds of waiting jobs in the lane: the claim is still its one
+    statement (waiting rows sit outside its state='queued' range)."""
     output = db.parent / "output"
     now = time.time()
     with write_tx(engine) as conn:
@@ -290,12 +307,8 @@ def test_waiting_jobs_cost_the_claim_nothing(engine: Engine, db: Path) -> None:
     try:
         plans = plans_of(engine, lambda conn: claim_in(conn, "q2", output, now))
         assert_indexed(plans)
-        assert plan_of(plans, "next_run_at <=") == [
-            "SEARCH jobs USING INDEX ix_jobs_claim (state=? AND queue=?)"
-        ]
-        assert plan_of(plans, "FROM lanes") == [
-            "SEARCH lanes USING COVERING INDEX sqlite_autoindex_lanes_1 (queue=?)"
-        ]
+        assert plan_of(plans, "next_run_at <=") == CLAIM_PLAN
+        assert [sql.split()[0] for sql, _ in plans] == ["UPDATE"]  # nothing else is read
         claimed = rows(db, "SELECT state FROM jobs WHERE locked_by = 'w1' AND queue = 'q2'")
         assert [r["state"] for r in claimed] == ["running"]
     finally:

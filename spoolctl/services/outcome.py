@@ -11,7 +11,7 @@ import signal as signals
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, select, update
+from sqlalchemy import Connection, Integer, bindparam, exists, func, select, update
 
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs
@@ -19,6 +19,9 @@ from spoolctl.services.deadletter import RELEASE_LOCK, requeue_or_dead
 from spoolctl.services.dependencies import release_dependents
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
+
+SUCCEEDED = "succeeded"
+"""The label of a successful attempt (`Outcome.label`, `work`'s results)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,7 @@ class Outcome:
 
     @property
     def label(self) -> str:
-        return "succeeded" if self.reason is None else self.reason.value
+        return SUCCEEDED if self.reason is None else self.reason.value
 
 
 def signal_of(returncode: int) -> int | None:
@@ -75,11 +78,16 @@ def record_outcome(
     worker_id: str,
     outcome: Outcome,
     now: float,
+    pid: int | None = None,
 ) -> JobState | None:
-    """Record the end of an attempt; None if this worker no longer owns it."""
+    """Record the end of an attempt; None if this worker no longer owns it.
+
+    pid: the job's process when its spawn was not recorded yet (it ended
+    within the spawn-record delay), stored on the attempt with its end, so the
+    common short job costs no statement of its own for it."""
     if outcome.reason is None:
         return record_success(
-            conn, job_id=job_id, attempt_id=attempt_id, worker_id=worker_id, now=now
+            conn, job_id=job_id, attempt_id=attempt_id, worker_id=worker_id, now=now, pid=pid
         )
     return record_failure(
         conn,
@@ -88,9 +96,11 @@ def record_outcome(
         worker_id=worker_id,
         outcome=outcome,
         now=now,
+        pid=pid,
     )
 
 
+_PID = bindparam("b_job_pid", type_=Integer)
 _FINISH_ATTEMPT = Prepared(
     update(attempts)
     .where(attempts.c.id == bindparam("b_id"), attempts.c.state == AttemptState.RUNNING.value)
@@ -100,8 +110,12 @@ _FINISH_ATTEMPT = Prepared(
         exit_code=bindparam("b_exit"),
         error=bindparam("b_error"),
         failure_reason=bindparam("b_reason"),
+        job_pid=func.coalesce(attempts.c.job_pid, _PID),
+        job_pgid=func.coalesce(attempts.c.job_pgid, _PID),
     )
 )
+"""The attempt's end, and its process (leader of its own group) if the
+spawn record had not stored it yet."""
 _ATTEMPT_STILL_RUNS = exists().where(
     attempts.c.id == bindparam("b_attempt"), attempts.c.state == AttemptState.RUNNING.value
 )
@@ -132,7 +146,12 @@ _MARK_DONE = Prepared(
 
 
 def _finish_attempt(
-    conn: Connection, attempt_id: int, state: AttemptState, outcome: Outcome | None, now: float
+    conn: Connection,
+    attempt_id: int,
+    state: AttemptState,
+    outcome: Outcome | None,
+    now: float,
+    pid: int | None,
 ) -> None:
     reason = None if outcome is None or outcome.reason is None else outcome.reason.value
     _FINISH_ATTEMPT.execute(
@@ -144,6 +163,7 @@ def _finish_attempt(
             "b_exit": 0 if outcome is None else outcome.exit_code,
             "b_error": None if outcome is None else outcome.error,
             "b_reason": reason,
+            "b_job_pid": pid,
         },
     )
 
@@ -154,7 +174,13 @@ def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -
 
 
 def record_success(
-    conn: Connection, *, job_id: int, attempt_id: int, worker_id: str, now: float
+    conn: Connection,
+    *,
+    job_id: int,
+    attempt_id: int,
+    worker_id: str,
+    now: float,
+    pid: int | None = None,
 ) -> JobState | None:
     """The attempt succeeded and the job is done, if this worker still owns both
     (a stale outcome of a canceled attempt never touches a job the same worker
@@ -162,7 +188,7 @@ def record_success(
     owned = {"b_id": job_id, "b_worker": worker_id, "b_attempt": attempt_id, "b_now": now}
     if _MARK_DONE.execute(conn, owned).rowcount != 1:
         return None
-    _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now)
+    _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now, pid)
     record_event(conn, job_id, EventKind.SUCCEEDED, now, worker_id=worker_id)
     release_dependents(conn, job_id)
     return JobState.DONE
@@ -176,6 +202,7 @@ def record_failure(
     worker_id: str,
     outcome: Outcome,
     now: float,
+    pid: int | None = None,
 ) -> JobState | None:
     """A job-owned failure (exit, timeout, spawn failure, shutdown kill), or a
     worker crash that the worker recorded itself (it fenced itself after it
@@ -194,7 +221,7 @@ def record_failure(
     attempt_state = AttemptState.TIMED_OUT if timed_out else AttemptState.FAILED
     if crashed:
         attempt_state = AttemptState.ABANDONED
-    _finish_attempt(conn, attempt_id, attempt_state, outcome, now)
+    _finish_attempt(conn, attempt_id, attempt_state, outcome, now, pid)
     record_event(
         conn,
         job_id,

@@ -14,8 +14,7 @@ from spoolctl.db.engine import read_tx
 from spoolctl.db.queue import Queue
 from spoolctl.errors import Locked, Unreachable
 from spoolctl.outage import Reconnecting
-from spoolctl.services import claim as claiming
-from spoolctl.services import lanes
+from spoolctl.services import due, lanes
 from spoolctl.states import FailureReason
 from spoolctl.wakeup import Signals, StopRequested, counting_signals, wait_readable
 from spoolctl.worker import duties, lifecycle
@@ -159,7 +158,7 @@ class Worker:
         free = shift.options.concurrency - len(shift.running) + ended
         if not self._claiming() or shift.fenced or free <= 0:
             return 0
-        look = watch.changed() or ended > 0 or not settler.exhausted
+        look = ended > 0 or not settler.exhausted or watch.changed()  # its check last: a read
         if not (look or now >= settler.next_claim_at):
             return 0
         return 1 if shift.options.mode == "once" else free
@@ -174,7 +173,7 @@ class Worker:
         if mode == "drain" and not shift.running and self.settler.exhausted:
             try:
                 with shift.report.timings.db, read_tx(shift.engine) as conn:
-                    settled = claiming.lane_settled(conn, shift.options.queue, now)
+                    settled = due.lane_settled(conn, shift.options.queue, now)
                     paused = lanes.is_paused(conn, shift.options.queue)
             except (Locked, Unreachable):
                 return False

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import Connection
 
 from spoolctl.services import claim as claiming
-from spoolctl.services import execute
+from spoolctl.services import due, execute
 from spoolctl.services.outcome import Outcome, record_outcome
 from spoolctl.states import JobState
 from spoolctl.worker.reaping import Reaping
@@ -32,13 +32,17 @@ class Settler:
     def settle_and_claim(self, now: float, ended: Ended, wanted: int) -> list[claiming.Claim]:
         """Record ended attempts and claim up to `wanted` (plus the slots they
         free) in one write transaction. Nothing is lost when the write fails:
-        ended attempts stay in `running` and are recorded on a later pass."""
+        ended attempts stay in `running` and are recorded on a later pass.
+        A claim looks for stale jobs to reap first, at most once per heartbeat
+        interval (as the reap pass of a busy worker does): reaping waits for a
+        reap threshold anyway, and a drain does not pay the scan per job."""
         shift = self.shift
         try:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
                 self._store_last_output(conn, ended)
                 states = [self._settle(conn, e, o, now) for e, o in ended]
-                stale = self.reaping.stale(conn, now, shift.running) if wanted else []
+                scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
+                stale = self.reaping.stale(conn, now, shift.running) if scan else []
                 claims = [] if stale else self._claim_in(conn, now, wanted)
         except TRANSIENT:
             shift.output.failed()
@@ -48,7 +52,7 @@ class Settler:
         shift.output.landed()
         for (execution, outcome), state in zip(ended, states, strict=True):
             shift.finished_one(execution, outcome, state)
-        if wanted:
+        if scan:
             shift.last_reap_pass = now
         if stale:
             self.reaping.reap(stale, now)
@@ -66,9 +70,8 @@ class Settler:
     def _settle(
         self, conn: Connection, execution: execute.Execution, outcome: Outcome, now: float
     ) -> JobState | None:
-        if execution.proc is not None and not execution.spawn_recorded:
-            execute.record_spawn(conn, execution, None)
-        return record_outcome(
+        unrecorded = execution.pid if not execution.spawn_recorded else None
+        state = record_outcome(
             conn,
             job_id=execution.claim.job_id,
             attempt_id=execution.claim.attempt_id,
@@ -76,7 +79,11 @@ class Settler:
             worker_id=self.shift.worker_id,
             outcome=outcome,
             now=now,
+            pid=unrecorded,
         )
+        if state is None and unrecorded is not None:
+            execute.record_spawn(conn, execution, None)  # not ours: the pid is kept all the same
+        return state
 
     def _claim_in(self, conn: Connection, now: float, wanted: int) -> list[claiming.Claim]:
         shift = self.shift
@@ -108,9 +115,9 @@ class Settler:
             return []
 
     def _next_claim_time(self, conn: Connection, now: float) -> float:
-        due = claiming.next_due_at(conn, self.shift.options.queue)
+        due_at = due.next_due_at(conn, self.shift.options.queue)
         fallback = now + self.shift.options.poll_interval_s
-        return fallback if due is None or due <= now else min(due, fallback)
+        return fallback if due_at is None or due_at <= now else min(due_at, fallback)
 
     def start(self, claim: claiming.Claim, now: float) -> None:
         """Spawn a claimed job (its claim committed first) in a free slot."""
