@@ -23,7 +23,7 @@ from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
 from spoolctl.db.queue import diagnose, prepare
 from spoolctl.outage import ONE_SHOT_WAIT_S
-from spoolctl.worker import Mode, Worker, WorkerOptions, WorkReport
+from spoolctl.worker import AttemptResult, Mode, Worker, WorkerOptions, WorkReport
 
 MAX_CONCURRENCY = 256
 
@@ -136,11 +136,11 @@ def work(
 
 
 def report_data(report: WorkReport, mode: str) -> dict[str, Any]:
-    executed = len(report.results)
+    executed = report.executed
     if mode == "once":
-        if not report.results:
+        last = report.last
+        if last is None:
             return {"claimed": False}
-        last = report.results[-1]
         return {
             "claimed": True,
             "job_id": last.job_id,
@@ -178,22 +178,26 @@ def attempts(count: int) -> str:
 
 def drain_progress(report: WorkReport) -> str:
     summary = ", ".join(f"{n} {label}" for label, n in report.tally.most_common())
-    return f"draining: {attempts(len(report.results))} ({summary})"
+    return f"draining: {attempts(report.executed)} ({summary})"
 
 
 def report_text(report: WorkReport, mode: str) -> str:
-    """One line per attempt that did not succeed, then a summary line."""
-    lines = [
-        f"job {r.job_id} attempt {r.attempt_no}: {r.result} -> {r.job_state or '-'}"
-        for r in report.results
-        if r.result != "succeeded" or mode == "once"
-    ]
-    if mode == "once" and not report.results:
-        lines.append("nothing to run")
-    elif mode != "once":
-        succeeded = sum(r.result == "succeeded" for r in report.results)
-        verb = "drained" if mode == "drain" else "stopped"
-        if report.paused and not report.drained:
-            verb = "lane paused (spoolctl resume to go on); stopped"
-        lines.append(f"{verb}: {attempts(len(report.results))}, {succeeded} succeeded")
+    """One line per attempt that did not succeed (the newest UNSUCCESSFUL_KEPT,
+    and how many older ones are not listed), then a summary line."""
+    if mode == "once":
+        return "nothing to run" if report.last is None else _result_line(report.last)
+    lines = []
+    if report.unlisted:
+        n = report.unlisted
+        were = "attempt that did not succeed is" if n == 1 else "attempts that did not succeed are"
+        lines.append(f"({n} earlier {were} not listed)")
+    lines += [_result_line(r) for r in report.unsuccessful]
+    verb = "drained" if mode == "drain" else "stopped"
+    if report.paused and not report.drained:
+        verb = "lane paused (spoolctl resume to go on); stopped"
+    lines.append(f"{verb}: {attempts(report.executed)}, {report.succeeded} succeeded")
     return "\n".join(lines)
+
+
+def _result_line(r: AttemptResult) -> str:
+    return f"job {r.job_id} attempt {r.attempt_no}: {r.result} -> {r.job_state or '-'}"

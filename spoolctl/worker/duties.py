@@ -67,7 +67,7 @@ class Heartbeat:
 
     def _beat(self, conn: Connection, pairs: list[tuple[int, int]], now: float) -> list[int]:
         shift = self.shift
-        done = len(shift.report.results)
+        done = shift.report.executed
         lost = heartbeat.beat(conn, shift.worker_id, pairs, now, done)
         reaper.release_forgotten(conn, shift.worker_id, shift.identity.pid, set(shift.running), now)
         return lost

@@ -56,6 +56,6 @@ def retire(shift: Shift) -> None:
         return
     try:
         with write_tx(shift.engine) as conn:
-            heartbeat.retire_worker(conn, shift.worker_id, shift.clock(), len(shift.report.results))
+            heartbeat.retire_worker(conn, shift.worker_id, shift.clock(), shift.report.executed)
     except Exception:
         pass  # the reaper buries a worker whose row says running after it is gone

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal
 
 from spoolctl import procs
+from spoolctl.services.outcome import SUCCEEDED
 
 Mode = Literal["loop", "once", "drain"]
 
@@ -76,11 +77,26 @@ class WorkTimings:
     wall: Span = field(default_factory=Span)
 
 
+UNSUCCESSFUL_KEPT = 1000
+"""How many attempts that did not succeed a report lists (the newest): a
+worker that lives for months keeps a bounded report, and its text stays
+readable."""
+
+
 @dataclass
 class WorkReport:
+    """What a worker did: counts kept as attempts end, the last result, and
+    the newest attempts that did not succeed. Nothing in it grows with the
+    number of jobs, so a long-lived worker's memory and per-job cost stay flat."""
+
     worker_id: str
     claimed: int = 0
-    results: list[AttemptResult] = field(default_factory=list)
+    executed: int = 0
+    """Attempts whose end this worker recorded (or lost to someone else)."""
+    last: AttemptResult | None = None
+    unsuccessful: deque[AttemptResult] = field(
+        default_factory=lambda: deque(maxlen=UNSUCCESSFUL_KEPT)
+    )
     drained: bool = False
     stopped_by_signal: bool = False
     paused: bool = False
@@ -91,8 +107,20 @@ class WorkReport:
     timings: WorkTimings = field(default_factory=WorkTimings)
 
     def add(self, result: AttemptResult) -> None:
-        self.results.append(result)
+        self.executed += 1
+        self.last = result
         self.tally[result.result] += 1
+        if result.result != SUCCEEDED:
+            self.unsuccessful.append(result)
+
+    @property
+    def succeeded(self) -> int:
+        return self.tally[SUCCEEDED]
+
+    @property
+    def unlisted(self) -> int:
+        """Attempts that did not succeed, older than those `unsuccessful` keeps."""
+        return self.executed - self.succeeded - len(self.unsuccessful)
 
 
 def default_worker_id() -> str:
