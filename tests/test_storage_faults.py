@@ -33,6 +33,21 @@ def test_a_file_that_is_not_sqlite(tmp_path: Path, verb: list[str]) -> None:
     assert bogus.read_bytes() == before
 
 
+@pytest.mark.parametrize("content", [b"x", b"notes\n", b"SQLite format"])
+@pytest.mark.parametrize("verb", [["status"], ["add", "--", "true"]])
+def test_a_tiny_file_that_is_not_sqlite_is_not_overwritten(
+    tmp_path: Path, verb: list[str], content: bytes
+) -> None:
+    """SQLite itself takes a file shorter than its header for an empty
+    database and writes a new one over it: the header is checked first, so
+    a few bytes of someone's file are refused like any other file."""
+    bogus = tmp_path / "queue.db"
+    bogus.write_bytes(content)
+    result = cli_json(*verb, db=bogus)
+    assert_storage_error(result.stdout, result.exit_code, "not an SQLite database", "damaged")
+    assert bogus.read_bytes() == content
+
+
 def test_a_folder_at_the_database_path(tmp_path: Path) -> None:
     """A folder given as the queue is a wrong --db, an input error (as 0.4.11
     said), not a storage fault; nothing is created."""

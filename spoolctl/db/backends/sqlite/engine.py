@@ -52,6 +52,7 @@ def make_engine(
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        check_header(db_path)
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         if write and expected_revision is not None and revision_of(cur) == expected_revision:
@@ -80,6 +81,25 @@ def make_engine(
             _check_revision(conn, expected_revision)
 
     return engine
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_header(db_path: Path) -> None:
+    """A file that holds bytes must begin with SQLite's header. SQLite itself
+    takes a file shorter than that header for an empty database and writes a
+    new one over it: a few bytes of someone else's file would be lost.
+    Raised as SQLite's own error, so it is translated like any other file
+    that is not a database. An empty file is a new queue; a file that cannot
+    be read is left to the connection to report."""
+    try:
+        with open(db_path, "rb") as file:
+            head = file.read(len(SQLITE_HEADER))
+    except OSError:
+        return
+    if head and head != SQLITE_HEADER:
+        raise sqlite3.DatabaseError("file is not a database")
 
 
 def peek_uri(db_path: Path) -> str:
