@@ -7,6 +7,7 @@ look without a trace, immutable. SQLite's errors in the contract's words."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -83,22 +84,23 @@ def make_engine(
     return engine
 
 
-SQLITE_HEADER = b"SQLite format 3\x00"
+MIN_PAGE_SIZE = 512
+"""SQLite's smallest page: a database file that holds anything holds page 1."""
 
 
 def check_header(db_path: Path) -> None:
-    """A file that holds bytes must begin with SQLite's header. SQLite itself
-    takes a file shorter than that header for an empty database and writes a
-    new one over it: a few bytes of someone else's file would be lost.
-    Raised as SQLite's own error, so it is translated like any other file
-    that is not a database. An empty file is a new queue; a file that cannot
-    be read is left to the connection to report."""
+    """A file of 1 to 511 bytes cannot be an SQLite database, but SQLite
+    takes one shorter than its header for an empty database and writes a new
+    one over it: a few bytes of someone else's file would be lost. Raised as
+    SQLite's own error, so it is translated like any other file that is not a
+    database (a longer one SQLite refuses itself). Only the size is looked
+    at: opening and closing the file here would drop the POSIX locks that
+    this process's SQLite connections hold on it."""
     try:
-        with open(db_path, "rb") as file:
-            head = file.read(len(SQLITE_HEADER))
+        size = os.stat(db_path).st_size
     except OSError:
-        return
-    if head and head != SQLITE_HEADER:
+        return  # missing or unreadable: the connection reports it
+    if 0 < size < MIN_PAGE_SIZE:
         raise sqlite3.DatabaseError("file is not a database")
 
 
