@@ -258,10 +258,10 @@ def test_events_prune_reap_and_claim_name_their_indexes(engine: Engine, db: Path
 
 
 CLAIM_PLAN = [
-    # the job taken: the row the subquery names, by its primary key
-    "SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)",
-    # the lane's first due job in claim order: the claim index's first entry
-    "SCALAR SUBQUERY 1",
+    # the jobs taken: the rows the subquery names, by id
+    "SEARCH jobs USING COVERING INDEX ix_jobs_state_id (state=? AND id=? AND rowid=?)",
+    # the lane's first due jobs in claim order: the claim index's first entries
+    "LIST SUBQUERY 1",
     "SEARCH pick USING COVERING INDEX ix_jobs_claim (state=? AND queue=?)",
     # the lane's pause row: one primary-key lookup
     "SCALAR SUBQUERY 2",

@@ -10,12 +10,12 @@ never both take one job.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Select,
     bindparam,
@@ -28,19 +28,18 @@ from sqlalchemy import (
     update,
 )
 
-from spoolctl import layout, procs
+from spoolctl import layout
 from spoolctl.db import codec
 from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs, lanes
+from spoolctl.services import lingering
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.events import record_event
 from spoolctl.services.lanes import is_paused
+from spoolctl.services.lingering import attempt_token
 from spoolctl.states import AttemptState, EventKind, JobState
-
-ENDED_ELSEWHERE = frozenset({AttemptState.CANCELED.value, AttemptState.ABANDONED.value})
-"""Attempts ended by someone other than their worker, whose process may linger."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +60,6 @@ class Claim:
     """SPOOLCTL_ATTEMPT_TOKEN: set in the job's environment before it is spawned."""
 
 
-def attempt_token(worker_id: str, attempt_id: int, started_at: float) -> str:
-    """Names one attempt's processes across every queue on the machine: the
-    worker id (random by default), the attempt row and its claim time (to the
-    microsecond, as stored) together. Rebuilt by the reaper from the attempt row."""
-    return f"{worker_id}/{attempt_id}/{started_at:.6f}"
-
-
 _CLAIMABLE_QUERY = (
     select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds)
     .where(
@@ -81,21 +73,6 @@ _CLAIMABLE_QUERY = (
 )
 _CLAIMABLE = Prepared(_CLAIMABLE_QUERY)
 """Built once: the hot path binds values instead of rebuilding statements."""
-
-_LATEST_ATTEMPT = Prepared(
-    select(
-        attempts.c.id,
-        attempts.c.attempt_no,
-        attempts.c.state,
-        attempts.c.job_pid,
-        attempts.c.job_started_at,
-        attempts.c.worker_id,
-        attempts.c.started_at,
-    )
-    .where(attempts.c.job_id == bindparam("job_id"))
-    .order_by(attempts.c.attempt_no.desc())
-    .limit(1)
-)
 
 _TAKE = Prepared(
     update(jobs)
@@ -136,12 +113,11 @@ _FIRST_DUE = (
         _PICK.c.next_run_at <= bindparam("b_now"),
     )
     .order_by(_PICK.c.priority.desc(), _PICK.c.next_run_at, _PICK.c.id)
-    .limit(1)
+    .limit(bindparam("b_limit"))
     .with_for_update(skip_locked=True)
-    .scalar_subquery()
 )
-"""The lane's first due job in claim order (an alias: the UPDATE's own `jobs`
-is the row it changes)."""
+"""The lane's first `b_limit` due jobs in claim order (an alias: the UPDATE's
+own `jobs` is the row it changes)."""
 _NEWEST_STATE = (
     select(attempts.c.state)
     .where(attempts.c.job_id == jobs.c.id)
@@ -157,12 +133,12 @@ _NEWEST_START = (
     .scalar_subquery()
 )
 """What a job's started_at was before `_TAKE_NEXT` set it: its newest attempt's."""
-_ENDED_ELSEWHERE_LIST = literal_column(
-    "(" + ", ".join(f"'{state}'" for state in sorted(ENDED_ELSEWHERE)) + ")"
+_ENDED_ELSEWHERE_LIST: ColumnElement[Any] = literal_column(
+    "(" + ", ".join(f"'{state}'" for state in sorted(lingering.ENDED_ELSEWHERE)) + ")"
 )
 """The states as literals (constants of ours): a prepared statement has no
 expanding parameters."""
-_LAST_NO = literal_column(
+_LAST_NO: ColumnElement[Any] = literal_column(
     "(SELECT max(attempts.attempt_no) FROM attempts WHERE attempts.job_id = jobs.id)"
 ).label("last_no")
 """The taken job's newest attempt number, written out: SQLAlchemy renders a
@@ -171,7 +147,7 @@ inside this subquery would be the attempt's own."""
 _TAKE_NEXT = Prepared(
     update(jobs)
     .where(
-        jobs.c.id == _FIRST_DUE,
+        jobs.c.id.in_(_FIRST_DUE),
         jobs.c.state == JobState.QUEUED.value,
         ~exists().where(lanes.c.queue == bindparam("b_queue")),
         func.coalesce(_NEWEST_STATE, "").op("NOT IN")(_ENDED_ELSEWHERE_LIST),
@@ -185,13 +161,23 @@ _TAKE_NEXT = Prepared(
         started_at=bindparam("b_now"),
         finished_at=None,
     )
-    .returning(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds, _LAST_NO)
+    .returning(
+        jobs.c.id,
+        jobs.c.argv,
+        jobs.c.cwd,
+        jobs.c.env,
+        jobs.c.timeout_seconds,
+        jobs.c.priority,
+        jobs.c.next_run_at,
+        _LAST_NO,
+    )
 )
-"""The common claim in one statement: the lane's first due job in claim order
-becomes running, unless the lane is paused or that job's newest attempt was
-ended by someone else (its process may linger). Either exception takes the
-job nothing, and the slow path (`_claim_slowly`) decides with the same order
-as before: a fast path that skipped such a job would reorder the lane."""
+"""The common claim in one statement: the lane's first `b_limit` due jobs in
+claim order become running, except any whose newest attempt was ended by
+someone else (its process may linger), and none from a paused lane. When it
+takes fewer than asked, the slow path (`_claim_slowly`) looks again in claim
+order, one job at a time, so a job it passed over is still taken before any
+that comes after it. Rows come back in no particular order: sorted after."""
 
 
 def _claimable_skipping(skip: list[int]) -> Select[Any]:
@@ -218,37 +204,64 @@ def claim_next(
     output_root: Path,
     now: float,
 ) -> Claim | None:
-    """Claim the highest-priority due job of `queue`, or None.
+    """Claim the highest-priority due job of `queue`, or None (`claim_up_to`
+    for one)."""
+    found = claim_up_to(conn, 1, worker_id=worker_id, worker_pid=worker_pid, queue=queue,
+                        slots=slots, output_root=output_root, now=now)  # fmt: skip
+    return found[0] if found else None
 
-    Order: priority (high first), then next_run_at, then id. With `slots`, no
-    claim is made while that many jobs of the queue are running fleet-wide.
-    A job whose stored row is damaged (argv, env, timeout or cwd that are not
-    what the schema promises) is sent to dead unexecuted, with the reason in
-    its last_error, and the next job is tried. A job
-    whose previous attempt was canceled or abandoned while its process still
-    lives stays queued until that process is gone. Nothing is claimed from a
-    paused lane.
 
-    The common case is three statements: the job taken by `_TAKE_NEXT`
-    (which returns what the attempt needs), the attempt inserted, its event.
+def claim_up_to(
+    conn: Connection,
+    wanted: int,
+    *,
+    worker_id: str,
+    worker_pid: int,
+    queue: str,
+    slots: int | None,
+    output_root: Path,
+    now: float,
+) -> list[Claim]:
+    """Claim up to `wanted` due jobs of `queue` (a worker's free slots), in
+    claim order: priority (high first), then next_run_at, then id.
+
+    With `slots`, no more are claimed than leave that many jobs of the queue
+    running fleet-wide. A job whose stored row is damaged (argv, env, timeout
+    or cwd that are not what the schema promises) is sent to dead unexecuted,
+    with the reason in its last_error, and the next job is tried. A job whose
+    previous attempt was canceled or abandoned while its process still lives
+    stays queued until that process is gone. Nothing is claimed from a paused
+    lane.
+
+    The common case is one statement for all of them (`_TAKE_NEXT`, which
+    returns what each attempt needs), then each attempt's row and event.
     """
     if slots is not None:
         statements(conn).before_slot_count(conn, queue)
-        if running_in_queue(conn, queue) >= slots:
-            return None
+        wanted = min(wanted, slots - running_in_queue(conn, queue))
+    by = (worker_id, worker_pid, queue, output_root, now)
     taken = {"b_queue": queue, "b_now": now, "b_worker": worker_id, "b_pid": worker_pid}
-    while True:
-        row = _TAKE_NEXT.first(conn, taken)
-        if row is None:
-            return _claim_slowly(conn, worker_id, worker_pid, queue, output_root, now)
-        try:
-            decoded = _decode(row)
-        except codec.DamagedValue as exc:
-            _quarantine(conn, row.id, str(exc), now)
-            continue
-        last_no = row.last_no
-        return _begin_attempt(conn, row.id, 1 if last_no is None else last_no + 1, decoded,
-                              (worker_id, worker_pid, queue, output_root, now))  # fmt: skip
+    claims: list[Claim] = []
+    while len(claims) < wanted:
+        asked = wanted - len(claims)
+        rows = _TAKE_NEXT.all(conn, {**taken, "b_limit": asked})
+        rows.sort(key=lambda row: (-row.priority, row.next_run_at, row.id))
+        for row in rows:
+            try:
+                decoded = _decode(row)
+            except codec.DamagedValue as exc:
+                _quarantine(conn, row.id, str(exc), now)
+                continue
+            attempt_no = 1 if row.last_no is None else row.last_no + 1
+            claims.append(_begin_attempt(conn, row.id, attempt_no, decoded, by))
+        if len(rows) < asked:
+            break
+    while len(claims) < wanted:
+        claim = _claim_slowly(conn, worker_id, worker_pid, queue, output_root, now)
+        if claim is None:
+            break
+        claims.append(claim)
+    return claims
 
 
 _Decoded = tuple[list[str], dict[str, str], int, str | None]
@@ -282,8 +295,8 @@ def _claim_slowly(
             row = _CLAIMABLE.first(conn, params)
         if row is None:
             return None
-        previous = _latest_attempt(conn, row.id)
-        if _still_running(previous, now):
+        previous = lingering.latest_attempt(conn, row.id)
+        if lingering.still_running(previous, now):
             skip.append(row.id)
             continue
         try:
@@ -338,33 +351,6 @@ def _begin_attempt(
         stderr_path=stderr_path,
         token=attempt_token(worker_id, int(attempt_id), now),
     )
-
-
-def _latest_attempt(conn: Connection, job_id: int) -> Any:
-    """The job's newest attempt: the next number follows it (monotonic per job,
-    so a manual retry never reuses a number or its output)."""
-    return _LATEST_ATTEMPT.first(conn, {"job_id": job_id})
-
-
-def _still_running(previous: Any, now: float) -> bool:
-    """Whether a canceled or abandoned previous attempt's process still lives.
-
-    Those processes are killed asynchronously (a force-retried job's owner kills
-    it at its next heartbeat), so the job waits in the queue until the old
-    process is gone: two copies of one job never run at once. A recorded pid
-    with its start time is checked; without one (the attempt ended in its first
-    milliseconds), the attempt's token is looked for among living processes.
-    """
-    if previous is None or previous.state not in ENDED_ELSEWHERE:
-        return False
-    if previous.job_pid is not None and previous.job_started_at is not None:
-        identity = procs.ProcessIdentity(previous.job_pid, previous.job_started_at)
-        return procs.is_same_process(identity) is procs.Liveness.ALIVE
-    if previous.worker_id is None or previous.started_at is None:
-        return False
-    token = attempt_token(previous.worker_id, previous.id, previous.started_at)
-    local_start = previous.started_at - (now - time.time())  # database clock -> this machine's
-    return bool(procs.find_token(token, local_start).found)
 
 
 def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None:

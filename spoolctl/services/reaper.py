@@ -32,9 +32,9 @@ from sqlalchemy import (
 from spoolctl import procs
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, job_events, jobs, workers
-from spoolctl.services.claim import attempt_token
 from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.events import record_event
+from spoolctl.services.lingering import attempt_token
 from spoolctl.services.query import event_detail
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState, WorkerState
 

@@ -87,20 +87,16 @@ class Settler:
 
     def _claim_in(self, conn: Connection, now: float, wanted: int) -> list[claiming.Claim]:
         shift = self.shift
-        claims = []
-        for _ in range(wanted):
-            claim = claiming.claim_next(
-                conn,
-                worker_id=shift.worker_id,
-                worker_pid=shift.identity.pid,
-                queue=shift.options.queue,
-                slots=shift.options.slots,
-                output_root=shift.queue.output_root,
-                now=now,
-            )
-            if claim is None:
-                break
-            claims.append(claim)
+        claims = claiming.claim_up_to(
+            conn,
+            wanted,
+            worker_id=shift.worker_id,
+            worker_pid=shift.identity.pid,
+            queue=shift.options.queue,
+            slots=shift.options.slots,
+            output_root=shift.queue.output_root,
+            now=now,
+        )
         self.exhausted = len(claims) < wanted
         if self.exhausted:
             self.next_claim_at = self._next_claim_time(conn, now)

@@ -1,0 +1,118 @@
+"""A worker with k free slots claims up to k jobs in one statement, and takes
+exactly the jobs k claims of one would have taken: claim order, --slots caps,
+paused lanes, damaged rows and attempts ended elsewhere all as before."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, insert, select, update
+
+from spoolctl import procs
+from spoolctl.cli.queues import open_write
+from spoolctl.db.queue import Queue
+from spoolctl.db.tables import attempts, jobs
+from spoolctl.services import claim, lanes
+from spoolctl.services.submit import JobSpec, submit
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Iterator[Queue]:
+    opened = open_write(str(tmp_path / "queue.db"))
+    yield opened
+    opened.engine.dispose()
+
+
+def add(queue: Queue, **spec: object) -> int:
+    job = JobSpec(argv=["true"], **spec)  # type: ignore[arg-type]
+    return int(queue.write(lambda conn: submit(conn, job, time.time() - 1)).job_id)
+
+
+def take(queue: Queue, wanted: int, *, slots: int | None = None) -> list[claim.Claim]:
+    def run(conn: Connection) -> list[claim.Claim]:
+        by = {"worker_id": "w", "worker_pid": 1, "queue": "default"}
+        return claim.claim_up_to(
+            conn, wanted, **by, slots=slots, output_root=queue.output_root, now=time.time()
+        )
+
+    return queue.write(run)
+
+
+def states(queue: Queue) -> dict[int, str]:
+    return dict(queue.read(lambda conn: conn.execute(select(jobs.c.id, jobs.c.state)).all()))  # type: ignore[arg-type]
+
+
+def test_k_free_slots_take_the_first_k_jobs_in_claim_order(queue: Queue) -> None:
+    ids = [add(queue, priority=p) for p in (0, 3, 1, 3, 2, 0)]
+    claims = take(queue, 4)
+    # priority high first, then due time, then id: both 3s, then 2, then 1
+    assert [c.job_id for c in claims] == [ids[1], ids[3], ids[4], ids[2]]
+    assert all(c.attempt_no == 1 for c in claims)
+    assert sorted(i for i, s in states(queue).items() if s == "running") == sorted(
+        c.job_id for c in claims
+    )
+    # what is left comes next, and asking for more than is due takes what is
+    assert [c.job_id for c in take(queue, 5)] == [ids[0], ids[5]]
+    assert take(queue, 3) == []
+
+
+def test_the_slots_cap_counts_what_runs_fleet_wide(queue: Queue) -> None:
+    for _ in range(6):
+        add(queue)
+    assert len(take(queue, 1, slots=3)) == 1  # one running (another worker's, say)
+    assert len(take(queue, 5, slots=3)) == 2
+    assert take(queue, 5, slots=3) == []
+
+
+def test_a_paused_lane_hands_out_nothing(queue: Queue) -> None:
+    add(queue)
+    queue.write(
+        lambda conn: lanes.pause_lanes(conn, ["default"], by="t", reason=None, now=time.time())
+    )
+    assert take(queue, 3) == []
+
+
+def test_a_damaged_row_is_quarantined_and_the_next_job_fills_its_slot(queue: Queue) -> None:
+    ids = [add(queue) for _ in range(4)]
+    queue.write(lambda conn: conn.execute(
+        update(jobs).where(jobs.c.id == ids[1]).values(argv="not json")))  # fmt: skip
+    claims = take(queue, 3)
+    assert [c.job_id for c in claims] == [ids[0], ids[2], ids[3]]
+    assert states(queue)[ids[1]] == "dead"
+
+
+def _ended_elsewhere(queue: Queue, job_id: int, *, alive: bool) -> None:
+    """Job `job_id` had an attempt canceled by someone else; its process is
+    this test's own (alive) or one whose start time does not match (gone)."""
+    me = procs.self_identity()
+    started = me.started_at if alive else 1.0
+
+    def run(conn: Connection) -> None:
+        conn.execute(insert(attempts).values(
+            job_id=job_id, attempt_no=1, worker_id="old", worker_pid=me.pid, state="canceled",
+            started_at=time.time() - 5, stdout_path="o", stderr_path="e",
+            job_pid=me.pid, job_pgid=me.pid, job_started_at=started))  # fmt: skip
+
+    queue.write(run)
+
+
+def test_a_job_whose_canceled_attempt_still_runs_waits_and_is_not_counted(queue: Queue) -> None:
+    ids = [add(queue) for _ in range(3)]
+    _ended_elsewhere(queue, ids[0], alive=True)
+    claims = take(queue, 2)
+    assert [c.job_id for c in claims] == [ids[1], ids[2]]
+    assert states(queue)[ids[0]] == "queued"
+
+
+def test_a_job_whose_canceled_attempt_is_gone_is_not_overtaken(queue: Queue) -> None:
+    """The one statement passes over it; the slow path takes it in the same
+    transaction, so the k jobs claimed are still the first k in order."""
+    ids = [add(queue) for _ in range(4)]
+    _ended_elsewhere(queue, ids[0], alive=False)
+    claims = take(queue, 2)
+    assert sorted(c.job_id for c in claims) == [ids[0], ids[1]]
+    assert {c.job_id: c.attempt_no for c in claims}[ids[0]] == 2  # after the canceled one
+    assert take(queue, 1)[0].job_id == ids[2]
