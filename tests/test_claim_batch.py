@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import Connection, insert, select, update
@@ -17,11 +16,16 @@ from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services import claim, lanes
 from spoolctl.services.submit import JobSpec, submit
+from tests.helpers import Db
+
+pytestmark = pytest.mark.both_backends
 
 
 @pytest.fixture
-def queue(tmp_path: Path) -> Iterator[Queue]:
-    opened = open_write(str(tmp_path / "queue.db"))
+def queue(db: Db) -> Iterator[Queue]:
+    """The test's queue on each backend (PostgreSQL's FOR UPDATE SKIP LOCKED
+    subquery is where a limit could be overrun)."""
+    opened = open_write(str(db))
     yield opened
     opened.engine.dispose()
 

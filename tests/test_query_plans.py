@@ -83,7 +83,8 @@ def engine(db: Path) -> Iterator[Engine]:
 
 
 def plans_of(engine: Engine, work: Callable[[Connection], Any]) -> list[tuple[str, list[str]]]:
-    """Run work in one transaction; explain every SELECT, UPDATE and DELETE it issued.
+    """Run work in one transaction; explain every SELECT, UPDATE and DELETE it
+    issued (with or without a WITH clause).
 
     SQL is captured on the sqlite3 connection itself (bound values expanded),
     so statements run through SQLAlchemy and the worker's prepared statements
@@ -91,8 +92,8 @@ def plans_of(engine: Engine, work: Callable[[Connection], Any]) -> list[tuple[st
     seen: list[str] = []
 
     def capture(statement: str) -> None:
-        kind = statement.lstrip()[:6].upper()
-        if kind in ("SELECT", "UPDATE", "DELETE") and "alembic" not in statement:
+        kind = statement.lstrip().split(maxsplit=1)[0].upper()
+        if kind in ("SELECT", "UPDATE", "DELETE", "WITH") and "alembic" not in statement:
             seen.append(statement)
 
     with write_tx(engine) as conn:
@@ -258,18 +259,21 @@ def test_events_prune_reap_and_claim_name_their_indexes(engine: Engine, db: Path
 
 
 CLAIM_PLAN = [
-    # the jobs taken: the rows the subquery names, by id
+    # the jobs taken: the rows the CTE picked, by id
     "SEARCH jobs USING COVERING INDEX ix_jobs_state_id (state=? AND id=? AND rowid=?)",
-    # the lane's first due jobs in claim order: the claim index's first entries
-    "LIST SUBQUERY 1",
+    # the lane's first due jobs in claim order: the claim index's first
+    # entries, then those few rows of the CTE (not a table) read back
+    "LIST SUBQUERY 2",
+    "CO-ROUTINE picked",
     "SEARCH pick USING COVERING INDEX ix_jobs_claim (state=? AND queue=?)",
+    "SCAN picked",
     # the lane's pause row: one primary-key lookup
-    "SCALAR SUBQUERY 2",
+    "SCALAR SUBQUERY 3",
     "SEARCH lanes USING INDEX sqlite_autoindex_lanes_1 (queue=?)",
-    # that job's newest attempt (was it ended elsewhere?), then its number
-    "CORRELATED SCALAR SUBQUERY 3",
-    "SEARCH attempts USING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
+    # each job's newest attempt (was it ended elsewhere?), then its number
     "CORRELATED SCALAR SUBQUERY 4",
+    "SEARCH attempts USING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
+    "CORRELATED SCALAR SUBQUERY 5",
     "SEARCH attempts USING COVERING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
 ]
 """The claim as one UPDATE ... RETURNING: every part a search by an index;
@@ -308,7 +312,7 @@ def test_waiting_jobs_cost_the_claim_nothing(engine: Engine, db: Path) -> None:
         plans = plans_of(engine, lambda conn: claim_in(conn, "q2", output, now))
         assert_indexed(plans)
         assert plan_of(plans, "next_run_at <=") == CLAIM_PLAN
-        assert [sql.split()[0] for sql, _ in plans] == ["UPDATE"]  # nothing else is read
+        assert [sql.split()[0] for sql, _ in plans] == ["WITH"]  # nothing else is read
         claimed = rows(db, "SELECT state FROM jobs WHERE locked_by = 'w1' AND queue = 'q2'")
         assert [r["state"] for r in claimed] == ["running"]
     finally:

@@ -115,9 +115,14 @@ _FIRST_DUE = (
     .order_by(_PICK.c.priority.desc(), _PICK.c.next_run_at, _PICK.c.id)
     .limit(bindparam("b_limit"))
     .with_for_update(skip_locked=True)
+    .cte("picked")
+    .prefix_with("MATERIALIZED", dialect="postgresql")
 )
 """The lane's first `b_limit` due jobs in claim order (an alias: the UPDATE's
-own `jobs` is the row it changes)."""
+own `jobs` is the row it changes), picked once: PostgreSQL may run a plain
+`IN (subquery)` again for each row it joins, and each run with SKIP LOCKED
+can pick other rows, taking more than the limit. A materialized CTE runs
+once, on both backends."""
 _NEWEST_STATE = (
     select(attempts.c.state)
     .where(attempts.c.job_id == jobs.c.id)
@@ -147,7 +152,7 @@ inside this subquery would be the attempt's own."""
 _TAKE_NEXT = Prepared(
     update(jobs)
     .where(
-        jobs.c.id.in_(_FIRST_DUE),
+        jobs.c.id.in_(select(_FIRST_DUE.c.id)),
         jobs.c.state == JobState.QUEUED.value,
         ~exists().where(lanes.c.queue == bindparam("b_queue")),
         func.coalesce(_NEWEST_STATE, "").op("NOT IN")(_ENDED_ELSEWHERE_LIST),
