@@ -18,7 +18,12 @@ the worker does by itself what Popen does in its child:
   other dispositions pass on as under Popen. The mask is emptied: Popen
   passes on the worker's, which is empty (nothing in spoolctl blocks a
   signal), so a job sees no difference, and one blocked by whoever started
-  the worker cannot reach a job either;
+  the worker cannot reach a job either. One difference remains: glibc's
+  posix_spawn (2.36 at least) leaves its own two internal signals (kernel
+  numbers 32 and 33) ignored in the child, and setsigdef cannot name them
+  (glibc refuses them to sigaddset). No program can set or name them through
+  glibc, which takes them over when it needs them; only a program without
+  glibc that relies on their default action would notice;
 - descriptors: Popen (close_fds=True) closes every descriptor but 0, 1 and 2
   in its child. posix_spawn in Python 3.11 has no action for that, so before
   each spawn every descriptor from 3 up is marked close-on-exec in the
