@@ -31,7 +31,7 @@ from spoolctl.services.execute import Execution, job_environment
 from spoolctl.services.outcome import Outcome
 from spoolctl.states import FailureReason
 from spoolctl.wakeup import counting_signals
-from tests.helpers import REPO, add_job, attempts_of, child_env, job, pid_alive, wait_for
+from tests.helpers import REPO, Db, add_job, attempts_of, child_env, job, pid_alive, wait_for
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]
 
@@ -357,12 +357,13 @@ def test_a_worker_without_descriptor_0_goes_through_popen(tmp_path: Path) -> Non
                    "2": execution.claim.stderr_path}  # fmt: skip
 
 
-def test_a_real_worker_spawns_its_jobs_through_posix_spawn(tmp_path: Path) -> None:
+@pytest.mark.both_backends
+def test_a_real_worker_spawns_its_jobs_through_posix_spawn(db: Db, tmp_path: Path) -> None:
     """`spoolctl work --drain`, started with SIGUSR2 blocked and an
-    inheritable descriptor of its parent's: its jobs see neither. Through
-    Popen the blocked signal would show in every job's mask (Popen passes the
-    worker's on), so this fails if the worker stopped using posix_spawn."""
-    db = tmp_path / "q" / "queue.db"
+    inheritable descriptor of its parent's: its jobs see neither, nor the
+    worker's database files or server connection. Through Popen the blocked
+    signal would show in every job's mask (Popen passes the worker's on), so
+    this fails if the worker stopped using posix_spawn."""
     status_jobs = [add_job(db, "cat", "/proc/self/status") for _ in range(5)]
     fd_jobs = [add_job(db, sys.executable, "-c", SHOW_FDS) for _ in range(5)]
     folder = tmp_path / "jobdir"
