@@ -5,6 +5,14 @@ no pipes, nothing buffered in the worker, so output outlives the worker. The
 child leads its own session (and process group); a timeout sends SIGTERM to
 the whole group, waits up to the grace period, then SIGKILLs the group.
 
+The spawn itself is `spawn.Spawner`'s: os.posix_spawn with setsid, file
+actions for stdin (/dev/null) and the two output files, the worker's own
+PATH lookup and no descriptor but 0-2 passed on; subprocess.Popen
+(`procs.spawn_group`) for a job with a working directory and wherever
+posix_spawn cannot do all of that. Either way the job gets the same
+environment, signals and descriptors, and `Execution.proc` offers the same
+pid/poll/wait, so nothing below the spawn asks which way it went.
+
 An attempt ends with its whole process group: when the leader exits, whatever
 it left running in its group gets SIGTERM, the grace period, then SIGKILL,
 before the outcome is known, so nothing of attempt N overlaps attempt N+1.
@@ -26,7 +34,7 @@ from typing import BinaryIO
 
 from sqlalchemy import Connection, bindparam, update
 
-from spoolctl import procs
+from spoolctl import procs, spawn
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts
 from spoolctl.services.claim import Claim
@@ -81,7 +89,7 @@ class Execution:
 
     claim: Claim
     slot: int
-    proc: subprocess.Popen[bytes] | None = None
+    proc: spawn.Process | None = None
     started_at: float = 0.0
     deadline: float = 0.0
     term_sent_at: float | None = None
@@ -100,16 +108,24 @@ class Execution:
     group_check_at: float = 0.0
     outcome: Outcome | None = None
 
-    def start(self, base_env: Mapping[bytes, bytes], worker_id: str, now: float) -> None:
+    def start(
+        self,
+        base_env: Mapping[bytes, bytes],
+        worker_id: str,
+        now: float,
+        spawner: spawn.Spawner | None = None,
+    ) -> None:
         """Open the output files and spawn; a failure is kept as the outcome.
-        base_env: the worker's environment, encoded once (`encoded_environment`)."""
+        base_env: the worker's environment, encoded once (`encoded_environment`);
+        spawner: the process's own (`spawn.shared`) unless given."""
         self.started_at = now
         self.deadline = now + self.claim.timeout_seconds
         self.record_spawn_at = now + SPAWN_RECORD_DELAY_S
+        starter = spawner if spawner is not None else spawn.shared()
         try:
             out, err = open_output(self.claim.stdout_path, self.claim.stderr_path)
             with out, err:
-                self.proc = procs.spawn_group(
+                self.proc = starter.start(
                     self.claim.argv,
                     cwd=self.claim.cwd,
                     env=job_environment(base_env, self.claim, worker_id, self.slot),
