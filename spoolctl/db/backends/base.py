@@ -167,9 +167,17 @@ class Statements(Protocol):
     """The statements whose SQL differs, for one backend (module-level
     functions of its driver module, reached through `backends.statements`)."""
 
-    def before_event(self, conn: Connection) -> None:
-        """Before an event row is inserted: event ids must commit in the order
-        they are drawn, so a reader's `id > cursor` never skips one."""
+    def event_position(self) -> ColumnElement[int]:
+        """The column the ledger is read in order of, shown as each event's
+        `id` and compared with a cursor: one that no transaction committing
+        later can give a smaller value than an event a reader already saw
+        (SQLite: the id; PostgreSQL: `seq`, given by readers)."""
+        ...
+
+    def ledger_reader(self, conn: Connection) -> AbstractContextManager[Connection]:
+        """A connection to read the ledger on, every event committed so far
+        already given its position (SQLite: conn itself; PostgreSQL: one of
+        conn's engine, after the readers' numbering). Writers never wait on it."""
         ...
 
     def before_slot_count(self, conn: Connection, queue: str) -> None:
