@@ -14,8 +14,9 @@ that has none from the new sequence job_events_seq_seq before it reads
 seq = id, so a cursor handed out before the upgrade stays valid, and the
 sequence starts past every id the id sequence ever gave out (pruned newest
 events included), so no new position is one a follower already passed. A
-unique index on seq serves the reads; a partial index finds the events still
-without a position.
+unique index of the positioned events serves the reads; a partial index
+finds the events still without a position (a writer's insert adds an entry
+to the second only).
 
 On SQLite nothing is backfilled and nothing is indexed: its single writer
 commits ids in order, `id` stays the cursor and seq stays null (the column
@@ -64,7 +65,13 @@ def upgrade() -> None:
     op.execute(BACKFILL)
     op.execute(f"CREATE SEQUENCE {SEQUENCE}")
     op.execute(START_PAST_EVERY_ID)
-    op.create_index("uq_job_events_seq", "job_events", ["seq"], unique=True)
+    op.create_index(
+        "uq_job_events_seq",
+        "job_events",
+        ["seq"],
+        unique=True,
+        postgresql_where=sa.text("seq IS NOT NULL"),
+    )
     op.create_index(
         "ix_job_events_unsequenced",
         "job_events",

@@ -223,12 +223,17 @@ def _with_partial_indexes() -> MetaData:
             postgresql_where=text(ACTIVE_KEY_WHERE),
         )
         # PostgreSQL's ledger positions: unique, and the events still without
-        # one found without a scan. SQLite reads by id and keeps seq null.
-        only_on("postgresql", Index("uq_job_events_seq", job_events.c.seq, unique=True))
-        unsequenced = text("seq IS NULL")
+        # one found without a scan. Each index leaves out the other's rows, so
+        # a writer's insert adds an entry to one of them only. SQLite reads by
+        # id and keeps seq null.
+        positioned, unpositioned = text("seq IS NOT NULL"), text("seq IS NULL")
         only_on(
             "postgresql",
-            Index("ix_job_events_unsequenced", job_events.c.id, postgresql_where=unsequenced),
+            Index("uq_job_events_seq", job_events.c.seq, unique=True, postgresql_where=positioned),
+        )
+        only_on(
+            "postgresql",
+            Index("ix_job_events_unsequenced", job_events.c.id, postgresql_where=unpositioned),
         )
     return _metadata
 

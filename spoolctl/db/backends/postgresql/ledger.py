@@ -53,19 +53,25 @@ LEDGER_OPTION = "spoolctl_ledger_numbering"
 transaction even on a read-only verb's engine (numbering writes seq)."""
 NUMBER_SQL = """
 WITH due AS (
-    SELECT id, row_number() OVER (ORDER BY id) AS n
-    FROM (SELECT id FROM job_events WHERE seq IS NULL ORDER BY id LIMIT %(batch)s) AS todo
+    SELECT array_agg(id ORDER BY id) AS ids FROM (
+        SELECT id FROM job_events WHERE seq IS NULL ORDER BY id LIMIT %(batch)s
+    ) AS todo
 ), head AS (
     SELECT coalesce(pg_sequence_last_value('job_events_seq_seq'), 0) AS given
 ), numbered AS (
-    UPDATE job_events AS e SET seq = head.given + due.n
-    FROM due, head WHERE e.id = due.id
+    UPDATE job_events AS e SET seq = head.given + d.n
+    FROM head, due, unnest(due.ids) WITH ORDINALITY AS d (id, n)
+    WHERE e.id = d.id AND e.seq IS NULL
     RETURNING e.seq
 )
 SELECT setval('job_events_seq_seq', max(seq)), count(*) FROM numbered HAVING count(*) > 0
 """
 """Number up to `batch` events without a position, in id order, after the
-highest position given so far; move the sequence to the last one given."""
+highest position given so far; move the sequence to the last one given.
+The events are found through the partial index of unnumbered ones and
+updated one primary key lookup each (the ids go through an array, whose
+length the planner does not guess from stale statistics): never a scan of
+the whole table."""
 CANNOT_NUMBER = ("42501", "25006")
 """insufficient_privilege, read_only_sql_transaction: read what others numbered."""
 
