@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from spoolctl.config import busy_timeout_s
+from spoolctl.db.backends.postgresql import TRANSACTION_TIMEOUT_SINCE, transaction_limit_ms
 from spoolctl.db.backends.postgresql.ledger import READER_LOCK_KEY
 from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.db.queue import Queue, open_for_write
+from spoolctl.errors import SpoolError
 from spoolctl.services.events import record_event
 from spoolctl.services.ledger import Page, ledger_end, read_events, recent_events
 from spoolctl.states import EventKind
@@ -326,3 +329,45 @@ def _as_role(url: str, role: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).set(username=role, password="pw").render_as_string(hide_password=False)
+
+
+TOTAL = "SELECT setting FROM pg_settings WHERE name = 'transaction_timeout'"
+"""PostgreSQL 17+: the session's bound on a transaction's length, in ms."""
+
+
+def test_the_server_ends_a_transaction_of_ours_left_open_and_its_event_never_shows(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A transaction frozen half-way (its process stopped, its network cut)
+    would keep its events from readers for as long as it stays open: the
+    driver's session settings make the server end it (here after 1 s: a
+    quarter of a 4 s hang threshold). Migrations are not bounded by a total."""
+    monkeypatch.setenv("SPOOLCTL_HANG_THRESHOLD", "4")
+    assert cli("add", "--", "true", db=pg_url).exit_code == 0
+    queue = open_for_write(driver_of(pg_url))
+    try:
+        engine = queue.engine
+        start = page(engine, 0).cursor
+        with write_tx(engine) as conn:
+            shown = conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar()
+            version = int(conn.exec_driver_sql("SHOW server_version_num").scalar_one())
+            bounded = [TOTAL] if version >= TRANSACTION_TIMEOUT_SINCE else []
+            totals = [conn.exec_driver_sql(sql).scalar() for sql in bounded]
+        assert shown == "1s"
+        assert totals == ([str(transaction_limit_ms(busy_timeout_s()))] if bounded else [])
+        with pytest.raises(SpoolError), write_tx(engine) as conn:
+            event(conn, 1)
+            time.sleep(2.5)
+        assert page(engine, start).events == []
+        _write(engine, 2)
+        assert numbers(page(engine, start)) == [2]
+    finally:
+        queue.dispose()
+    migrating = driver_of(pg_url).migration_engine()
+    try:
+        with write_tx(migrating) as conn:
+            if bounded:
+                assert conn.exec_driver_sql(TOTAL).scalar() == "0"
+            assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar()
+    finally:
+        migrating.dispose()
