@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine
+from sqlalchemy import event as event_api
 
 from spoolctl.config import busy_timeout_s
 from spoolctl.db.backends.postgresql import TRANSACTION_TIMEOUT_SINCE, transaction_limit_ms
@@ -371,3 +372,29 @@ def test_the_server_ends_a_transaction_of_ours_left_open_and_its_event_never_sho
             assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar()
     finally:
         migrating.dispose()
+
+
+def test_a_ledger_read_through_the_queue_holds_one_connection(queue: Queue) -> None:
+    """`events` and the web read through `Queue.read_ledger`: the numbering and
+    the read share one pooled connection, so readers in many threads (the
+    web's) cannot all hold one and wait for a second."""
+    held, most = [0], [0]
+
+    def checkout(*_: Any) -> None:
+        held[0] += 1
+        most[0] = max(most[0], held[0])
+
+    def checkin(*_: Any) -> None:
+        held[0] -= 1
+
+    _write(queue.engine, 1)
+    event_api.listen(queue.engine, "checkout", checkout)
+    event_api.listen(queue.engine, "checkin", checkin)
+    found = queue.read_ledger(lambda conn: read_events(conn, since_id=0))
+    end = queue.read_ledger(ledger_end)
+    newest = queue.read_ledger(lambda conn: recent_events(conn, limit=1))
+    assert numbers(found) == [1] and end == found.cursor == newest[0]["id"]
+    assert most[0] == 1
+    with read_tx(queue.engine) as conn:
+        assert read_events(conn, since_id=0).cursor == end  # inside a snapshot: a second one
+    assert most[0] == 2

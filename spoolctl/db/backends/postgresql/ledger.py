@@ -44,6 +44,8 @@ from contextlib import contextmanager
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
+from spoolctl.db.engine import READ_ONLY_OPTION
+
 READER_LOCK_KEY = 0x5C0_0EAD
 """pg_advisory_xact_lock key of the readers' numbering; no writer takes it."""
 NUMBER_BATCH = 5000
@@ -87,15 +89,26 @@ def number_events(conn: Connection) -> int:
 @contextmanager
 def ledger_reader(conn: Connection) -> Iterator[Connection]:
     """A connection whose transaction sees every event committed before it
-    opened numbered: numberings on a connection of the caller's engine, each
-    committed, then a fresh transaction on it to read in (the caller's own
-    transaction began before, and its snapshot would not see them)."""
-    with conn.engine.connect() as own:
-        own.execution_options(**{LEDGER_OPTION: True})
-        while _numbered_a_batch(own):
-            pass
-        with own.begin():
-            yield own
+    opened numbered: numberings, each committed, then a fresh read-only
+    transaction to read in. On conn itself when it has no transaction open
+    (`Queue.read_ledger`); else on a second connection of its engine (the
+    caller's snapshot began before the numbering and would not see it)."""
+    if not conn.in_transaction():
+        with _numbered_then_read(conn) as reader:
+            yield reader
+        return
+    with conn.engine.connect() as own, _numbered_then_read(own) as reader:
+        yield reader
+
+
+@contextmanager
+def _numbered_then_read(own: Connection) -> Iterator[Connection]:
+    own.execution_options(**{LEDGER_OPTION: True, READ_ONLY_OPTION: False})
+    while _numbered_a_batch(own):
+        pass
+    own.execution_options(**{LEDGER_OPTION: False, READ_ONLY_OPTION: True})
+    with own.begin():
+        yield own
 
 
 def _numbered_a_batch(own: Connection) -> bool:

@@ -44,6 +44,7 @@ from spoolctl.db.backends.sqlite.engine import (
     switch_to_wal,
     translate_errors,
 )
+from spoolctl.db.engine import READ_ONLY_OPTION
 from spoolctl.db.url import bad_url
 from spoolctl.errors import InvalidInput, StorageFault
 
@@ -190,8 +191,14 @@ def event_position() -> ColumnElement[int]:
 
 @contextmanager
 def ledger_reader(conn: Connection) -> Iterator[Connection]:
-    """The caller's own transaction: nothing to number before reading."""
-    yield conn
+    """conn itself, nothing to number: in the caller's transaction, or in a
+    read snapshot of its own when conn has none open (`Queue.read_ledger`)."""
+    if conn.in_transaction():
+        yield conn
+        return
+    conn.execution_options(**{READ_ONLY_OPTION: True})
+    with conn.begin():
+        yield conn
 
 
 def before_slot_count(conn: Connection, queue: str) -> None:
