@@ -127,6 +127,44 @@ def test_an_aborted_transactions_event_is_never_read_and_leaves_no_gap(queue: Qu
     assert positions == list(range(start + 1, start + 4)), "positions follow one another"
 
 
+def test_a_follower_sees_every_event_of_concurrent_writers(pg_url: str) -> None:
+    """Four writers, 50 events each, while a reader pages with `id > cursor`:
+    the reader ends with every event, each exactly once."""
+    assert cli("add", "--", "true", db=pg_url).exit_code == 0
+    queue = open_for_write(driver_of(pg_url))
+    engine = queue.engine
+    writers_done = threading.Event()
+
+    def write(n: int) -> None:
+        for i in range(50):
+            with write_tx(engine) as conn:
+                record_event(conn, 1, EventKind.PAUSED, time.time(), detail={"w": n, "i": i})
+
+    try:
+        with read_tx(engine) as conn:
+            cursor = read_events(conn, since_id=0).cursor
+        threads = [threading.Thread(target=write, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        seen: list[tuple[int, int]] = []
+        while True:
+            finished = writers_done.is_set()
+            with read_tx(engine) as conn:
+                page = read_events(conn, since_id=cursor)
+            seen += [(e["detail"]["w"], e["detail"]["i"]) for e in page.events]
+            cursor = page.cursor
+            if finished:
+                break
+            if not any(t.is_alive() for t in threads):
+                writers_done.set()  # one more page after the last commit
+    finally:
+        for t in threads:
+            t.join(30)
+        queue.dispose()
+    assert sorted(seen) == sorted((w, i) for w in range(4) for i in range(50))
+    assert len(seen) == len(set(seen)) == 200
+
+
 class Writers:
     """Six writers of 40 transactions each (a fifth of them rolled back, one to
     three events in each) and one transaction open until `finish`, each on an
