@@ -76,6 +76,8 @@ length the planner does not guess from stale statistics): never a scan of
 the whole table."""
 CANNOT_NUMBER = ("42501", "25006")
 """insufficient_privilege, read_only_sql_transaction: read what others numbered."""
+MAY_NOT_NUMBER = "spoolctl_may_not_number"
+"""Connection.info key (the session's): numbering was refused on it once."""
 
 
 def number_events(conn: Connection) -> int:
@@ -104,7 +106,7 @@ def ledger_reader(conn: Connection) -> Iterator[Connection]:
 @contextmanager
 def _numbered_then_read(own: Connection) -> Iterator[Connection]:
     own.execution_options(**{LEDGER_OPTION: True, READ_ONLY_OPTION: False})
-    while _numbered_a_batch(own):
+    while not own.info.get(MAY_NOT_NUMBER) and _numbered_a_batch(own):
         pass
     own.execution_options(**{LEDGER_OPTION: False, READ_ONLY_OPTION: True})
     with own.begin():
@@ -119,6 +121,7 @@ def _numbered_a_batch(own: Connection) -> bool:
             return number_events(own) == NUMBER_BATCH
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) in CANNOT_NUMBER:
+            own.info[MAY_NOT_NUMBER] = True  # not again on this session: no error per poll
             return False
         raise
 
