@@ -175,9 +175,12 @@ class Statements(Protocol):
         ...
 
     def ledger_reader(self, conn: Connection) -> AbstractContextManager[Connection]:
-        """A connection to read the ledger on, every event committed so far
-        already given its position (SQLite: conn itself; PostgreSQL: one of
-        conn's engine, after the readers' numbering). Writers never wait on it."""
+        """A connection in a read transaction that sees every event committed
+        so far at its position: conn itself, in its own transaction or, when
+        it has none open (`Queue.read_ledger`), in a read snapshot opened here.
+        PostgreSQL first runs the readers' numbering (`postgresql/ledger.py`),
+        on conn when it has no transaction open, else on a second connection
+        of its engine. Writers never wait on it."""
         ...
 
     def before_slot_count(self, conn: Connection, queue: str) -> None:
