@@ -11,6 +11,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -436,3 +437,45 @@ def test_a_ledger_read_through_the_queue_holds_one_connection(queue: Queue) -> N
     with read_tx(queue.engine) as conn:
         assert read_events(conn, since_id=0).cursor == end  # inside a snapshot: a second one
     assert most[0] == 2
+
+
+def test_readers_numbering_at_once_give_each_position_once(queue: Queue) -> None:
+    """Three followers in threads of their own, each on its own engine,
+    number and read while the writers write: each sees every committed event
+    once, all see the same positions, and no position is given twice."""
+    start = page(queue.engine, 0).cursor
+    writers = Writers(queue)
+    seen: dict[int, list[tuple[int, int, int]]] = {f: [] for f in range(3)}
+    done = threading.Event()
+
+    def follow(f: int) -> None:
+        own = open_for_write(queue.driver)
+        cursor = start
+        try:
+            while True:
+                finished = done.is_set()
+                found = own.read_ledger(partial(read_events, since_id=cursor, limit=9))
+                seen[f] += [(e["id"], e["detail"]["w"], e["detail"]["n"]) for e in found.events]
+                cursor = found.cursor
+                if finished and not found.events:
+                    return
+        finally:
+            own.dispose()
+
+    followers = [threading.Thread(target=follow, args=(f,)) for f in range(3)]
+    writers.start()
+    for t in followers:
+        t.start()
+    try:
+        while writers.writing():
+            time.sleep(0.05)
+    finally:
+        writers.finish()
+        done.set()
+        for t in followers:
+            t.join(60)
+    assert seen[0] == seen[1] == seen[2], "every reader sees the same positions"
+    assert {(w, n) for _, w, n in seen[0]} == writers.committed
+    positions = [p for p, _, _ in seen[0]]
+    assert positions == list(range(start + 1, start + 1 + len(positions)))
+    assert len(positions) == len(writers.committed)
