@@ -247,7 +247,7 @@ class PgQueue:
 def _columns(conn: Any, table: str) -> list[str]:
     rows = conn.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
-        "AND column_name <> 'id' ORDER BY ordinal_position",
+        "AND column_name NOT IN ('id', 'seq') ORDER BY ordinal_position",
         (table,),
     ).fetchall()
     return [r[0] for r in rows]

@@ -16,11 +16,12 @@ is plain ALTER statements. Revisions that must differ ask
 from __future__ import annotations
 
 from logging.config import fileConfig
+from typing import Any
 
 from alembic import context
 from sqlalchemy import Connection, Engine, create_engine
 
-from spoolctl.db.tables import metadata
+from spoolctl.db.tables import ONLY_ON, metadata
 
 config = context.config
 if config.config_file_name is not None:
@@ -29,11 +30,21 @@ if config.config_file_name is not None:
 target_metadata = metadata
 
 
+def _include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Autogenerate compares an index the model creates on one backend only
+    (`tables.only_on`) with a database of that backend only."""
+    only = getattr(obj, "info", {}).get(ONLY_ON)
+    return only is None or only == context.get_context().dialect.name
+
+
 def _configure_and_run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
         render_as_batch=True,
+        include_object=_include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from spoolctl.db import revision
 from spoolctl.db.backends import statements
@@ -23,6 +23,8 @@ from spoolctl.db.queue import Queue, open_for_write, schema_status
 from spoolctl.db.tables import workers
 from spoolctl.errors import Locked
 from spoolctl.services.attempt_output import find_attempt
+from spoolctl.services.events import record_event
+from spoolctl.states import EventKind
 from tests.helpers import Db, WriteLock, add, driver_of, is_postgres, rows
 
 pytestmark = pytest.mark.both_backends
@@ -252,19 +254,27 @@ def test_health_checks_name_the_database_and_its_folder(driver: Driver, queue: Q
 
 
 def test_the_statements_that_differ(queue: Queue) -> None:
-    """upsert inserts then updates; the event and slot hooks run inside a
-    write transaction; the table list is the queue's; no legacy layout
-    where the original never wrote."""
+    """upsert inserts then updates; the slot hook runs inside a write
+    transaction; the ledger reader sees a committed event at a position; the
+    table list is the queue's; no legacy layout where the original never wrote."""
 
     def work(conn: object) -> None:
         backend = statements(conn)  # type: ignore[arg-type]
-        backend.before_event(conn)  # type: ignore[arg-type]
         backend.before_slot_count(conn, "default")  # type: ignore[arg-type]
+        record_event(conn, None, EventKind.PAUSED, time.time(), detail={"queue": "x"})  # type: ignore[arg-type]
         backend.upsert(conn, workers, worker_row("w1"), "id")  # type: ignore[arg-type]
         backend.upsert(conn, workers, {**worker_row("w1"), "pid": 7}, "id")  # type: ignore[arg-type]
 
     queue.write(work)
     assert queue.read(lambda conn: conn.execute(select(workers.c.pid)).scalars().all()) == [7]
+
+    def positions(conn: Connection) -> list[int]:
+        backend = statements(conn)
+        with backend.ledger_reader(conn) as reader:
+            position = backend.event_position()
+            return list(reader.execute(select(position).where(position.is_not(None))).scalars())
+
+    assert queue.read(positions) == [1]
     tables = queue.read(lambda conn: statements(conn).table_names(conn))
     assert {"jobs", "attempts", "workers", "job_events", "alembic_version"} <= tables
     legacy = queue.read(lambda conn: statements(conn).legacy_version(conn, tables))

@@ -30,8 +30,16 @@ def revision_of(db: Path) -> str:
     return str(rows(db, "SELECT version_num FROM alembic_version")[0][0])
 
 
+EVERY_REVISIONS_COLUMNS = {"job_events": "id, job_id, at, event, worker_id, detail"}
+"""Columns compared across revisions where a later one adds some (0005's
+job_events.seq, null on SQLite)."""
+
+
 def contents(db: Path) -> dict[str, Any]:
-    found: dict[str, Any] = {t: [tuple(r) for r in rows(db, f"SELECT * FROM {t}")] for t in TABLES}
+    found: dict[str, Any] = {
+        t: [tuple(r) for r in rows(db, f"SELECT {EVERY_REVISIONS_COLUMNS.get(t, '*')} FROM {t}")]
+        for t in TABLES
+    }
     found["sqlite_sequence"] = sorted(tuple(r) for r in rows(db, "SELECT * FROM sqlite_sequence"))
     return found
 

@@ -121,14 +121,14 @@ class Ledger:
         queue = self._opened()
         if queue is None:
             return Page([], since_id)
-        return queue.read(
+        return queue.read_ledger(
             lambda conn: read_events(conn, since_id=since_id, job_id=job_id, limit=limit)
         )
 
     def end(self) -> int:
         """The cursor of the current end of the ledger (0: no queue yet)."""
         queue = self._opened()
-        return 0 if queue is None else queue.read(ledger_end)
+        return 0 if queue is None else queue.read_ledger(ledger_end)
 
 
 def long_poll(

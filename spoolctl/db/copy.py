@@ -25,6 +25,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from spoolctl.db import revision
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.tables import (
+    LEDGER_SEQUENCE,
     attempts,
     job_dependencies,
     job_events,
@@ -165,9 +166,15 @@ def copy_rows(source: Connection, target: Connection, table: Table, into: Driver
     rows = source.execute(select(table).order_by(*table.primary_key.columns)).mappings()
     copied = 0
     while batch := rows.fetchmany(BATCH_ROWS):
-        insert_rows(target, table, [dict(row) for row in batch], into)
+        insert_rows(target, table, [positioned(table, dict(row)) for row in batch], into)
         copied += len(batch)
     return copied
+
+
+def positioned(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+    """An SQLite event's id is its ledger position: PostgreSQL keeps it as the
+    event's `seq`, so a cursor read from the source stays valid on the target."""
+    return {**row, "seq": row["id"]} if table is job_events else row
 
 
 def insert_rows(
@@ -200,7 +207,8 @@ def issued_ids(source: Connection, table: Table) -> int:
 
 def advance_sequences(source: Connection, target: Connection) -> None:
     """Move each id sequence of the target past every id the source gave out,
-    so a new row never takes an id the queue already used."""
+    so a new row never takes an id the queue already used, and the ledger's
+    positions past every event id (the source's cursors)."""
     for table in SEQUENCED:
         floor = issued_ids(source, table)
         if floor:
@@ -211,6 +219,10 @@ def advance_sequences(source: Connection, target: Connection) -> None:
                 ),
                 {"floor": floor, "t": table.name},
             )
+            if table is job_events:
+                target.execute(
+                    text(f"SELECT setval('{LEDGER_SEQUENCE.name}', :floor)"), {"floor": floor}
+                )
 
 
 def next_ids(target: Connection) -> dict[str, int]:

@@ -104,6 +104,14 @@ def read_tx(engine: Engine) -> Iterator[Connection]:
 
 
 @contextmanager
+def bare_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection with no transaction open yet: for reads that open their
+    own (the event ledger's, `services/ledger.py`)."""
+    with translate_errors(engine), engine.connect() as conn:
+        yield conn
+
+
+@contextmanager
 def translate_errors(engine: Engine) -> Iterator[None]:
     """The backend's errors in the contract's words (its driver's
     `translate_errors`): a busy lock becomes `Locked` (exit 4), a database

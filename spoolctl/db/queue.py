@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine
 
 from spoolctl.db import revision
 from spoolctl.db.backends.base import Driver, OutputReader, Synchronous
-from spoolctl.db.engine import RevisionMismatch, read_tx, write_tx
+from spoolctl.db.engine import RevisionMismatch, bare_connection, read_tx, write_tx
 
 T = TypeVar("T")
 
@@ -78,8 +78,23 @@ class Queue:
     def read(self, fn: Callable[[Connection], T]) -> T:
         """Run fn in one read snapshot; refuses a database that is not current
         (unless SPOOLCTL_AUTO_MIGRATE=1 lets it be upgraded first)."""
+        return self._reading(read_tx, fn)
+
+    def read_ledger(self, fn: Callable[[Connection], T]) -> T:
+        """Run fn, which reads the event ledger (`services/ledger.py`), on a
+        connection outside any transaction: each ledger read opens its own
+        (on PostgreSQL after the readers' numbering, on this same connection
+        instead of a second one). Refuses a database that is not current as
+        `read` does."""
+        return self._reading(bare_connection, fn)
+
+    def _reading(
+        self,
+        transaction: Callable[[Engine], AbstractContextManager[Connection]],
+        fn: Callable[[Connection], T],
+    ) -> T:
         try:
-            with read_tx(self.engine) as conn:
+            with transaction(self.engine) as conn:
                 return fn(conn)
         except RevisionMismatch:
             self.engine.dispose()
@@ -87,7 +102,7 @@ class Queue:
                 diagnose(self.driver)
                 raise
             prepare(self.driver)
-        return self._after_prepare(read_tx, fn)
+        return self._after_prepare(transaction, fn)
 
     def _after_prepare(
         self,

@@ -24,12 +24,13 @@ if TYPE_CHECKING:
 
     from spoolctl.db.backends.base import Driver
 
-HEAD_REVISION = "0004_output_chunks"
+HEAD_REVISION = "0005_ledger_positions"
 KNOWN_REVISIONS: tuple[str, ...] = (
     "0001_initial",
     "0002_state_checks",
     "0003_lanes_and_dependencies",
     "0004_output_chunks",
+    "0005_ledger_positions",
 )
 """Every revision this code knows, oldest first."""
 DELETE_STORED_OUTPUT_FLAG = "--delete-stored-output"

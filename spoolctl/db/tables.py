@@ -21,6 +21,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    Sequence,
     String,
     Table,
     Text,
@@ -157,9 +158,15 @@ job_events = Table(
     Column("event", String(32), nullable=False),
     Column("worker_id", Text),
     Column("detail", Text),
+    Column("seq", Int),
     sqlite_autoincrement=True,
 )
+"""`seq` is the event's place in the ledger on PostgreSQL, given by a reader
+after the event committed (`backends/postgresql/ledger.py`); `id` is that
+place on SQLite, whose single writer commits ids in order (`seq` stays null)."""
 Index("ix_job_events_job_id", job_events.c.job_id, job_events.c.id)
+LEDGER_SEQUENCE = Sequence("job_events_seq_seq", metadata=_metadata)
+"""Where PostgreSQL's readers draw `seq` from (SQLite has no sequences)."""
 
 lanes = Table(
     "lanes",
@@ -202,10 +209,11 @@ first copy; SQLite queues read those and store no chunks."""
 
 def _with_partial_indexes() -> MetaData:
     """The whole schema: the tables plus the partial unique index on active
-    idempotency keys. That index's `postgresql_where` makes SQLAlchemy import
-    its whole PostgreSQL dialect (about 25 ms), which no verb needs to read or
-    write rows: only DDL and schema comparisons (migrations, tests) use the
-    index object, so it is attached on the first access to `metadata`."""
+    idempotency keys, and PostgreSQL's two ledger indexes. Their
+    `postgresql_where` makes SQLAlchemy import its whole PostgreSQL dialect
+    (about 25 ms), which no verb needs to read or write rows: only DDL and
+    schema comparisons (migrations, tests) use the index objects, so they are
+    attached on the first access to `metadata`."""
     if "uq_jobs_active_key" not in {index.name for index in jobs.indexes}:
         Index(
             "uq_jobs_active_key",
@@ -214,7 +222,30 @@ def _with_partial_indexes() -> MetaData:
             sqlite_where=text(ACTIVE_KEY_WHERE),
             postgresql_where=text(ACTIVE_KEY_WHERE),
         )
+        # PostgreSQL's ledger positions: unique, and the events still without
+        # one found without a scan. Each index leaves out the other's rows, so
+        # a writer's insert adds an entry to one of them only. SQLite reads by
+        # id and keeps seq null.
+        positioned, unpositioned = text("seq IS NOT NULL"), text("seq IS NULL")
+        only_on(
+            "postgresql",
+            Index("uq_job_events_seq", job_events.c.seq, unique=True, postgresql_where=positioned),
+        )
+        only_on(
+            "postgresql",
+            Index("ix_job_events_unsequenced", job_events.c.id, postgresql_where=unpositioned),
+        )
     return _metadata
+
+
+ONLY_ON = "spoolctl_only_on"
+"""Index.info key: the one backend the index exists on (migrations/env.py
+compares it with the database only there)."""
+
+
+def only_on(dialect: str, index: Index) -> Index:
+    index.info[ONLY_ON] = dialect
+    return index.ddl_if(dialect=dialect)
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,8 @@
-"""The append-only event ledger: written in the transaction of its change."""
+"""The append-only event ledger: written in the transaction of its change.
+
+Writers take no ledger lock on any backend: where concurrent writers commit
+ids out of order (PostgreSQL), readers give events their positions
+(`services/ledger.py`, the driver's `ledger_reader`)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert
 
 from spoolctl.db import codec
-from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import job_events
 from spoolctl.states import EventKind
@@ -32,7 +35,6 @@ def record_event(
     worker_id: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    statements(conn).before_event(conn)
     _INSERT_EVENT.execute(
         conn,
         {

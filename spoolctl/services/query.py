@@ -59,8 +59,9 @@ def job_detail(conn: Connection, job_id: int) -> dict[str, Any] | None:
     attempt_rows = conn.execute(
         select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.attempt_no)
     ).mappings()
+    shown = [c for c in job_events.c if c.name != "seq"]  # seq: the ledger's, not the job's
     event_rows = conn.execute(
-        select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.id)
+        select(*shown).where(job_events.c.job_id == job_id).order_by(job_events.c.id)
     ).mappings()
     events = [{**dict(e), "detail": codec.load_detail(e["detail"])} for e in event_rows]
     signals = attempt_signals(events)

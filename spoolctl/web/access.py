@@ -56,6 +56,13 @@ class QueueAccess:
         queue = self.reader()
         return empty if queue is None else queue.read(fn)
 
+    def read_ledger(self, fn: Callable[[Connection], T], empty: T) -> T:
+        """fn, which reads the event ledger, as `Queue.read_ledger` runs it
+        (one connection, each read in its own transaction); `empty` while
+        there is no queue yet."""
+        queue = self.reader()
+        return empty if queue is None else queue.read_ledger(fn)
+
     def write(self, fn: Callable[[Connection, float], T]) -> T:
         """fn(conn, now) in one write transaction, `now` read from the clock
         the queue judges times by (the server's on PostgreSQL), as the verbs do."""

@@ -146,7 +146,7 @@ class Dashboard:
         job_id = whole_number(request.query_params.get("job"), "job")
         empty: dict[str, Any] = {"events": [], "older": None, "cursor": 0}
         data = await run_in_threadpool(
-            self.access.read, lambda conn: views.events_page(conn, before, job_id), empty
+            self.access.read_ledger, lambda conn: views.events_page(conn, before, job_id), empty
         )
         now = await run_in_threadpool(self.access.now)
         return self.page(
@@ -157,7 +157,7 @@ class Dashboard:
         cursor = whole_number(request.query_params.get("cursor"), "cursor", 0) or 0
         job_id = whole_number(request.query_params.get("job"), "job")
         data = await run_in_threadpool(
-            self.access.read,
+            self.access.read_ledger,
             lambda conn: views.events_after(conn, cursor, job_id),
             {"events": [], "cursor": cursor},
         )

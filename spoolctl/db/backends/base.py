@@ -167,9 +167,20 @@ class Statements(Protocol):
     """The statements whose SQL differs, for one backend (module-level
     functions of its driver module, reached through `backends.statements`)."""
 
-    def before_event(self, conn: Connection) -> None:
-        """Before an event row is inserted: event ids must commit in the order
-        they are drawn, so a reader's `id > cursor` never skips one."""
+    def event_position(self) -> ColumnElement[int]:
+        """The column the ledger is read in order of, shown as each event's
+        `id` and compared with a cursor: one that no transaction committing
+        later can give a smaller value than an event a reader already saw
+        (SQLite: the id; PostgreSQL: `seq`, given by readers)."""
+        ...
+
+    def ledger_reader(self, conn: Connection) -> AbstractContextManager[Connection]:
+        """A connection in a read transaction that sees every event committed
+        so far at its position: conn itself, in its own transaction or, when
+        it has none open (`Queue.read_ledger`), in a read snapshot opened here.
+        PostgreSQL first runs the readers' numbering (`postgresql/ledger.py`),
+        on conn when it has no transaction open, else on a second connection
+        of its engine. Writers never wait on it."""
         ...
 
     def before_slot_count(self, conn: Connection, queue: str) -> None:

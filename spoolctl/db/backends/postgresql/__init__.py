@@ -13,9 +13,9 @@
 - Clock: liveness times come from the server (`clock_timestamp()`), sampled
   as an offset from the local clock and refreshed every few seconds.
 - Ledger order: event ids come from a sequence, and concurrent transactions
-  could commit them out of order; inserting an event first takes a
-  transaction-level advisory lock, so ids commit in the order they are drawn
-  and `events --since-id` never skips one.
+  commit them out of order, so the ledger is read by `seq`, a position that
+  readers give committed events under a lock only readers take (`ledger`);
+  writers take no ledger lock and never wait for a reader.
 - Migrations run in one transaction under a transaction-level advisory lock;
   there is no file to back up (use pg_dump; `docs/postgresql.md`).
 
@@ -27,8 +27,8 @@
 The package: this module (the driver, its engines, the statements that
 differ), `url` (parsing, masking), `errors` (translation), `watch` (the
 server's clock, LISTEN/NOTIFY), `output` (the stored copy), `health`
-(doctor's checks). Nothing here is imported unless `--db` names a PostgreSQL
-URL.
+(doctor's checks), `ledger` (the readers' numbering). Nothing here is
+imported unless `--db` names a PostgreSQL URL.
 """
 
 from __future__ import annotations
@@ -43,10 +43,12 @@ from sqlalchemy import Connection, Engine, Table, Text, bindparam, create_engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
 from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
+from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_reader
 from spoolctl.db.backends.postgresql.url import driver_url, parse_url
 from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
 from spoolctl.db.url import masked
@@ -57,19 +59,21 @@ if TYPE_CHECKING:
     from spoolctl.db.backends.postgresql.stored import StoredOutput
     from spoolctl.db.health import Check
 
-__all__ = ["PostgresDriver", "display_of", "parse_url", "translate_errors"]
+__all__ = ["PostgresDriver", "display_of", "ledger_reader", "parse_url", "translate_errors"]
 
 MIGRATE_BUSY_TIMEOUT_S = 60.0
 """A migrate waits at least this long for another migrate's lock and rows."""
 
-LEDGER_LOCK_KEY = 0x5C0_01ED
-"""pg_advisory_xact_lock key serializing event inserts (ids commit in order)."""
 MIGRATE_LOCK_KEY = 0x5C0_0111
 """pg_advisory_xact_lock key serializing schema changes."""
 SLOTS_LOCK_BASE = 0x5C0_0000
 """Added to a hash of the queue name: serializes `--slots` counting per lane."""
 CONNECT_TIMEOUT_S = 10
 IDLE_IN_TRANSACTION_MAX_S = 10.0
+TRANSACTION_MAX_S = 60.0
+"""PostgreSQL 17+: the longest a write transaction of ours may last
+(`transaction_timeout`; migrate and copy-to are not bounded)."""
+TRANSACTION_TIMEOUT_SINCE = 170000
 NETWORK_TIMEOUT_MAX_S = 10.0
 
 
@@ -83,6 +87,13 @@ def idle_limit_ms() -> int:
     if hang <= 0:
         return int(IDLE_IN_TRANSACTION_MAX_S * 1000)
     return int(min(IDLE_IN_TRANSACTION_MAX_S, max(1.0, hang / 4)) * 1000)
+
+
+def transaction_limit_ms(busy_timeout_s: float) -> int:
+    """How long a write transaction may last in all (PostgreSQL 17+): a minute,
+    or four lock waits at the busy timeout if that is longer. An event shows
+    in the ledger when its transaction commits: this bounds how late."""
+    return int(max(TRANSACTION_MAX_S, 4 * busy_timeout_s) * 1000)
 
 
 def network_bounds() -> dict[str, Any]:
@@ -106,12 +117,19 @@ def network_bounds() -> dict[str, Any]:
 
 
 def make_engine(
-    url: str, *, write: bool, busy_timeout_s: float, expected_revision: str | None
+    url: str,
+    *,
+    write: bool,
+    busy_timeout_s: float,
+    expected_revision: str | None,
+    bounded: bool = True,
 ) -> Engine:
     """An engine on the database: READ COMMITTED writes whose lock waits end
     at the busy timeout (`lock_timeout`), REPEATABLE READ READ ONLY reads,
     and, with expected_revision, the revision re-read in every transaction
-    (in the same round trip as the transaction's settings)."""
+    (in the same round trip as the transaction's settings). `bounded`: a
+    write engine's transactions end at `transaction_limit_ms` (PostgreSQL
+    17+); migrate and copy-to run one long transaction, unbounded."""
     from spoolctl.db.backends.postgresql.watch import CLOCK_ONLY_OPTION
 
     require_driver()
@@ -127,10 +145,14 @@ def make_engine(
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # A session left idle inside a transaction (its worker frozen or cut
-        # off) would hold row and ledger locks for the whole fleet: the
-        # server ends it. Ours last milliseconds; migrate and copy-to run
-        # statements back to back.
+        # off) would hold row locks, and keep its events from the ledger's
+        # readers: the server ends it. Ours last milliseconds; migrate and
+        # copy-to run statements back to back. From PostgreSQL 17 a write
+        # transaction also ends at a total length, busy or idle.
         dbapi_conn.execute(f"SET idle_in_transaction_session_timeout = {idle_limit_ms()}")
+        if write and bounded and dbapi_conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE:
+            limit = transaction_limit_ms(busy_timeout_s)
+            dbapi_conn.execute(f"SET transaction_timeout = {limit}")
         dbapi_conn.commit()
 
     @event.listens_for(engine, "begin")
@@ -139,7 +161,8 @@ def make_engine(
         if options.get(CLOCK_ONLY_OPTION, False):
             return  # a clock reading touches no table: any schema (or none) will do
         # One round trip: the transaction's settings and the revision check.
-        if write and not options.get(READ_ONLY_OPTION, False):
+        writable = write or options.get(LEDGER_OPTION, False)
+        if writable and not options.get(READ_ONLY_OPTION, False):
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
             ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
             setting = "SELECT set_config('lock_timeout', %(ms)s, true)"
@@ -195,18 +218,6 @@ def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None
 _VERSION_SQL = "SELECT version_num FROM alembic_version"
 
 
-def lock_ledger(conn: Connection) -> None:
-    """Once per transaction (a transaction often writes several events)."""
-    transaction = conn.get_transaction()
-    if transaction is not None and conn.info.get(_LEDGER_HELD_BY) is transaction:
-        return
-    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": LEDGER_LOCK_KEY})
-    conn.info[_LEDGER_HELD_BY] = transaction
-
-
-_LEDGER_HELD_BY = "spoolctl_ledger_held_by"
-
-
 def lock_migrations(conn: Connection) -> None:
     conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": MIGRATE_LOCK_KEY})
 
@@ -221,10 +232,11 @@ def lock_lane_slots(conn: Connection, queue: str) -> None:
 # -- the statements that differ (backends.statements(conn)) ---------------------
 
 
-def before_event(conn: Connection) -> None:
-    """Event ids come from a sequence and concurrent transactions could commit
-    them out of order: inserting one takes the ledger's transaction lock."""
-    lock_ledger(conn)
+def event_position() -> ColumnElement[int]:
+    """Events are read in the order readers numbered them (`ledger`)."""
+    from spoolctl.db.tables import job_events
+
+    return job_events.c.seq
 
 
 def before_slot_count(conn: Connection, queue: str) -> None:
@@ -334,10 +346,9 @@ class PostgresDriver:
         return self.engine(write=False, expected_revision=None)
 
     def migration_engine(self) -> Engine:
-        return self.engine(
-            write=True,
-            expected_revision=None,
-            lock_wait_s=max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S),
+        wait_s = max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S)
+        return make_engine(
+            self.url, write=True, busy_timeout_s=wait_s, expected_revision=None, bounded=False
         )
 
     def translate_errors(self, engine: Engine) -> Any:

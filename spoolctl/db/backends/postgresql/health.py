@@ -1,7 +1,7 @@
 """`doctor`'s checks of a PostgreSQL queue: the server answers with a usable
-version, the schema is current; this machine's spool folder (its workers'
-output files) is writable with space. A probe that fails reports a failed
-check, never an exception."""
+version, the schema is current, the ledger's readers keep up; this machine's
+spool folder (its workers' output files) is writable with space. A probe
+that fails reports a failed check, never an exception."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def postgres_checks(driver: PostgresDriver) -> list[Check]:
                             blocked_by="database_connect"))  # fmt: skip
     else:
         checks.append(guarded("schema_version", lambda: schema_check(driver)))
+    if checks[-1].status != "pass":
+        checks.append(Check("ledger_lag", "skip", "queue not readable",
+                            blocked_by=checks[-1].id))  # fmt: skip
+    else:
+        checks.append(guarded("ledger_lag", lambda: ledger_check(driver)))
     return checks
 
 
@@ -41,3 +46,42 @@ def connect_check(driver: PostgresDriver) -> Check:
         return Check("database_connect", "fail", f"PostgreSQL {shown} is older than 16",
                      "use PostgreSQL 16 or newer")  # fmt: skip
     return Check("database_connect", "pass", f"PostgreSQL {shown}")
+
+
+TRANSACTION_STALE_S = 60.0
+"""A writing transaction open longer than this holds its events (and row
+locks) back beyond what the driver's settings let ours last."""
+
+
+def ledger_check(driver: PostgresDriver) -> Check:
+    """How far the ledger's positions are behind the writers: events committed
+    but not numbered yet (the next `events` read numbers them), and the
+    longest-open writing transaction, whose events appear when it commits.
+    Warns when such a transaction has been open beyond what the driver's
+    server settings let ours last (another program's, or a session without
+    them)."""
+    from spoolctl.db.backends.postgresql import idle_limit_ms
+    from spoolctl.db.backends.postgresql.ledger import oldest_writer, unnumbered
+
+    engine = driver.peek_engine()
+    try:
+        with read_tx(engine) as conn:
+            waiting, oldest_at = unnumbered(conn)
+            now = float(
+                conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one()
+            )
+            writer = oldest_writer(conn)
+    finally:
+        engine.dispose()
+    behind = 0.0 if oldest_at is None else max(0.0, now - oldest_at)
+    parts = [f"{waiting} event(s) committed without a position yet"
+             + (f" (the oldest {behind:.0f} s old)" if waiting else "")]  # fmt: skip
+    if writer is not None:
+        age, app, state = writer
+        parts.append(f"oldest writing transaction open {age:.1f} s ({app or 'unnamed'}, {state})")
+    message = "; ".join(parts)
+    if writer is not None and writer[0] > max(TRANSACTION_STALE_S, idle_limit_ms() / 1000):
+        return Check("ledger_lag", "warn", message,
+                     "end that transaction (pg_terminate_backend); its events and "
+                     "row locks wait for it")  # fmt: skip
+    return Check("ledger_lag", "pass", message)

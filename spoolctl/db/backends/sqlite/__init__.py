@@ -24,8 +24,8 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, Table, case, exists, func
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
@@ -43,6 +44,7 @@ from spoolctl.db.backends.sqlite.engine import (
     switch_to_wal,
     translate_errors,
 )
+from spoolctl.db.engine import READ_ONLY_OPTION
 from spoolctl.db.url import bad_url
 from spoolctl.errors import InvalidInput, StorageFault
 
@@ -180,8 +182,23 @@ def _refuse_wrong_shape(path: Path, source: str) -> None:
 # -- the statements that differ (backends.statements(conn)) ---------------------
 
 
-def before_event(conn: Connection) -> None:
-    """SQLite's single writer already commits event ids in order."""
+def event_position() -> ColumnElement[int]:
+    """SQLite's single writer commits event ids in order: the id is the cursor."""
+    from spoolctl.db.tables import job_events
+
+    return job_events.c.id
+
+
+@contextmanager
+def ledger_reader(conn: Connection) -> Iterator[Connection]:
+    """conn itself, nothing to number: in the caller's transaction, or in a
+    read snapshot of its own when conn has none open (`Queue.read_ledger`)."""
+    if conn.in_transaction():
+        yield conn
+        return
+    conn.execution_options(**{READ_ONLY_OPTION: True})
+    with conn.begin():
+        yield conn
 
 
 def before_slot_count(conn: Connection, queue: str) -> None:
