@@ -91,9 +91,9 @@ MIN_PAGE_SIZE = 512
 def check_header(db_path: Path) -> None:
     """A file of 1 to 511 bytes cannot be an SQLite database, but SQLite
     takes one shorter than its header for an empty database and writes a new
-    one over it: a few bytes of someone else's file would be lost. Raised as
-    SQLite's own error, so it is translated like any other file that is not a
-    database (a longer one SQLite refuses itself). Only the size is looked
+    one over it: a few bytes of someone else's file would be lost. Refused
+    as SQLite refuses a longer file that is not a database, with the same
+    words (DB_UNUSABLE, damaged). Only the size is looked
     at: opening and closing the file here would drop the POSIX locks that
     this process's SQLite connections hold on it."""
     try:
@@ -101,7 +101,7 @@ def check_header(db_path: Path) -> None:
     except OSError:
         return  # missing or unreadable: the connection reports it
     if 0 < size < MIN_PAGE_SIZE:
-        raise sqlite3.DatabaseError("file is not a database")
+        raise unusable_file("file is not a database", str(db_path))
 
 
 def peek_uri(db_path: Path) -> str:
@@ -244,9 +244,14 @@ def translate_errors(engine: Engine) -> Iterator[None]:
                 "the queue database stayed locked beyond the busy timeout; try again",
                 sqlite_error=text,
             ) from None
-        reason, hint = storage_fault(text)
-        where = db_path_of(engine)
-        message = f"cannot use the queue database {where}: {text}" + (f" ({hint})" if hint else "")
-        if reason == "disk_full":
-            raise DiskFull(message, path=where, sqlite_error=text) from None
-        raise StorageFault(message, reason=reason, path=where, sqlite_error=text) from None
+        raise unusable_file(text, db_path_of(engine)) from None
+
+
+def unusable_file(text: str, where: str) -> StorageFault:
+    """The error for a queue file SQLite cannot use (its words in `text`):
+    DB_UNUSABLE with the reason and what to check, or DiskFull (a kind of it)."""
+    reason, hint = storage_fault(text)
+    message = f"cannot use the queue database {where}: {text}" + (f" ({hint})" if hint else "")
+    if reason == "disk_full":
+        return DiskFull(message, path=where, sqlite_error=text)
+    return StorageFault(message, reason=reason, path=where, sqlite_error=text)
