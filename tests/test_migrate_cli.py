@@ -328,12 +328,14 @@ OLD_RELEASE = (
     f"revision.HEAD_REVISION = {OLD!r}; revision.KNOWN_REVISIONS = ({OLD!r},); "
     "import spoolctl.services.claim as claim, spoolctl.services.outcome as outcome; "
     "claim.is_paused = lambda conn, queue: False; "
+    "claim._TAKE_NEXT = type('OneByOne', (), {'all': lambda self, conn, params: []})(); "
     "outcome.release_dependents = lambda conn, job_id: []; "
     "from spoolctl.cli import main; main(sys.argv[1:])"
 )
 """spoolctl as the release whose head was the oldest revision: the same code,
 except that it knows no later revision and never looks at the tables later
-revisions added (paused lanes, job dependencies)."""
+revisions added (paused lanes, job dependencies): its claims take the one-by-one
+path (the one-statement claim reads the lanes table in SQL)."""
 
 
 def old_release(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.Popen[str]:
