@@ -44,6 +44,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("wakeup.py", "StopRequested"): "a stop signal: its callers end as on a signal (exit 0)",
     ("web/actions.py", "Refused"): "the dashboard's HTTP refusal of an action (a 4xx page)",
     ("web/app.py", "Refused"): "the dashboard's HTTP refusal of an action (a 4xx page)",
+    ("spawn.py", "_named"): "Popen's OSError for a program that cannot run: the attempt's "
+                            "spawn_failed outcome (execute.py), never a verb's error",
 }  # fmt: skip
 
 
