@@ -76,6 +76,11 @@ length the planner does not guess from stale statistics): never a scan of
 the whole table."""
 CANNOT_NUMBER = ("42501", "25006")
 """insufficient_privilege, read_only_sql_transaction: read what others numbered."""
+NOT_NOW = "55P03"
+"""lock_not_available: a writer holds the ledger's table (or readers' numbering
+took longer than the busy timeout). A read-only verb answers while the write
+lock is held, as on SQLite: this read shows the positions given so far, and
+what it could not number appears, numbered, to a later read."""
 MAY_NOT_NUMBER = "spoolctl_may_not_number"
 """Connection.info key (the session's): numbering was refused on it once."""
 
@@ -120,8 +125,11 @@ def _numbered_a_batch(own: Connection) -> bool:
         with own.begin():
             return number_events(own) == NUMBER_BATCH
     except DBAPIError as exc:
-        if getattr(exc.orig, "sqlstate", None) in CANNOT_NUMBER:
+        state = getattr(exc.orig, "sqlstate", None)
+        if state in CANNOT_NUMBER:
             own.info[MAY_NOT_NUMBER] = True  # not again on this session: no error per poll
+            return False
+        if state == NOT_NOW:
             return False
         raise
 
