@@ -4,8 +4,11 @@
         [--dir /dev/shm] [--workers 1] [--out FILE.json]
 
 Each tree is a checkout of spoolctl (a `git worktree` of the commit before the
-lever and of the commit with it); both run under this interpreter, the tree
-first on PYTHONPATH, so nothing but the source differs. Every run adds JOBS
+lever and of the commit with it); both run under this interpreter, from the
+tree's folder and with it on PYTHONPATH, so nothing but the source differs
+(`python -m` puts the working folder first on sys.path, before PYTHONPATH
+and before the editable install's finder: each process is checked to have
+imported its own tree). Every run adds JOBS
 `true` jobs with the tree's own `add --batch` to a new queue in DIR (untimed),
 then times `work --drain --json` (WORKERS processes at once) from the first
 start to the last exit. The order is A B B A per round, so drift of the
@@ -38,11 +41,21 @@ def _env(tree: Path) -> dict[str, str]:
 def _spoolctl(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "spoolctl", *args],
+        cwd=tree,
         env=_env(tree),
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def check_source(tree: Path) -> None:
+    """The tree's processes import the tree's spoolctl, not another checkout."""
+    code = "import spoolctl, sys; sys.stdout.write(spoolctl.__file__)"
+    found = subprocess.run([sys.executable, "-c", code], cwd=tree, env=_env(tree),
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    if Path(found).resolve().parent.parent != tree:
+        raise SystemExit(f"{tree}: its processes import {found}")
 
 
 def one_drain(tree: Path, jobs: int, folder: Path, workers: int) -> dict[str, Any]:
@@ -56,7 +69,7 @@ def one_drain(tree: Path, jobs: int, folder: Path, workers: int) -> dict[str, An
         argv = [sys.executable, "-m", "spoolctl", "work", "--db", str(db), "--drain", "--json"]
         started = time.perf_counter()
         procs = [
-            subprocess.Popen(argv, env=_env(tree), stdout=subprocess.PIPE, text=True)
+            subprocess.Popen(argv, cwd=tree, env=_env(tree), stdout=subprocess.PIPE, text=True)
             for _ in range(workers)
         ]
         outs = [p.communicate()[0] for p in procs]
@@ -98,6 +111,7 @@ def main() -> None:
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     for tree in trees.values():
+        check_source(tree)
         compileall.compile_dir(tree / "spoolctl", quiet=1)
     runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     load = [os.getloadavg()[0]]
