@@ -51,8 +51,7 @@ one worker's reaper cannot take another's jobs for orphans. Tests
 that share a module-scoped fixture (a queue filled once, a server or browser
 of the module's own, the differential suite's one run of every scenario)
 are put in one xdist group per module, so that they run on one worker and the
-fixture is built once; every other test is spread singly, slow ones first
-(`_long_first`).
+fixture is built once; every other test is spread singly.
 """
 
 from __future__ import annotations
@@ -118,18 +117,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if _shares_module_state(item):
             item.add_marker(pytest.mark.xdist_group(_module_id(item)))
     _mark_pg_xfails(items)
-    items.sort(key=_long_first)
-
-
-def _long_first(item: pytest.Item) -> int:
-    """Slow tests that share nothing with their module go first (a stable
-    sort keeps every other order): spread over the xdist workers from the
-    start, a minute-long test no longer starts last and holds the whole run
-    open while the other workers sit idle. Tests of an xdist group keep their
-    place beside their module's others (one fixture build)."""
-    slow = item.get_closest_marker("slow") is not None
-    grouped = item.get_closest_marker("xdist_group") is not None
-    return 0 if slow and not grouped else 1
 
 
 def _fixture_names(item: pytest.Item) -> list[str]:
