@@ -74,18 +74,21 @@ _CLAIMABLE_QUERY = (
 _CLAIMABLE = Prepared(_CLAIMABLE_QUERY)
 """Built once: the hot path binds values instead of rebuilding statements."""
 
+_TAKEN: dict[str, Any] = {
+    "state": JobState.RUNNING.value,
+    "locked_by": bindparam("b_worker"),
+    "locked_pid": bindparam("b_pid"),
+    "locked_at": bindparam("b_now"),
+    "heartbeat_at": bindparam("b_now"),
+    "started_at": bindparam("b_now"),
+    "finished_at": None,
+}
+"""What a claimed job's row becomes, by either claim path."""
+
 _TAKE = Prepared(
     update(jobs)
     .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.QUEUED.value)
-    .values(
-        state=JobState.RUNNING.value,
-        locked_by=bindparam("b_worker"),
-        locked_pid=bindparam("b_pid"),
-        locked_at=bindparam("b_now"),
-        heartbeat_at=bindparam("b_now"),
-        started_at=bindparam("b_now"),
-        finished_at=None,
-    )
+    .values(**_TAKEN)
 )
 
 _INSERT_ATTEMPT = Prepared(
@@ -157,15 +160,7 @@ _TAKE_NEXT = Prepared(
         ~exists().where(lanes.c.queue == bindparam("b_queue")),
         func.coalesce(_NEWEST_STATE, "").op("NOT IN")(_ENDED_ELSEWHERE_LIST),
     )
-    .values(
-        state=JobState.RUNNING.value,
-        locked_by=bindparam("b_worker"),
-        locked_pid=bindparam("b_pid"),
-        locked_at=bindparam("b_now"),
-        heartbeat_at=bindparam("b_now"),
-        started_at=bindparam("b_now"),
-        finished_at=None,
-    )
+    .values(**_TAKEN)
     .returning(
         jobs.c.id,
         jobs.c.argv,
