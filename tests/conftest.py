@@ -61,6 +61,7 @@ import gc
 import os
 import re
 import secrets
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,6 +87,21 @@ def pytest_configure(config: pytest.Config) -> None:
     ):
         config.addinivalue_line("markers", line)
     _watch_what_tests_do()
+    _signals_as_from_a_terminal()
+
+
+def _signals_as_from_a_terminal() -> None:
+    """Undo what a launcher left ignored. A non-interactive shell starts a
+    background job (`./scripts/test &`) with SIGINT and SIGQUIT ignored, and
+    nohup ignores SIGHUP; an ignored signal stays ignored through every exec,
+    so the verbs, workers and jobs the tests start would inherit it (seen:
+    `status --watch` deaf to its Ctrl-C, jobs with SIGQUIT ignored). Each
+    test process puts them back as a terminal would have them."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGQUIT: signal.SIG_DFL,
+                signal.SIGHUP: signal.SIG_DFL}  # fmt: skip
+    for number, handler in defaults.items():
+        if signal.getsignal(number) == signal.SIG_IGN:
+            signal.signal(number, handler)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
