@@ -126,20 +126,21 @@ own `jobs` is the row it changes), picked once: PostgreSQL may run a plain
 `IN (subquery)` again for each row it joins, and each run with SKIP LOCKED
 can pick other rows, taking more than the limit. A materialized CTE runs
 once, on both backends."""
-_NEWEST_STATE = (
-    select(attempts.c.state)
-    .where(attempts.c.job_id == jobs.c.id)
-    .order_by(attempts.c.attempt_no.desc())
-    .limit(1)
-    .scalar_subquery()
-)
-_NEWEST_START = (
-    select(attempts.c.started_at)
-    .where(attempts.c.job_id == jobs.c.id)
-    .order_by(attempts.c.attempt_no.desc())
-    .limit(1)
-    .scalar_subquery()
-)
+
+
+def _newest_attempts(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """`column` of the newest attempt of the job being changed (correlated)."""
+    return (
+        select(column)
+        .where(attempts.c.job_id == jobs.c.id)
+        .order_by(attempts.c.attempt_no.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+_NEWEST_STATE = _newest_attempts(attempts.c.state)
+_NEWEST_START = _newest_attempts(attempts.c.started_at)
 """What a job's started_at was before `_TAKE_NEXT` set it: its newest attempt's."""
 _ENDED_ELSEWHERE_LIST: ColumnElement[Any] = literal_column(
     "(" + ", ".join(f"'{state}'" for state in sorted(lingering.ENDED_ELSEWHERE)) + ")"
