@@ -228,9 +228,15 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "max": 1 << 30,
     },
     "SPOOLCTL_PG_NOTIFY": {
-        "description": "PostgreSQL: 0 turns LISTEN/NOTIFY off (PgBouncer transaction pooling)",
+        "description": "PostgreSQL: 0 turns LISTEN/NOTIFY off (workers poll)",
         "type": "flag",
         "default": "1",
+    },
+    "SPOOLCTL_PG_TRANSACTION_POOLING": {
+        "description": "PostgreSQL: 1 when --db is a transaction pooler (PgBouncer "
+        "pool_mode=transaction): no prepared statements, no LISTEN (workers poll)",
+        "type": "flag",
+        "default": "0",
     },
     "SPOOLCTL_TEST_CLOCK_SKEW": {
         "description": "test knob: seconds added to this machine's clock",

@@ -9,7 +9,10 @@
   version stops at its next transaction.
 - Change watch: LISTEN on a connection of its own; a trigger (revision 0004)
   NOTIFYs whenever a job becomes queued, delivered at commit. With
-  `SPOOLCTL_PG_NOTIFY=0` (PgBouncer in transaction pooling) it polls.
+  `SPOOLCTL_PG_NOTIFY=0` it polls.
+- Sessions hold nothing: each transaction sets what it needs for itself, so
+  a transaction pooler (PgBouncer) may hand it any server session; with
+  `SPOOLCTL_PG_TRANSACTION_POOLING=1` nothing is prepared and nothing LISTENs.
 - Clock: liveness times come from the server (`clock_timestamp()`), sampled
   as an offset from the local clock and refreshed every few seconds.
 - Ledger order: event ids come from a sequence, and concurrent transactions
@@ -74,6 +77,8 @@ TRANSACTION_MAX_S = 60.0
 """PostgreSQL 17+: the longest a write transaction of ours may last
 (`transaction_timeout`; migrate and copy-to are not bounded)."""
 TRANSACTION_TIMEOUT_SINCE = 170000
+BOUNDS_OPTION = "spoolctl_bounds"
+"""Where a pooled connection keeps the settings each of its transactions takes."""
 NETWORK_TIMEOUT_MAX_S = 10.0
 
 
@@ -130,30 +135,31 @@ def make_engine(
     (in the same round trip as the transaction's settings). `bounded`: a
     write engine's transactions end at `transaction_limit_ms` (PostgreSQL
     17+); migrate and copy-to run one long transaction, unbounded."""
-    from spoolctl.db.backends.postgresql.watch import CLOCK_ONLY_OPTION
+    from spoolctl.db.backends.postgresql.watch import CLOCK_ONLY_OPTION, transaction_pooling
 
     require_driver()
+    # psycopg prepares a statement a connection runs often (the fifth time):
+    # not through a transaction pooler, where the next transaction may run on
+    # another server session that never saw it.
+    prepare = {"prepare_threshold": None} if transaction_pooling() else {}
     engine = create_engine(
         driver_url(url),
         pool_size=2,
         max_overflow=4,
-        connect_args={**network_bounds(), "application_name": "spoolctl"},
+        connect_args={**network_bounds(), "application_name": "spoolctl", **prepare},
         hide_parameters=True,
     )
     engine.update_execution_options(spoolctl_display=masked(url))
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # A session left idle inside a transaction (its worker frozen or cut
-        # off) would hold row locks, and keep its events from the ledger's
-        # readers: the server ends it. Ours last milliseconds; migrate and
-        # copy-to run statements back to back. From PostgreSQL 17 a write
-        # transaction also ends at a total length, busy or idle.
-        dbapi_conn.execute(f"SET idle_in_transaction_session_timeout = {idle_limit_ms()}")
-        if write and bounded and dbapi_conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE:
-            limit = transaction_limit_ms(busy_timeout_s)
-            dbapi_conn.execute(f"SET transaction_timeout = {limit}")
-        dbapi_conn.commit()
+    def _on_connect(dbapi_conn: Any, record: Any) -> None:
+        # No session state: every setting is the transaction's own (set_config
+        # local, in the begin hook), so a pooler's server connection carries
+        # nothing of ours to its next client.
+        record.info[BOUNDS_OPTION] = _transaction_bounds(
+            write and bounded and dbapi_conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE,
+            busy_timeout_s,
+        )
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -161,15 +167,17 @@ def make_engine(
         if options.get(CLOCK_ONLY_OPTION, False):
             return  # a clock reading touches no table: any schema (or none) will do
         # One round trip: the transaction's settings and the revision check.
+        bounds: dict[str, str] = conn.connection.info[BOUNDS_OPTION]
         writable = write or options.get(LEDGER_OPTION, False)
         if writable and not options.get(READ_ONLY_OPTION, False):
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
             ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
-            setting = "SELECT set_config('lock_timeout', %(ms)s, true)"
-            params: dict[str, Any] | None = {"ms": ms}
+            setting = _setting_sql({"lock_timeout": ms, **bounds})
+            params: dict[str, Any] | None = {"lock_timeout": ms, **bounds}
         else:
-            setting = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-            params = None
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            setting = _setting_sql(bounds)
+            params = dict(bounds)
         if expected_revision is None:
             conn.exec_driver_sql(setting, params)
             return
@@ -196,18 +204,30 @@ def require_driver() -> None:
         ) from None
 
 
+def _transaction_bounds(total: bool, busy_timeout_s: float) -> dict[str, str]:
+    """The server settings that end a transaction of ours left open: idle
+    inside it a quarter of the lease, and (PostgreSQL 17+, write engines that
+    are bounded) longer than transaction_limit_ms in all."""
+    bounds = {"idle_in_transaction_session_timeout": f"{idle_limit_ms()}ms"}
+    if total:
+        bounds["transaction_timeout"] = f"{transaction_limit_ms(busy_timeout_s)}ms"
+    return bounds
+
+
+def _setting_sql(settings: dict[str, str]) -> str:
+    """One SELECT that sets each setting for this transaction only
+    (set_config's is_local), parameters named after the settings."""
+    calls = ", ".join(f"set_config('{name}', %({name})s, true)" for name in settings)
+    return f"SELECT {calls}"
+
+
 def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None) -> str | None:
-    """Run the transaction's setting statement and read the revision (one
-    round trip for a write transaction); None when there is no
-    alembic_version table (the failed transaction is rolled back when the
-    connection returns to the pool)."""
+    """Run the transaction's setting statement and read the revision in the
+    same round trip; None when there is no alembic_version table (the failed
+    transaction is rolled back when the connection returns to the pool)."""
     try:
-        if params is None:  # SET TRANSACTION must come first, on its own
-            conn.exec_driver_sql(setting)
-            found = conn.exec_driver_sql(_VERSION_SQL).scalar()
-        else:
-            row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1)", params).first()
-            found = None if row is None else row[1]
+        row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1)", params).first()
+        found = None if row is None else row[-1]
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
             return None

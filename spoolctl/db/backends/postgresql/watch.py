@@ -26,8 +26,17 @@ RELISTEN_S = 5.0
 """A lost LISTEN connection is opened again this often (polling meanwhile)."""
 
 
+def transaction_pooling() -> bool:
+    """SPOOLCTL_PG_TRANSACTION_POOLING=1: the URL is a pooler that hands each
+    transaction any server connection (PgBouncer's transaction mode). Then no
+    statement is prepared (a prepared statement lives in one server session)
+    and nothing LISTENs (a notification reaches whichever client holds that
+    session next): workers poll."""
+    return os.environ.get("SPOOLCTL_PG_TRANSACTION_POOLING", "0") == "1"
+
+
 def notifications_enabled() -> bool:
-    return os.environ.get("SPOOLCTL_PG_NOTIFY", "1") != "0"
+    return os.environ.get("SPOOLCTL_PG_NOTIFY", "1") != "0" and not transaction_pooling()
 
 
 def server_now(conn: Connection) -> float:
