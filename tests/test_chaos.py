@@ -35,7 +35,7 @@ import pytest
 
 from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
-from tests.helpers import cli, rows, start_worker, wait_for
+from tests.helpers import Db, cli, rows, start_worker, wait_for
 
 pytestmark = pytest.mark.subprocess
 
@@ -61,6 +61,11 @@ class Chaos:
 
 SHORT = Chaos(jobs=150, workers=3, concurrency=3, kill_every_s=(0.2, 0.5), killing_s=8.0,
               job_sleep_s="0.2")  # fmt: skip
+PG_FLEET = Chaos(jobs=200, workers=4, concurrency=8, kill_every_s=(0.2, 0.5), killing_s=8.0,
+                 job_sleep_s="0.2")  # fmt: skip
+"""Issue 22's fleet at speed: 4 workers x 8 slots on PostgreSQL, one killed
+every 0.2-0.5 s (each kill also closes its lease guard's pipe: the guard
+kills the dead worker's jobs, and the reap requeues them)."""
 LONG = Chaos(jobs=600, workers=4, concurrency=4, kill_every_s=(0.1, 0.4), killing_s=60.0,
              job_sleep_s="0.3")  # fmt: skip
 
@@ -68,7 +73,7 @@ LONG = Chaos(jobs=600, workers=4, concurrency=4, kill_every_s=(0.1, 0.4), killin
 class Fleet:
     """Loop-mode workers; every one started is gone after the test."""
 
-    def __init__(self, db: Path, logs: Path, concurrency: int) -> None:
+    def __init__(self, db: Db, logs: Path, concurrency: int) -> None:
         self.db, self.logs, self.concurrency = db, logs, concurrency
         self.live: list[subprocess.Popen[str]] = []
         self.started: list[subprocess.Popen[str]] = []
@@ -117,7 +122,7 @@ def fleet(db: Path, tmp_path: Path) -> Iterator[Fleet]:
     fleet.cleanup()
 
 
-def submit_all(db: Path, folder: Path, count: int, sleep_s: str) -> list[int]:
+def submit_all(db: Db, folder: Path, count: int, sleep_s: str) -> list[int]:
     queue = open_write(str(db))
     spec = JobSpec(argv=["sh", "-c", JOB, "job", str(folder), sleep_s], timeout_seconds=60)
     try:
@@ -127,11 +132,11 @@ def submit_all(db: Path, folder: Path, count: int, sleep_s: str) -> list[int]:
         queue.engine.dispose()
 
 
-def not_done(db: Path) -> int:
+def not_done(db: Db) -> int:
     return int(rows(db, "SELECT count(*) AS n FROM jobs WHERE state != 'done'")[0]["n"])
 
 
-def run_chaos(db: Path, folder: Path, fleet: Fleet, plan: Chaos) -> list[int]:
+def run_chaos(db: Db, folder: Path, fleet: Fleet, plan: Chaos) -> list[int]:
     job_ids = submit_all(db, folder, plan.jobs, plan.job_sleep_s)
     rng = random.Random(20261130)
     fleet.concurrency = plan.concurrency
@@ -159,7 +164,7 @@ def expected_events(crashes: int) -> re.Pattern[str]:
     return re.compile(f"added(?:{crash}){{{crashes}}} claimed succeeded")
 
 
-def check_ledger(db: Path, job_ids: list[int]) -> int:
+def check_ledger(db: Db, job_ids: list[int]) -> int:
     """Jobs, attempts and events tell one story; returns the total crashes."""
     jobs = {r["id"]: r for r in rows(db, "SELECT * FROM jobs")}
     assert sorted(jobs) == sorted(job_ids)
@@ -193,7 +198,7 @@ def check_runs(folder: Path, job_ids: list[int]) -> None:
         assert any(line.startswith("end ") for line in lines), f"job {job_id} never completed"
 
 
-def chaos(db: Path, tmp_path: Path, fleet: Fleet, plan: Chaos) -> None:
+def chaos(db: Db, tmp_path: Path, fleet: Fleet, plan: Chaos) -> None:
     folder = tmp_path / "runs"
     folder.mkdir()
     job_ids = run_chaos(db, folder, fleet, plan)
@@ -206,6 +211,23 @@ def chaos(db: Path, tmp_path: Path, fleet: Fleet, plan: Chaos) -> None:
 @pytest.mark.timeout(90)
 def test_chaos_short(db: Path, tmp_path: Path, fleet: Fleet) -> None:
     chaos(db, tmp_path, fleet, SHORT)
+
+
+@pytest.fixture
+def pg_fleet(pg_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    fleet = Fleet(pg_url, logs, concurrency=1)
+    yield fleet
+    fleet.cleanup()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_chaos_on_a_postgresql_fleet_of_four_workers_with_eight_slots(
+    pg_url: str, tmp_path: Path, pg_fleet: Fleet
+) -> None:
+    chaos(pg_url, tmp_path, pg_fleet, PG_FLEET)
 
 
 @pytest.mark.slow
