@@ -28,6 +28,7 @@ from typing import Any
 import ceiling
 import cli_costs
 import filesystems
+import fleet
 import pg
 import psutil
 import report
@@ -37,7 +38,7 @@ from filesystems import Target
 from fixtures import BENCH, machine
 from plan import DEFAULT, QUICK, Plan
 
-SCENARIOS = ("cli", "batch", "drain", "slow", "pickup", "table", "pg")
+SCENARIOS = ("cli", "batch", "drain", "slow", "pickup", "table", "pg", "fleet")
 ALIASES = {"add": "cli", "spawn": "drain"}
 """Names of earlier versions: `add` is now part of `cli`, the spawn ceiling of `drain`."""
 
@@ -58,6 +59,8 @@ def steps(plan: Plan, found: list[Target], results: dict[str, Any]) -> list[Step
     out.append(("table", "table_growth", lambda: cli_costs.table_growth(plan, disk)))
     out.append(("pg", "pg:drain", lambda: pg.drain(plan, disk)))
     out.append(("pg", "pg:pickup", lambda: pg.pickup(plan, disk)))
+    out.append(("fleet", "fleet:drain", lambda: fleet.drain(plan, disk)))
+    out.append(("fleet", "fleet:db", lambda: fleet.database_only(plan, disk)))
     return out
 
 
@@ -154,7 +157,7 @@ def main(argv: list[str]) -> int:
     doc["table"] = rows
     foreign = {name: r.get("foreign_cpu_cores") for name, r in results.items()}
     rendered = report.render(rows, doc["machine"], foreign, doc["filesystems"], skipped)
-    pg_rows = pg.rows(results)
+    pg_rows = pg.rows(results) + fleet.rows(results)
     doc["table_pg"] = pg_rows
     table = "\n".join(
         part

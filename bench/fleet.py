@@ -1,0 +1,288 @@
+"""A fleet on PostgreSQL beside the same fleet on SQLite (issue 22).
+
+- fleet:drain: K `work --drain --concurrency C` processes (K = 1, 2, 4, 8;
+  C = 8) over due jobs of `sleep 0.05`, so that the spawn's CPU does not hide
+  the database: the ideal is K·C/0.05 jobs/s. PostgreSQL and SQLite arms of
+  each K next to each other, A B B A. Reported: jobs/s, the fraction of the
+  ideal, and PostgreSQL / SQLite per pair.
+- fleet:db: the capacity a larger fleet would see, without a process
+  spawned: N clients (1, 2, 4, 8, 16, 32 processes), each running the real
+  claim and outcome code (`services.claim.claim_up_to`,
+  `services.outcome.record_outcome`) in a loop of one transaction per job
+  that records the previous job's success and claims the next, as a
+  worker's settle pass does. jobs/s over a fixed window, both backends
+  interleaved.
+
+Each sample is a fresh queue (a database copied from the template, or a
+fresh file) filled with enough due jobs for the sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import harness
+import pg
+from backends import Backend
+from filesystems import Target
+from fixtures import OURS, BenchError, fresh_dir, workdir
+from interleave import Arm, Sample, run_blocks, spread
+from plan import Plan
+
+FLEET_SIZES = (1, 2, 4, 8)
+SLOTS = 8
+JOB_S = 0.05
+DB_CLIENTS = (1, 2, 4, 8, 16, 32)
+DB_WINDOW_S = 2.0
+DB_FILL = 25_000
+"""Due jobs in each database-only queue: more than one SQLite writer claims in the window."""
+DB_START_DELAY_S = 0.5
+"""Once every client has imported and connected, all begin this much later."""
+HERE = Path(__file__).resolve().parent
+
+
+def _ideal(k: int) -> float:
+    return k * SLOTS / JOB_S
+
+
+def _jobs_for(k: int, quick: bool) -> int:
+    """About 1.5 s of jobs at the ideal rate (3 s in a full run), at least 200."""
+    return max(200, int(_ideal(k) * (1.5 if quick else 3.0)))
+
+
+def drain(plan: Plan, disk: Target) -> dict[str, Any]:
+    by_name, srv = pg._backends(disk), pg.server(disk)
+    quick = plan.drain_reps <= 1
+    cpu_before = srv.server_cpu_s()
+    with workdir("fleet-drain", disk.root) as scratch:
+        arms = [
+            Arm(f"{b} {k}x{SLOTS}", _drain_arm(by_name[b], _jobs_for(k, quick), k, scratch))
+            for k in FLEET_SIZES
+            for b in pg.BACKENDS
+        ]
+        records = run_blocks(arms, plan.drain_reps, f"fleet drain on {disk.describe()}")
+    return {
+        "filesystem": disk.facts(),
+        "server": srv.facts,
+        "arms": {a.name: spread(records.values(a.name)) for a in arms},
+        "fraction_of_ideal": {
+            name: spread([v / _ideal(k) for v in records.values(name)])
+            for k in FLEET_SIZES
+            for name in (f"{b} {k}x{SLOTS}" for b in pg.BACKENDS)
+        },
+        "ratios_pg_to_sqlite": {
+            k: spread(records.ratios(f"pg {k}x{SLOTS}", f"sqlite {k}x{SLOTS}")) for k in FLEET_SIZES
+        },
+        "errors": records.errors,
+        "samples": records.samples,
+        "server_cpu_s": srv.server_cpu_s() - cpu_before,
+        "method": f"K `work --drain --concurrency {SLOTS}` processes started at once over due "
+        f"`sleep {JOB_S}` jobs (about 1.5 s of them at the ideal K*{SLOTS}/{JOB_S} jobs/s in a "
+        "quick run, 3 s in a full one); jobs/s = jobs / wall time to the last exit. Arms "
+        "interleaved A B B A; ratios per pair.",
+    }
+
+
+def _drain_arm(backend: Backend, jobs: int, k: int, scratch: Path) -> Callable[[], Sample]:
+    return lambda: harness.drain_once(
+        backend,
+        OURS,
+        scratch,
+        jobs=jobs,
+        workers=k,
+        extra=("--concurrency", str(SLOTS)),
+        job=("sleep", str(JOB_S)),
+    )
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+def rows(results: dict[str, Any]) -> list[list[str]]:
+    """Table rows (pg.COLUMNS) of whichever fleet scenarios ran."""
+    out: list[list[str]] = []
+    d = results.get("fleet:drain")
+    if d is not None and "error" not in d:
+        out.append([f"== fleet: K workers x {SLOTS} slots of sleep {JOB_S}", "", "", "", "", ""])
+        for k in FLEET_SIZES:
+            name = f"{k}x{SLOTS}"
+            pg_frac = d["fraction_of_ideal"].get(f"pg {name}", {})
+            sq_frac = d["fraction_of_ideal"].get(f"sqlite {name}", {})
+            fractions = (
+                f" ({pg_frac['median']:.2f} / {sq_frac['median']:.2f} of ideal)"
+                if pg_frac.get("n") and sq_frac.get("n")
+                else ""
+            )
+            out.append(
+                [
+                    f"fleet {k} worker(s) x {SLOTS}: jobs/s{fractions}",
+                    pg._cell(d["arms"].get(f"pg {name}", {})),
+                    pg._cell(d["arms"].get(f"sqlite {name}", {})),
+                    pg._ratio(d["ratios_pg_to_sqlite"].get(k, {})),
+                    ">= 0.5 of ideal, >= 0.9x" if k == 4 else "never falls as K grows",
+                    "",
+                ]
+            )
+    elif d is not None:
+        out.append([f"fleet:drain: {d['error'][:100]}", "ERROR", "", "", "", ""])
+    b = results.get("fleet:db")
+    if b is not None and "error" not in b:
+        out.append(["== database only (claim + outcome, no spawn)", "", "", "", "", ""])
+        for n in DB_CLIENTS:
+            out.append(
+                [
+                    f"db-only {n} clients: jobs/s",
+                    pg._cell(b["arms"].get(f"pg {n} clients", {})),
+                    pg._cell(b["arms"].get(f"sqlite {n} clients", {})),
+                    "",
+                    "",
+                    "",
+                ]
+            )
+        growth = b["growth_1_to_16"]
+        out.append(
+            [
+                "db-only growth, 16 clients / 1",
+                _times(growth.get("pg")),
+                _times(growth.get("sqlite")),
+                "",
+                ">= 5x (PostgreSQL)",
+                "",
+            ]
+        )
+    elif b is not None:
+        out.append([f"fleet:db: {b['error'][:100]}", "ERROR", "", "", "", ""])
+    for name in ("fleet:drain", "fleet:db"):
+        for arm, text in (results.get(name) or {}).get("errors", {}).items():
+            out.append([f"{name} / {arm}: {text[:90]}", "ERROR", "", "", "", ""])
+    return out
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}x"
+
+
+# -- the database alone ----------------------------------------------------------------------
+
+
+def database_only(plan: Plan, disk: Target) -> dict[str, Any]:
+    by_name, srv = pg._backends(disk), pg.server(disk)
+    cpu_before = srv.server_cpu_s()
+    with workdir("fleet-db", disk.root) as scratch:
+        arms = [
+            Arm(f"{b} {n} clients", _db_arm(by_name[b], n, scratch))
+            for n in DB_CLIENTS
+            for b in pg.BACKENDS
+        ]
+        records = run_blocks(arms, plan.drain_reps, f"fleet database-only on {disk.describe()}")
+    arms_out = {a.name: spread(records.values(a.name)) for a in arms}
+    return {
+        "filesystem": disk.facts(),
+        "server": srv.facts,
+        "arms": arms_out,
+        "growth_1_to_16": {
+            b: _growth(arms_out, f"{b} 1 clients", f"{b} 16 clients") for b in pg.BACKENDS
+        },
+        "errors": records.errors,
+        "samples": records.samples,
+        "server_cpu_s": srv.server_cpu_s() - cpu_before,
+        "method": f"N client processes, each in a loop of one write transaction per job "
+        "(record_outcome of its previous job as done, then claim_up_to 1), started together "
+        f"and counted over the same {DB_WINDOW_S:g} s window; no job process is spawned.",
+    }
+
+
+def _growth(arms: dict[str, Any], one: str, many: str) -> float | None:
+    a, b = arms.get(one, {}), arms.get(many, {})
+    if not a.get("n") or not b.get("n") or not a["median"]:
+        return None
+    return float(b["median"] / a["median"])
+
+
+def _db_arm(backend: Backend, clients: int, scratch: Path) -> Callable[[], Sample]:
+    def run() -> Sample:
+        d = fresh_dir(f"fleetdb-{backend.name}-{clients}", scratch)
+        queue = backend.queue(OURS, d)
+        try:
+            queue.fill(DB_FILL, time.time())
+            procs = [
+                subprocess.Popen(
+                    [str(OURS.python), str(HERE / "fleet.py"), "client", queue.db],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=queue.env,
+                    cwd=d,
+                )
+                for _ in range(clients)
+            ]
+            for proc in procs:  # each has imported and connected: start them together
+                assert proc.stdout is not None
+                if proc.stdout.readline().strip() != "ready":
+                    raise BenchError("a database-only client failed before its window")
+            start_at = time.time() + DB_START_DELAY_S
+            counts = []
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write(f"{start_at}\n")
+                proc.stdin.flush()
+            for proc in procs:
+                out, _ = proc.communicate(timeout=120)
+                if proc.returncode != 0:
+                    raise BenchError(f"a database-only client failed ({proc.returncode})")
+                counts.append(json.loads(out)["jobs"])
+        finally:
+            queue.close()
+        return {"value": sum(counts) / DB_WINDOW_S, "per_client": counts}
+
+    return run
+
+
+def client(db: str) -> None:
+    """One database-only client (run under ours' interpreter): connects, says
+    `ready`, reads the window's start from stdin, then claims, records done
+    and claims the next until the window closes; prints the jobs recorded."""
+    from spoolctl.db.backends import locate
+    from spoolctl.db.queue import open_for_write
+    from spoolctl.services.claim import claim_up_to
+    from spoolctl.services.outcome import Outcome, record_outcome
+
+    queue = open_for_write(locate(db, Path.cwd(), "bench"))
+    me = f"bench-db-{os.getpid()}"
+    done = 0
+    previous = None
+    with queue.engine.connect() as conn:
+        conn.exec_driver_sql("SELECT 1").all()
+        conn.rollback()
+        print("ready", flush=True)
+        start_at = float(sys.stdin.readline())
+        time.sleep(max(0.0, start_at - time.time()))
+        deadline = start_at + DB_WINDOW_S
+        while time.time() < deadline:
+            with conn.begin():
+                now = time.time()
+                if previous is not None:
+                    record_outcome(conn, job_id=previous.job_id, attempt_id=previous.attempt_id,
+                                   attempt_no=previous.attempt_no, worker_id=me,
+                                   outcome=Outcome(0, None), now=now, pid=os.getpid())  # fmt: skip
+                    done += 1
+                taken = claim_up_to(conn, 1, worker_id=me, worker_pid=os.getpid(),
+                                    queue="default", slots=None,
+                                    output_root=queue.output_root, now=now)  # fmt: skip
+            previous = taken[0] if taken else None
+            if previous is None:
+                raise SystemExit("fleet client: the queue ran dry; fill more jobs")
+    queue.dispose()
+    print(json.dumps({"jobs": done}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["client"]:
+        client(sys.argv[2])
