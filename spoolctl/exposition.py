@@ -17,7 +17,6 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.utils import floatToGoString
 
 from spoolctl.services.metrics import Histogram, MetricsSnapshot
 
@@ -48,28 +47,41 @@ class _Snapshot:
 
 
 def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
-    jobs = GaugeMetricFamily("spoolctl_jobs", "Jobs in each state, per queue.",
-                             labels=["queue", "state"])  # fmt: skip
+    jobs = GaugeMetricFamily(
+        "spoolctl_jobs", "Jobs in each state, per queue.", labels=["queue", "state"]
+    )
     scheduled = GaugeMetricFamily(
-        "spoolctl_jobs_scheduled", "Queued jobs not due yet (their run time is in the future).",
-        labels=["queue"])  # fmt: skip
+        "spoolctl_jobs_scheduled",
+        "Queued jobs not due yet (their run time is in the future).",
+        labels=["queue"],
+    )
     oldest = GaugeMetricFamily(
         "spoolctl_oldest_due_job_age_seconds",
         "How long the queue's longest-waiting due job has been due (0: none waits).",
-        labels=["queue"])  # fmt: skip
-    running = GaugeMetricFamily("spoolctl_lane_running_jobs", "Jobs running in the lane.",
-                                labels=["queue"])  # fmt: skip
-    paused = GaugeMetricFamily("spoolctl_lane_paused", "1 when the lane is paused, else 0.",
-                               labels=["queue"])  # fmt: skip
+        labels=["queue"],
+    )
+    running = GaugeMetricFamily(
+        "spoolctl_lane_running_jobs", "Jobs running in the lane.", labels=["queue"]
+    )
+    paused = GaugeMetricFamily(
+        "spoolctl_lane_paused", "1 when the lane is paused, else 0.", labels=["queue"]
+    )
     live = GaugeMetricFamily(
-        "spoolctl_lane_live_workers", "Live workers serving the lane (heartbeat within the "
-        "reap threshold).", labels=["queue"])  # fmt: skip
+        "spoolctl_lane_live_workers",
+        "Live workers serving the lane (heartbeat within the reap threshold).",
+        labels=["queue"],
+    )
     slots = GaugeMetricFamily(
-        "spoolctl_lane_slots", "The lane's cap on running jobs (the smallest --slots of its "
-        "live workers; absent: no cap).", labels=["queue"])  # fmt: skip
+        "spoolctl_lane_slots",
+        "The lane's cap on running jobs (the smallest --slots of its "
+        "live workers; absent: no cap).",
+        labels=["queue"],
+    )
     free = GaugeMetricFamily(
-        "spoolctl_lane_free_slots", "How many more jobs the lane's --slots cap lets run now.",
-        labels=["queue"])  # fmt: skip
+        "spoolctl_lane_free_slots",
+        "How many more jobs the lane's --slots cap lets run now.",
+        labels=["queue"],
+    )
     for queue, lane in snap.lanes.items():
         for state, count in lane.counts.items():
             jobs.add_metric([queue, state], count)
@@ -86,49 +98,69 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
 
 def worker_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     labels = ["worker_id", "queue", "hostname"]
-    running = GaugeMetricFamily("spoolctl_worker_running_attempts",
-                                "Attempts the live worker runs now.", labels=labels)  # fmt: skip
-    concurrency = GaugeMetricFamily("spoolctl_worker_concurrency",
-                                    "Jobs the worker runs at once at most (--concurrency).",
-                                    labels=labels)  # fmt: skip
-    age = GaugeMetricFamily("spoolctl_worker_heartbeat_age_seconds",
-                            "Seconds since the worker's last heartbeat.", labels=labels)  # fmt: skip
+    running = GaugeMetricFamily(
+        "spoolctl_worker_running_attempts", "Attempts the live worker runs now.", labels=labels
+    )
+    concurrency = GaugeMetricFamily(
+        "spoolctl_worker_concurrency",
+        "Jobs the worker runs at once at most (--concurrency).",
+        labels=labels,
+    )
+    age = GaugeMetricFamily(
+        "spoolctl_worker_heartbeat_age_seconds",
+        "Seconds since the worker's last heartbeat.",
+        labels=labels,
+    )
     for worker in snap.workers:
         key = [worker.worker_id, worker.queue, worker.hostname]
         running.add_metric(key, worker.running_attempts)
         concurrency.add_metric(key, worker.concurrency)
         age.add_metric(key, worker.heartbeat_age_s)
-    workers = GaugeMetricFamily("spoolctl_workers_live", "Live workers (all lanes).",
-                                value=len(snap.workers))  # fmt: skip
+    workers = GaugeMetricFamily(
+        "spoolctl_workers_live", "Live workers (all lanes).", value=len(snap.workers)
+    )
     orphans = GaugeMetricFamily(
-        "spoolctl_orphans_unconfirmed", "Running jobs of dead workers whose process could not "
-        "be confirmed gone (kept running, not requeued).", value=snap.orphans_unconfirmed)  # fmt: skip
+        "spoolctl_orphans_unconfirmed",
+        "Running jobs of dead workers whose process could not "
+        "be confirmed gone (kept running, not requeued).",
+        value=snap.orphans_unconfirmed,
+    )
     yield from (running, concurrency, age, workers, orphans)
 
 
 def total_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     ended = CounterMetricFamily(
-        "spoolctl_attempts_ended", "Attempts that ended, by outcome (the attempt's state) and "
+        "spoolctl_attempts_ended",
+        "Attempts that ended, by outcome (the attempt's state) and "
         "failure reason (empty: none), counted from the queue's attempts.",
-        labels=["outcome", "failure_reason"])  # fmt: skip
+        labels=["outcome", "failure_reason"],
+    )
     for (outcome, reason), count in sorted(snap.attempts_ended.items()):
         ended.add_metric([outcome, reason], count)
-    reaps = CounterMetricFamily("spoolctl_reaps", "Attempts of dead workers that were reaped "
-                                "(abandoned as worker_crash).", value=snap.reaps)  # fmt: skip
+    reaps = CounterMetricFamily(
+        "spoolctl_reaps",
+        "Attempts of dead workers that were reaped (abandoned as worker_crash).",
+        value=snap.reaps,
+    )
     yield from (ended, reaps)
 
 
 def window_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     window = f"over the last {snap.window_s:g} s (at most the newest 1000 attempts)"
-    yield _gauge_histogram("spoolctl_recent_attempt_duration_seconds",
-                           f"How long attempts that ended ran, {window}.", snap.durations)  # fmt: skip
+    yield _gauge_histogram(
+        "spoolctl_recent_attempt_duration_seconds",
+        f"How long attempts that ended ran, {window}.",
+        snap.durations,
+    )
     yield _gauge_histogram(
         "spoolctl_recent_pickup_latency_seconds",
-        f"From a job being due to its first attempt's claim, {window}.", snap.pickups)  # fmt: skip
+        f"From a job being due to its first attempt's claim, {window}.",
+        snap.pickups,
+    )
 
 
 def _gauge_histogram(name: str, documentation: str, found: Histogram) -> Metric:
-    buckets = [(floatToGoString(bound), float(count)) for bound, count in found.buckets]
+    buckets = [(_bound(bound), float(count)) for bound, count in found.buckets]
     return GaugeHistogramMetricFamily(name, documentation, buckets=buckets, gsum_value=found.total)
 
 
@@ -136,13 +168,24 @@ def ledger_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     lag = snap.ledger_lag
     if lag is None:  # SQLite: events are positioned as they commit
         return
-    yield GaugeMetricFamily("spoolctl_ledger_unnumbered_events",
-                            "Events committed without a ledger position yet (PostgreSQL).",
-                            value=lag["unnumbered"])  # fmt: skip
-    yield GaugeMetricFamily("spoolctl_ledger_lag_seconds",
-                            "How long the oldest unnumbered event has waited (PostgreSQL).",
-                            value=lag["behind_s"])  # fmt: skip
+    yield GaugeMetricFamily(
+        "spoolctl_ledger_unnumbered_events",
+        "Events committed without a ledger position yet (PostgreSQL).",
+        value=lag["unnumbered"],
+    )
+    yield GaugeMetricFamily(
+        "spoolctl_ledger_lag_seconds",
+        "How long the oldest unnumbered event has waited (PostgreSQL).",
+        value=lag["behind_s"],
+    )
     writer = lag["oldest_writer_s"]
-    yield GaugeMetricFamily("spoolctl_ledger_oldest_writer_seconds",
-                            "How long the longest-open writing transaction has been open "
-                            "(PostgreSQL; 0: none).", value=0.0 if writer is None else writer)  # fmt: skip
+    yield GaugeMetricFamily(
+        "spoolctl_ledger_oldest_writer_seconds",
+        "How long the longest-open writing transaction has been open (PostgreSQL; 0: none).",
+        value=0.0 if writer is None else writer,
+    )
+
+
+def _bound(bound: float) -> str:
+    """A bucket's `le` as Prometheus writes it (+Inf for the last)."""
+    return "+Inf" if bound == float("inf") else repr(float(bound))

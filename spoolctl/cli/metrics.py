@@ -33,8 +33,12 @@ OUTPUT_FILE_MODE = 0o644
         "spoolctl metrics --output /var/lib/node_exporter/textfile/spoolctl.prom",
     ),
 )
-@click.option("--output", type=BoundedText("output file", 4096), default=None,
-              help="Write the exposition to this file atomically instead of stdout.")  # fmt: skip
+@click.option(
+    "--output",
+    type=BoundedText("output file", 4096),
+    default=None,
+    help="Write the exposition to this file atomically instead of stdout.",
+)
 @db_option
 @json_option
 def metrics(output: str | None, db: str | None, as_json: bool) -> int:
@@ -49,8 +53,11 @@ def metrics(output: str | None, db: str | None, as_json: bool) -> int:
     exposition = load_exposition()
     snapshot, found = snapshot_of(db)
     text = exposition.render(snapshot).decode("utf-8")
-    data: dict[str, Any] = {"output": None, "bytes": len(text.encode("utf-8")),
-                            "content_type": exposition.CONTENT_TYPE}  # fmt: skip
+    data: dict[str, Any] = {
+        "output": None,
+        "bytes": len(text.encode("utf-8")),
+        "content_type": exposition.CONTENT_TYPE,
+    }
     if output is not None:
         data["output"] = str(write_atomically(Path(output), text))
         reply = Reply(data, text=f"spoolctl metrics: wrote {data['bytes']} bytes to {output}")
@@ -83,9 +90,7 @@ def snapshot_of(db: str | None) -> tuple[MetricsSnapshot, bool]:
         return collecting.empty_snapshot(time.time()), False
     now = queue.now()
     live_within_s = Timing.from_env().reap_threshold_s
-    return queue.read(
-        lambda conn: collecting.collect(conn, now, live_within_s=live_within_s)
-    ), True
+    return queue.read(lambda conn: collecting.collect(conn, now, live_within_s=live_within_s)), True
 
 
 def write_atomically(path: Path, text: str) -> Path:
@@ -95,8 +100,11 @@ def write_atomically(path: Path, text: str) -> Path:
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
-        raise InvalidInput(f"cannot write --output {path}: {exc.strerror or exc}",
-                           flag="--output", reason=exc.strerror or str(exc)) from None  # fmt: skip
+        raise InvalidInput(
+            f"cannot write --output {path}: {exc.strerror or exc}",
+            flag="--output",
+            reason=exc.strerror or str(exc),
+        ) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as sink:
             sink.write(text)
@@ -106,6 +114,9 @@ def write_atomically(path: Path, text: str) -> Path:
         os.replace(temp, target)
     except OSError as exc:
         Path(temp).unlink(missing_ok=True)
-        raise InvalidInput(f"cannot write --output {path}: {exc.strerror or exc}",
-                           flag="--output", reason=exc.strerror or str(exc)) from None  # fmt: skip
+        raise InvalidInput(
+            f"cannot write --output {path}: {exc.strerror or exc}",
+            flag="--output",
+            reason=exc.strerror or str(exc),
+        ) from None
     return target

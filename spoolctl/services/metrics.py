@@ -21,6 +21,7 @@ from sqlalchemy import Connection, func, select
 from spoolctl.db.backends import statements
 from spoolctl.db.tables import attempts, jobs, lanes, workers
 from spoolctl.services.query import queue_summary, unconfirmed_orphans
+from spoolctl.services.totals import EndedTotals
 from spoolctl.states import AttemptState, JobState, WorkerState
 
 WINDOW_S = 300.0
@@ -83,14 +84,19 @@ class MetricsSnapshot:
 
 def empty_snapshot(now: float) -> MetricsSnapshot:
     """The metrics of a queue that does not exist yet: no lanes, no totals."""
-    return MetricsSnapshot(now, {}, [], 0, {}, 0, histogram([], DURATION_BUCKETS_S),
-                           histogram([], PICKUP_BUCKETS_S))  # fmt: skip
+    return MetricsSnapshot(
+        now, {}, [], 0, {}, 0, histogram([], DURATION_BUCKETS_S), histogram([], PICKUP_BUCKETS_S)
+    )
 
 
-def collect(conn: Connection, now: float, *, live_within_s: float) -> MetricsSnapshot:
+def collect(
+    conn: Connection, now: float, *, live_within_s: float, totals: EndedTotals | None = None
+) -> MetricsSnapshot:
     """Everything `metrics` exports, read in the caller's snapshot. A worker
     is live when its row says running and it heartbeated within
-    `live_within_s` (the reap threshold): one that died unburied is not."""
+    `live_within_s` (the reap threshold): one that died unburied is not.
+    `totals` is a long-lived scraper's memo of the ended attempts' count
+    (`services/totals.py`); without it they are counted afresh."""
     lane_facts = _lanes(conn, now)
     live = _live_workers(conn, now, live_within_s)
     for worker in live:
@@ -98,7 +104,7 @@ def collect(conn: Connection, now: float, *, live_within_s: float) -> MetricsSna
         lane.live_workers += 1
     for queue, slots in _lane_slots(conn, now, live_within_s).items():
         lane_facts.setdefault(queue, LaneFacts(_zero_counts())).slots = slots
-    ended = attempts_ended(conn)
+    ended = (totals or EndedTotals()).read(conn)
     return MetricsSnapshot(
         now=now,
         lanes=dict(sorted(lane_facts.items())),
@@ -150,7 +156,7 @@ def _oldest_due(conn: Connection, now: float, queues: list[str]) -> list[tuple[s
 
 
 def _live_workers(conn: Connection, now: float, live_within_s: float) -> list[WorkerFacts]:
-    running = dict(
+    running: dict[Any, int] = dict(
         conn.execute(
             select(jobs.c.locked_by, func.count())
             .where(jobs.c.state == JobState.RUNNING.value)
@@ -158,8 +164,13 @@ def _live_workers(conn: Connection, now: float, live_within_s: float) -> list[Wo
         ).all()
     )
     rows = conn.execute(
-        select(workers.c.id, workers.c.queue, workers.c.hostname, workers.c.concurrency,
-               workers.c.heartbeat_at)  # fmt: skip
+        select(
+            workers.c.id,
+            workers.c.queue,
+            workers.c.hostname,
+            workers.c.concurrency,
+            workers.c.heartbeat_at,
+        )
         .where(
             workers.c.state == WorkerState.RUNNING.value,
             workers.c.heartbeat_at >= now - live_within_s,
@@ -167,8 +178,14 @@ def _live_workers(conn: Connection, now: float, live_within_s: float) -> list[Wo
         .order_by(workers.c.id)
     )
     return [
-        WorkerFacts(str(row.id), str(row.queue), str(row.hostname), int(row.concurrency or 1),
-                    int(running.get(row.id, 0)), max(0.0, now - float(row.heartbeat_at)))  # fmt: skip
+        WorkerFacts(
+            str(row.id),
+            str(row.queue),
+            str(row.hostname),
+            int(row.concurrency or 1),
+            int(running.get(row.id, 0)),
+            max(0.0, now - float(row.heartbeat_at)),
+        )
         for row in rows
     ]
 
@@ -186,22 +203,18 @@ def _lane_slots(conn: Connection, now: float, live_within_s: float) -> dict[str,
     return {str(queue): int(slots) for queue, slots in rows if slots is not None}
 
 
-def attempts_ended(conn: Connection) -> dict[tuple[str, str], int]:
-    """Every ended attempt, by its state and failure reason ("" for none)."""
-    rows = conn.execute(
-        select(attempts.c.state, attempts.c.failure_reason, func.count())
-        .where(attempts.c.state != AttemptState.RUNNING.value)
-        .group_by(attempts.c.state, attempts.c.failure_reason)
-    )
-    return {(str(state), str(reason or "")): int(n) for state, reason, n in rows}
-
-
 def _window() -> Any:
     """The newest WINDOW_ATTEMPTS attempts (a walk of the primary key from
     its end), as a subquery."""
     return (
-        select(attempts.c.id, attempts.c.job_id, attempts.c.attempt_no, attempts.c.state,
-               attempts.c.started_at, attempts.c.finished_at)  # fmt: skip
+        select(
+            attempts.c.id,
+            attempts.c.job_id,
+            attempts.c.attempt_no,
+            attempts.c.state,
+            attempts.c.started_at,
+            attempts.c.finished_at,
+        )
         .order_by(attempts.c.id.desc())
         .limit(WINDOW_ATTEMPTS)
         .subquery("recent")

@@ -74,7 +74,8 @@ def ledger_check(driver: PostgresDriver) -> Check:
              + (f" (the oldest {behind:.0f} s old)" if waiting else "")]  # fmt: skip
     if writer_s is not None:
         app, state = lag["oldest_writer_app"], lag["oldest_writer_state"]
-        parts.append(f"oldest writing transaction open {writer_s:.1f} s ({app or 'unnamed'}, {state})")
+        shown = f"{app or 'unnamed'}, {state}"
+        parts.append(f"oldest writing transaction open {writer_s:.1f} s ({shown})")
     message = "; ".join(parts)
     if writer_s is not None and float(writer_s) > max(TRANSACTION_STALE_S, idle_limit_ms() / 1000):
         return Check("ledger_lag", "warn", message,
