@@ -42,7 +42,7 @@ OUTPUT_FILE_MODE = 0o644
 @db_option
 @json_option
 def metrics(output: str | None, db: str | None, as_json: bool) -> int:
-    """Print the queue's metrics in the Prometheus text exposition format.
+    """Prometheus metrics (the text exposition format) of the queue.
 
     Jobs per state and queue, the oldest due job's age, scheduled jobs, running
     jobs and free --slots per lane, paused lanes, live workers, unconfirmed
@@ -55,6 +55,7 @@ def metrics(output: str | None, db: str | None, as_json: bool) -> int:
     text = exposition.render(snapshot).decode("utf-8")
     data: dict[str, Any] = {
         "output": None,
+        "exposition": None,
         "bytes": len(text.encode("utf-8")),
         "content_type": exposition.CONTENT_TYPE,
     }
