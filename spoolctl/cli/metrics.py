@@ -6,6 +6,7 @@ only when the verb runs."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 from pathlib import Path
@@ -71,7 +72,7 @@ def metrics(output: str | None, db: str | None, as_json: bool) -> int:
 def load_exposition() -> ModuleType:
     """spoolctl.exposition, or EXTRA_MISSING naming the install command."""
     try:
-        from spoolctl import exposition
+        exposition = importlib.import_module("spoolctl.exposition")
     except ModuleNotFoundError as exc:
         raise ExtraMissing(
             f"spoolctl metrics needs the metrics extra ({exc.name} is missing)",

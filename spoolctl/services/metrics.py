@@ -203,9 +203,11 @@ def _lane_slots(conn: Connection, now: float, live_within_s: float) -> dict[str,
     return {str(queue): int(slots) for queue, slots in rows if slots is not None}
 
 
-def _window() -> Any:
-    """The newest WINDOW_ATTEMPTS attempts (a walk of the primary key from
-    its end), as a subquery."""
+def _window(conn: Connection) -> Any:
+    """The newest WINDOW_ATTEMPTS attempts, as a subquery: a range of the
+    primary key from its end (ids leave no gaps but for rolled-back ones)."""
+    newest = conn.execute(select(func.max(attempts.c.id))).scalar()
+    floor = (0 if newest is None else int(newest)) - WINDOW_ATTEMPTS
     return (
         select(
             attempts.c.id,
@@ -215,15 +217,14 @@ def _window() -> Any:
             attempts.c.started_at,
             attempts.c.finished_at,
         )
-        .order_by(attempts.c.id.desc())
-        .limit(WINDOW_ATTEMPTS)
+        .where(attempts.c.id > floor)
         .subquery("recent")
     )
 
 
 def recent_durations(conn: Connection, now: float) -> list[float]:
     """How long each attempt that ended in the window ran."""
-    recent = _window()
+    recent = _window(conn)
     rows = conn.execute(
         select(recent.c.started_at, recent.c.finished_at).where(
             recent.c.state != AttemptState.RUNNING.value,
@@ -237,7 +238,7 @@ def recent_pickups(conn: Connection, now: float) -> list[float]:
     """For first attempts started in the window, the wait from when the job
     became due (its next_run_at) to its claim. Only jobs that ran once and
     were not put back since: a retry or a requeue moves next_run_at."""
-    recent = _window()
+    recent = _window(conn)
     later = attempts.alias("later")
     rows = conn.execute(
         select(recent.c.started_at, jobs.c.next_run_at)

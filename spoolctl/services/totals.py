@@ -75,17 +75,18 @@ def full_count(conn: Connection) -> _Counted:
         total += int(count)
         if state != AttemptState.RUNNING.value:
             ended[(str(state), str(reason or ""))] += int(count)
-    running = set(
-        conn.execute(
+    running = {
+        attempt_id
+        for attempt_id in conn.execute(
             select(attempts.c.id)
             .join(jobs, jobs.c.id == attempts.c.job_id)
             .where(
                 jobs.c.state == JobState.RUNNING.value,
                 attempts.c.state == AttemptState.RUNNING.value,
-                attempts.c.id <= through,
             )
         ).scalars()
-    )
+        if attempt_id <= through
+    }
     return _Counted(through, total, ended, running)
 
 

@@ -4,6 +4,7 @@ in `middleware`)."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,7 @@ class Dashboard:
         """The Prometheus exposition `spoolctl metrics` prints (behind the
         token when one is set, as every page); 501 without the metrics extra."""
         try:
-            from spoolctl import exposition
+            exposition = importlib.import_module("spoolctl.exposition")
         except ModuleNotFoundError as exc:
             raise Refused(
                 501,
