@@ -139,7 +139,8 @@ def total_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         ended.add_metric([outcome, reason], count)
     reaps = CounterMetricFamily(
         "spoolctl_reaps",
-        "Attempts of dead workers that were reaped (abandoned as worker_crash).",
+        "Attempts ended as worker crashes (abandoned, worker_crash): reaped after their "
+        "worker died, or given up by a worker that fenced itself.",
         value=snap.reaps,
     )
     yield from (ended, reaps)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import tempfile
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -87,8 +88,6 @@ def snapshot_of(db: str | None) -> tuple[MetricsSnapshot, bool]:
     server's on PostgreSQL); an empty set when no queue exists yet."""
     queue = open_read(db)
     if queue is None:
-        import time
-
         return collecting.empty_snapshot(time.time()), False
     now = queue.now()
     live_within_s = Timing.from_env().reap_threshold_s
