@@ -1,7 +1,7 @@
 """spoolctl benchmark: ours (the work tree's .venv) against the original
 stdlib spoolctl 0.4.11 (bench/.venv-ref), measured in the same run.
 
-    bench/run [--quick] [--only cli,batch,drain,slow,pickup,table,pg]
+    bench/run [--quick] [--only cli,batch,drain,slow,pickup,table,metrics,pg]
 
 Ours and the reference run interleaved (A B B A) in every scenario they share;
 drain and pickup run on the disk the repository is on and on a tmpfs, beside
@@ -32,13 +32,14 @@ import fleet
 import pg
 import psutil
 import report
+import scrape
 import slow
 import workers
 from filesystems import Target
 from fixtures import BENCH, machine
 from plan import DEFAULT, QUICK, Plan
 
-SCENARIOS = ("cli", "batch", "drain", "slow", "pickup", "table", "pg", "fleet")
+SCENARIOS = ("cli", "batch", "drain", "slow", "pickup", "table", "metrics", "pg", "fleet")
 ALIASES = {"add": "cli", "spawn": "drain"}
 """Names of earlier versions: `add` is now part of `cli`, the spawn ceiling of `drain`."""
 
@@ -57,6 +58,7 @@ def steps(plan: Plan, found: list[Target], results: dict[str, Any]) -> list[Step
     out.append(("slow", "slow", lambda: slow.slow_jobs(plan, disk)))
     out += [("pickup", f"pickup:{t.label}", _bind(workers.pickup_and_idle, plan, t)) for t in found]
     out.append(("table", "table_growth", lambda: cli_costs.table_growth(plan, disk)))
+    out.append(("metrics", "metrics_scrape", lambda: scrape.scrape_growth(plan, disk)))
     out.append(("pg", "pg:drain", lambda: pg.drain(plan, disk)))
     out.append(("pg", "pg:pickup", lambda: pg.pickup(plan, disk)))
     out.append(("fleet", "fleet:drain", lambda: fleet.drain(plan, disk)))

@@ -32,6 +32,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
         _slow_rows,
         *(_pickup_builder(name) for name in results if name.startswith("pickup:")),
         _table_rows,
+        _scrape_rows,
     ]
     for build in builders:
         try:
@@ -291,6 +292,31 @@ def _table_rows(results: dict[str, Any]) -> list[Row]:
                 verdict="ERROR" if ratio is None else _verdict(ratio <= 1.3),
             )
         )
+    return out
+
+
+def _scrape_rows(results: dict[str, Any]) -> list[Row]:
+    """A metrics scrape at 1k and 100k jobs (bench/scrape.py): ours only."""
+    found = results.get("metrics_scrape")
+    if found is None or "error" in found:
+        return _failed(results, "metrics_scrape")
+    out = [_row(f"== metrics scrape on {_fs(found)} (1k -> 100k jobs, ms, median; ours only)")]
+    sizes = found["sizes"]
+    small, big = (sizes[s] for s in sorted(sizes, key=int))
+    labels = {"warm_s": "scrape as /metrics serves it (in-process, kept totals)",
+              "cold_s": "scrape by a fresh scraper (in-process, full count)",
+              "process_s": "spoolctl metrics --json (fresh process)"}  # fmt: skip
+    for key, label in labels.items():
+        ratio = found["ratios_big_to_small"][key]
+        cell = (
+            f"{small[key]['median_s'] * 1e3:.1f} -> {big[key]['median_s'] * 1e3:.1f} ({ratio:.2f}x)"
+        )
+        if key == "warm_s":
+            p95 = big[key]["p95_s"]
+            out.append(_row(f"{label}; p95 at 100k {p95 * 1e3:.1f} ms", cell,
+                            target="100k p95 < 50 ms", verdict=_verdict(p95 < 0.05)))  # fmt: skip
+        else:
+            out.append(_row(label, cell))
     return out
 
 

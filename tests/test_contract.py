@@ -157,6 +157,7 @@ def script(q: Populated, tmp: Path, pg_url: str) -> list[tuple[str, list[str], i
         ("wait", ["wait", d], 0),
         ("wait", ["wait", d, str(q.dead)], 6),
         ("status", ["status"], 0),
+        ("metrics", ["metrics"], 0),
         ("list", ["list", "--tag", "team=ml"], 0),
         ("show", ["show", d], 0),
         ("output", ["output", d], 0),

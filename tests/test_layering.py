@@ -60,6 +60,19 @@ def test_alembic_is_imported_only_by_the_revision_module() -> None:
         assert not any(m.startswith("alembic") for m in imported_modules(path)), path
 
 
+def test_prometheus_client_is_imported_only_by_the_exposition_module() -> None:
+    """The metrics extra is optional: `metrics` and the web's /metrics load
+    spoolctl.exposition lazily, and nothing else names prometheus_client."""
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "exposition.py":
+            continue
+        assert not any(m.startswith("prometheus_client") for m in imported_modules(path)), path
+    importers = [p for p in PACKAGE.rglob("*.py") if "spoolctl.exposition" in p.read_text()]
+    assert sorted(p.relative_to(PACKAGE).as_posix() for p in importers) == [
+        "cli/metrics.py", "web/app.py"
+    ]  # fmt: skip
+
+
 def modules_after(argv: list[str], tmp_path: Path) -> tuple[dict[str, Any], set[str]]:
     """Run one --json command line in a fresh interpreter: its envelope (after
     checking it succeeded with exit 0) and every module it imported. A verb
@@ -97,6 +110,7 @@ def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
     assert "spoolctl.cli.jobs" in loaded
     assert not any(m.split(".")[0] == "alembic" for m in loaded)
     assert "psutil" not in loaded
+    assert "prometheus_client" not in loaded
     assert "spoolctl.worker" not in loaded
     assert "sqlalchemy.dialects.postgresql" not in loaded, "an SQLite add loaded PostgreSQL's"
 

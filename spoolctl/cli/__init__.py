@@ -32,6 +32,7 @@ VERBS: dict[str, str] = {
     "pause": "spoolctl.cli.lanes:pause",
     "resume": "spoolctl.cli.lanes:resume",
     "web": "spoolctl.cli.web:web",
+    "metrics": "spoolctl.cli.metrics:metrics",
     "migrate": "spoolctl.cli.migrate:migrate",
     "copy-to": "spoolctl.cli.copy:copy_to",
     "doctor": "spoolctl.cli.admin:doctor",

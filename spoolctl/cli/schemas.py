@@ -232,6 +232,8 @@ DATA_SCHEMAS: dict[str, Schema] = {
     "pause": LANE_CHANGE,
     "resume": LANE_CHANGE,
     "web": obj({**WEB_FACTS, "stopped_by": opt(STR)}),
+    "metrics": obj({"output": opt(STR), "bytes": INT, "content_type": STR,
+                    "exposition": opt(STR)}),
     "migrate": MIGRATE,
     "copy-to": COPY_TO,
     "doctor": obj({"ready": BOOL, "summary": SUMMARY, "config": opt({"type": "object"}),

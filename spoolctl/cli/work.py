@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import json
+import sys
 from typing import Any
 
 import click
@@ -74,6 +76,13 @@ MAX_CONCURRENCY = 256
     show_default=True,
     help="Jobs this one worker process runs at once.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line on stderr for each attempt's start and end and each reap.",
+)
 @db_option
 @json_option
 def work(
@@ -84,6 +93,7 @@ def work(
     worker_id: str | None,
     poll_interval: float,
     concurrency: int,
+    log_format: str,
     db: str | None,
     as_json: bool,
 ) -> int:
@@ -111,7 +121,7 @@ def work(
         concurrency=concurrency,
         server_wait_s=None if mode == "loop" else ONE_SHOT_WAIT_S,
     )
-    progress = ProgressLine(as_json or mode != "drain")
+    progress = ProgressLine(as_json or mode != "drain" or log_format == "json")
     worker = Worker(
         queue_file,
         options,
@@ -121,6 +131,7 @@ def work(
         else None,
         prepare=lambda: prepare(queue_file.driver),
         on_wait=outage_notice(),
+        on_log=json_lines if log_format == "json" else None,
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()
@@ -133,6 +144,13 @@ def work(
     finally:
         progress.done()
     return emit(Reply(report_data(report, mode), text=lambda: report_text(report, mode)), as_json)
+
+
+def json_lines(record: dict[str, Any]) -> None:
+    """One log record as one JSON line on stderr, flushed (a log shipper
+    reads lines as they come)."""
+    sys.stderr.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
+    sys.stderr.flush()
 
 
 def report_data(report: WorkReport, mode: str) -> dict[str, Any]:

@@ -4,6 +4,7 @@ in `middleware`)."""
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from spoolctl.config import Timing
 from spoolctl.errors import (
     Conflict,
     InvalidInput,
@@ -25,6 +27,8 @@ from spoolctl.errors import (
     SafetyBlock,
     SpoolError,
 )
+from spoolctl.services import metrics as metric_data
+from spoolctl.services.totals import EndedTotals
 from spoolctl.web import views
 from spoolctl.web.access import QueueAccess
 from spoolctl.web.actions import Actions
@@ -60,6 +64,8 @@ class Dashboard:
         self.guard = guard
         self.settings = settings
         self.env = make_environment()
+        self.totals = EndedTotals()
+        """The ended attempts' totals, kept up between scrapes of /metrics."""
 
     # -- responses -----------------------------------------------------------------
 
@@ -164,6 +170,30 @@ class Dashboard:
         rows = self.env.get_template("_event_rows.html").render(events=data["events"])
         return JSONResponse({"cursor": data["cursor"], "count": len(data["events"]), "html": rows})
 
+    async def metrics(self, request: Request) -> Response:
+        """The Prometheus exposition `spoolctl metrics` prints (behind the
+        token when one is set, as every page); 501 without the metrics extra."""
+        try:
+            exposition = importlib.import_module("spoolctl.exposition")
+        except ModuleNotFoundError as exc:
+            raise Refused(
+                501,
+                f"/metrics needs the metrics extra ({exc.name} is missing): "
+                "pip install 'spoolctl[metrics]'",
+            ) from None
+        snapshot = await run_in_threadpool(self.read_metrics)
+        return Response(exposition.render(snapshot), media_type=exposition.CONTENT_TYPE)
+
+    def read_metrics(self) -> metric_data.MetricsSnapshot:
+        now = self.access.now()
+        live_within_s = Timing.from_env().reap_threshold_s
+        return self.access.read(
+            lambda conn: metric_data.collect(
+                conn, now, live_within_s=live_within_s, totals=self.totals
+            ),
+            metric_data.empty_snapshot(now),
+        )
+
     async def login(self, request: Request) -> Response:
         if not self.guard.redeem(request.query_params.get("once")):
             raise Refused(
@@ -209,6 +239,7 @@ def create_app(access: QueueAccess, guard: Guard, settings: Settings) -> Starlet
         Route("/events", board.events),
         Route("/events/live", board.events_live),
         Route("/login", board.login),
+        Route("/metrics", board.metrics),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     return Starlette(

@@ -19,7 +19,7 @@ from spoolctl.states import FailureReason
 from spoolctl.wakeup import Signals, StopRequested, counting_signals, wait_readable
 from spoolctl.worker import duties, lifecycle
 from spoolctl.worker.reaping import Reaping
-from spoolctl.worker.report import WorkerOptions, WorkReport, default_worker_id
+from spoolctl.worker.report import LogSink, WorkerOptions, WorkReport, default_worker_id
 from spoolctl.worker.settle import Settler
 from spoolctl.worker.shift import LOCK_SLICE_S, RETRY_FIRST_S, Shift
 
@@ -47,18 +47,19 @@ class Worker:
         on_result: Callable[[WorkReport], None] | None = None,
         prepare: Callable[[], None] = lambda: None,
         on_wait: outage.OutageListener | None = None,
+        on_log: LogSink | None = None,
     ) -> None:
         worker_id = options.worker_id or default_worker_id()
         self.shift = shift = Shift(queue, options, timing, worker_id, WorkReport(worker_id),
                                    queue.driver.output_writer(), queue.clock(),
-                                   on_result=on_result)  # fmt: skip
+                                   on_result=on_result, log=on_log)  # fmt: skip
         self.prepare = prepare
         """Makes the schema usable (run before registering; may need the server)."""
         self.on_wait = on_wait
         """Told when the worker starts waiting for the server, and when it got through."""
         self.signals = Signals()
         self.reaping = Reaping(shift.engine, timing, worker_id, shift.boot_id, shift.hostname,
-                               shift.clock, LOCK_SLICE_S)  # fmt: skip
+                               shift.clock, LOCK_SLICE_S, log=on_log)  # fmt: skip
         self.settler = Settler(shift, self.reaping)
         self.heartbeat = duties.Heartbeat(shift, self.reaping)
         self.fence = duties.LeaseFence(shift)

@@ -5,9 +5,11 @@ module sequences them around short transactions."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 
@@ -16,6 +18,7 @@ from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx, write_quietly
 from spoolctl.errors import Locked, Unreachable
 from spoolctl.services import reaper
+from spoolctl.states import JobState
 
 
 @dataclass
@@ -27,6 +30,8 @@ class Reaping:
     hostname: str
     clock: Callable[[], float]
     lock_wait_s: float | None = None
+    log: Callable[[dict[str, Any]], None] | None = None
+    """Told of each reap and each orphan left unconfirmed (`work --log-format json`)."""
     deferred: dict[int, float] = field(default_factory=dict)
     """Job id -> when to judge it again: an owner found alive, or an orphan
     whose end could not be confirmed, is looked at once per heartbeat interval,
@@ -77,17 +82,30 @@ class Reaping:
         check = liveness.end_orphan(cand, same_machine=same_machine)
         if not check.gone:
             self._defer(cand, now)
-            write_quietly(self.engine, partial(self._flag, cand, check), self.lock_wait_s)
+            if write_quietly(self.engine, partial(self._flag, cand, check), self.lock_wait_s):
+                self._tell("orphan_unconfirmed", cand, pid=check.pid, reason=check.reason)
             return
-        if write_quietly(self.engine, partial(self._reap_one, cand), self.lock_wait_s):
+        ended: list[JobState | None] = []
+        if write_quietly(self.engine, partial(self._reap_one, cand, ended), self.lock_wait_s):
             self.deferred.pop(cand.job_id, None)
+            if ended and ended[0] is not None:
+                self._tell("reaped", cand, verdict=verdict.value, job_state=ended[0].value)
 
     def _defer(self, cand: reaper.Candidate, now: float) -> None:
         self.deferred[cand.job_id] = now + self.timing.heartbeat_interval_s
 
-    def _reap_one(self, cand: reaper.Candidate, conn: Connection) -> None:
+    def _reap_one(
+        self, cand: reaper.Candidate, ended: list[JobState | None], conn: Connection
+    ) -> None:
         threshold = self.timing.reap_threshold_s
-        reaper.reap(conn, cand, now=self.clock(), threshold_s=threshold, reaper_id=self.worker_id)
+        ended[:] = [reaper.reap(conn, cand, now=self.clock(), threshold_s=threshold,
+                                reaper_id=self.worker_id)]  # fmt: skip
+
+    def _tell(self, event: str, cand: reaper.Candidate, **facts: Any) -> None:
+        if self.log is not None:
+            self.log({"event": event, "at": time.time(), "worker_id": self.worker_id,
+                      "job_id": cand.job_id, "attempt_id": cand.attempt_id,
+                      "dead_worker": cand.worker_id, **facts})  # fmt: skip
 
     def _flag(self, cand: reaper.Candidate, check: reaper.OrphanCheck, conn: Connection) -> None:
         reaper.flag_unconfirmed(

@@ -6,14 +6,18 @@ import os
 import secrets
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 
 from spoolctl import procs
 from spoolctl.services.outcome import SUCCEEDED
 
 Mode = Literal["loop", "once", "drain"]
+LogSink = Callable[[dict[str, Any]], None]
+"""Told one record per attempt start, attempt end and reap (`work
+--log-format json` writes each as a JSON line; keys in docs/monitoring.md)."""
 
 
 @dataclass(frozen=True)

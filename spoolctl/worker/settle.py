@@ -4,6 +4,8 @@ judged before anything is claimed), and starting what was claimed."""
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy import Connection
 
 from spoolctl.services import claim as claiming
@@ -123,5 +125,12 @@ class Settler:
         with shift.report.timings.spawn:
             execution.start(self.job_env, shift.worker_id, now)
         shift.running[claim.job_id] = execution
+        if shift.log is not None:
+            shift.log({
+                "event": "attempt_started", "at": time.time(), "worker_id": shift.worker_id,
+                "queue": claim.queue, "job_id": claim.job_id, "attempt_id": claim.attempt_id,
+                "attempt_no": claim.attempt_no, "pid": execution.pid, "slot": execution.slot,
+                "error": execution.spawn_error,
+            })  # fmt: skip
         shift.output.track(claim.attempt_id, {"stdout": claim.stdout_path,
                                                "stderr": claim.stderr_path})  # fmt: skip

@@ -5,8 +5,10 @@ and the backoff that holds back every write after one failed."""
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -19,7 +21,7 @@ from spoolctl.errors import DiskFull, Locked, Unreachable
 from spoolctl.services import execute
 from spoolctl.services.outcome import Outcome
 from spoolctl.states import JobState
-from spoolctl.worker.report import AttemptResult, WorkerOptions, WorkReport
+from spoolctl.worker.report import AttemptResult, LogSink, WorkerOptions, WorkReport
 
 LOCK_SLICE_S = 0.25
 """The longest one write waits for the lock before the loop runs again."""
@@ -70,6 +72,7 @@ class Shift:
     backoff: Backoff = field(default_factory=Backoff)
     guard: LeaseGuard | None = None
     on_result: Callable[[WorkReport], None] | None = None
+    log: LogSink | None = None
     last_beat: float = 0.0
     """When the last heartbeat landed (the lease is counted from it)."""
     last_reap_pass: float = 0.0
@@ -131,6 +134,8 @@ class Shift:
         )
         if self.on_result is not None and outcome is not None:
             self.on_result(self.report)
+        if self.log is not None:
+            self.log(ended_record(self, execution, outcome, state, label))
 
     def db_due(self, due_at: float) -> float:
         """When a database duty due at `due_at` can run (after the backoff)."""
@@ -138,3 +143,27 @@ class Shift:
 
 
 NEVER = math.inf
+
+
+def ended_record(
+    shift: Shift,
+    execution: execute.Execution,
+    outcome: Outcome | None,
+    state: JobState | None,
+    label: str,
+) -> dict[str, Any]:
+    """The log record of an attempt's recorded end."""
+    claim = execution.claim
+    return {
+        "event": "attempt_ended", "at": time.time(), "worker_id": shift.worker_id,
+        "queue": claim.queue, "job_id": claim.job_id, "attempt_id": claim.attempt_id,
+        "attempt_no": claim.attempt_no, "result": label,
+        "exit_code": None if outcome is None else outcome.exit_code,
+        "signal": None if outcome is None else outcome.signal,
+        "failure_reason": None if outcome is None or outcome.reason is None
+        else outcome.reason.value,
+        "error": None if outcome is None else outcome.error,
+        "duration_s": round(max(0.0, shift.clock() - execution.started_at), 6)
+        if execution.started_at else None,
+        "job_state": None if state is None else state.value,
+    }  # fmt: skip

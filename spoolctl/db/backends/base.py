@@ -209,6 +209,12 @@ class Statements(Protocol):
         """Driver errors become the contract's (see Driver.translate_errors)."""
         ...
 
+    def ledger_lag(self, conn: Connection) -> dict[str, Any] | None:
+        """How far the ledger's positions are behind its writers (PostgreSQL:
+        `unnumbered`, `behind_s`, `oldest_writer_s`, as `doctor` reports it);
+        None where events are positioned as they commit (SQLite)."""
+        ...
+
 
 class Driver(Protocol):
     """One queue's backend: where it is and how to use it."""

@@ -51,7 +51,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
 from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
-from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_reader
+from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_lag, ledger_reader
 from spoolctl.db.backends.postgresql.url import driver_url, parse_url
 from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
 from spoolctl.db.url import masked
@@ -62,7 +62,9 @@ if TYPE_CHECKING:
     from spoolctl.db.backends.postgresql.stored import StoredOutput
     from spoolctl.db.health import Check
 
-__all__ = ["PostgresDriver", "display_of", "ledger_reader", "parse_url", "translate_errors"]
+__all__ = [
+    "PostgresDriver", "display_of", "ledger_lag", "ledger_reader", "parse_url", "translate_errors"
+]  # fmt: skip
 
 MIGRATE_BUSY_TIMEOUT_S = 60.0
 """A migrate waits at least this long for another migrate's lock and rows."""

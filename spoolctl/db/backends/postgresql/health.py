@@ -61,26 +61,23 @@ def ledger_check(driver: PostgresDriver) -> Check:
     server settings let ours last (another program's, or a session without
     them)."""
     from spoolctl.db.backends.postgresql import idle_limit_ms
-    from spoolctl.db.backends.postgresql.ledger import oldest_writer, unnumbered
+    from spoolctl.db.backends.postgresql.ledger import ledger_lag
 
     engine = driver.peek_engine()
     try:
         with read_tx(engine) as conn:
-            waiting, oldest_at = unnumbered(conn)
-            now = float(
-                conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one()
-            )
-            writer = oldest_writer(conn)
+            lag = ledger_lag(conn)
     finally:
         engine.dispose()
-    behind = 0.0 if oldest_at is None else max(0.0, now - oldest_at)
+    waiting, behind, writer_s = lag["unnumbered"], lag["behind_s"], lag["oldest_writer_s"]
     parts = [f"{waiting} event(s) committed without a position yet"
              + (f" (the oldest {behind:.0f} s old)" if waiting else "")]  # fmt: skip
-    if writer is not None:
-        age, app, state = writer
-        parts.append(f"oldest writing transaction open {age:.1f} s ({app or 'unnamed'}, {state})")
+    if writer_s is not None:
+        app, state = lag["oldest_writer_app"], lag["oldest_writer_state"]
+        shown = f"{app or 'unnamed'}, {state}"
+        parts.append(f"oldest writing transaction open {writer_s:.1f} s ({shown})")
     message = "; ".join(parts)
-    if writer is not None and writer[0] > max(TRANSACTION_STALE_S, idle_limit_ms() / 1000):
+    if writer_s is not None and float(writer_s) > max(TRANSACTION_STALE_S, idle_limit_ms() / 1000):
         return Check("ledger_lag", "warn", message,
                      "end that transaction (pg_terminate_backend); its events and "
                      "row locks wait for it")  # fmt: skip

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -154,3 +155,21 @@ def oldest_writer(conn: Connection) -> tuple[float, str, str] | None:
     if row is None or row[0] is None:
         return None
     return float(row[0]), str(row[1] or ""), str(row[2] or "")
+
+
+def ledger_lag(conn: Connection) -> dict[str, Any]:
+    """How far the ledger's positions are behind the writers (what `doctor`'s
+    ledger_lag check reports, and `metrics` exports): `unnumbered` events
+    committed without a position yet, `behind_s` how long the oldest of them
+    has waited, `oldest_writer_s` how long the longest-open writing
+    transaction has been open (None when there is none)."""
+    waiting, oldest_at = unnumbered(conn)
+    now = float(conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar_one())
+    writer = oldest_writer(conn)
+    return {
+        "unnumbered": waiting,
+        "behind_s": 0.0 if oldest_at is None else max(0.0, now - oldest_at),
+        "oldest_writer_s": None if writer is None else writer[0],
+        "oldest_writer_app": None if writer is None else writer[1],
+        "oldest_writer_state": None if writer is None else writer[2],
+    }

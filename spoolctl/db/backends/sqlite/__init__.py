@@ -205,6 +205,10 @@ def before_slot_count(conn: Connection, queue: str) -> None:
     """The write lock already serializes every claimant."""
 
 
+def ledger_lag(conn: Connection) -> None:
+    """An event's id is its position as it commits: the ledger never lags."""
+
+
 def upsert(conn: Connection, table: Table, values: dict[str, Any], key: str) -> None:
     from sqlalchemy.dialects.sqlite import insert
 

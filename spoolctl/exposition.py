@@ -1,0 +1,192 @@
+"""The Prometheus text exposition of a queue's metrics: the snapshot that
+`services/metrics.py` reads, as prometheus_client's metric families.
+
+The only module that imports prometheus_client (the optional `metrics`
+extra), and only `metrics` and the web's `/metrics` import it, lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from spoolctl.services.metrics import Histogram, MetricsSnapshot
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""text/plain; version=0.0.4: what every Prometheus (and the textfile
+collector) reads."""
+
+
+def render(snapshot: MetricsSnapshot) -> bytes:
+    """The snapshot in the text exposition format."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot(snapshot))
+    return generate_latest(registry)
+
+
+class _Snapshot:
+    """A collector of one snapshot (a fresh registry per scrape)."""
+
+    def __init__(self, snapshot: MetricsSnapshot) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
+        yield from lane_metrics(self.snapshot)
+        yield from worker_metrics(self.snapshot)
+        yield from total_metrics(self.snapshot)
+        yield from window_metrics(self.snapshot)
+        yield from ledger_metrics(self.snapshot)
+
+
+def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
+    jobs = GaugeMetricFamily(
+        "spoolctl_jobs", "Jobs in each state, per queue.", labels=["queue", "state"]
+    )
+    scheduled = GaugeMetricFamily(
+        "spoolctl_jobs_scheduled",
+        "Queued jobs not due yet (their run time is in the future).",
+        labels=["queue"],
+    )
+    oldest = GaugeMetricFamily(
+        "spoolctl_oldest_due_job_age_seconds",
+        "How long the queue's longest-waiting due job has been due (0: none waits).",
+        labels=["queue"],
+    )
+    running = GaugeMetricFamily(
+        "spoolctl_lane_running_jobs", "Jobs running in the lane.", labels=["queue"]
+    )
+    paused = GaugeMetricFamily(
+        "spoolctl_lane_paused", "1 when the lane is paused, else 0.", labels=["queue"]
+    )
+    live = GaugeMetricFamily(
+        "spoolctl_lane_live_workers",
+        "Live workers serving the lane (heartbeat within the reap threshold).",
+        labels=["queue"],
+    )
+    slots = GaugeMetricFamily(
+        "spoolctl_lane_slots",
+        "The lane's cap on running jobs (the smallest --slots of its "
+        "live workers; absent: no cap).",
+        labels=["queue"],
+    )
+    free = GaugeMetricFamily(
+        "spoolctl_lane_free_slots",
+        "How many more jobs the lane's --slots cap lets run now.",
+        labels=["queue"],
+    )
+    for queue, lane in snap.lanes.items():
+        for state, count in lane.counts.items():
+            jobs.add_metric([queue, state], count)
+        scheduled.add_metric([queue], lane.scheduled)
+        oldest.add_metric([queue], lane.oldest_due_age_s)
+        running.add_metric([queue], lane.running)
+        paused.add_metric([queue], 1 if lane.paused else 0)
+        live.add_metric([queue], lane.live_workers)
+        if lane.slots is not None:
+            slots.add_metric([queue], lane.slots)
+            free.add_metric([queue], max(0, lane.slots - lane.running))
+    yield from (jobs, scheduled, oldest, running, paused, live, slots, free)
+
+
+def worker_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
+    labels = ["worker_id", "queue", "hostname"]
+    running = GaugeMetricFamily(
+        "spoolctl_worker_running_attempts", "Attempts the live worker runs now.", labels=labels
+    )
+    concurrency = GaugeMetricFamily(
+        "spoolctl_worker_concurrency",
+        "Jobs the worker runs at once at most (--concurrency).",
+        labels=labels,
+    )
+    age = GaugeMetricFamily(
+        "spoolctl_worker_heartbeat_age_seconds",
+        "Seconds since the worker's last heartbeat.",
+        labels=labels,
+    )
+    for worker in snap.workers:
+        key = [worker.worker_id, worker.queue, worker.hostname]
+        running.add_metric(key, worker.running_attempts)
+        concurrency.add_metric(key, worker.concurrency)
+        age.add_metric(key, worker.heartbeat_age_s)
+    workers = GaugeMetricFamily(
+        "spoolctl_workers_live", "Live workers (all lanes).", value=len(snap.workers)
+    )
+    orphans = GaugeMetricFamily(
+        "spoolctl_orphans_unconfirmed",
+        "Running jobs of dead workers whose process could not "
+        "be confirmed gone (kept running, not requeued).",
+        value=snap.orphans_unconfirmed,
+    )
+    yield from (running, concurrency, age, workers, orphans)
+
+
+def total_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
+    ended = CounterMetricFamily(
+        "spoolctl_attempts_ended",
+        "Attempts that ended, by outcome (the attempt's state) and "
+        "failure reason (empty: none), counted from the queue's attempts.",
+        labels=["outcome", "failure_reason"],
+    )
+    for (outcome, reason), count in sorted(snap.attempts_ended.items()):
+        ended.add_metric([outcome, reason], count)
+    reaps = CounterMetricFamily(
+        "spoolctl_reaps",
+        "Attempts ended as worker crashes (abandoned, worker_crash): reaped after their "
+        "worker died, or given up by a worker that fenced itself.",
+        value=snap.reaps,
+    )
+    yield from (ended, reaps)
+
+
+def window_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
+    window = f"over the last {snap.window_s:g} s (at most the newest 1000 attempts)"
+    yield _gauge_histogram(
+        "spoolctl_recent_attempt_duration_seconds",
+        f"How long attempts that ended ran, {window}.",
+        snap.durations,
+    )
+    yield _gauge_histogram(
+        "spoolctl_recent_pickup_latency_seconds",
+        f"From a job being due to its first attempt's claim, {window}.",
+        snap.pickups,
+    )
+
+
+def _gauge_histogram(name: str, documentation: str, found: Histogram) -> Metric:
+    buckets = [(_bound(bound), float(count)) for bound, count in found.buckets]
+    return GaugeHistogramMetricFamily(name, documentation, buckets=buckets, gsum_value=found.total)
+
+
+def ledger_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
+    lag = snap.ledger_lag
+    if lag is None:  # SQLite: events are positioned as they commit
+        return
+    yield GaugeMetricFamily(
+        "spoolctl_ledger_unnumbered_events",
+        "Events committed without a ledger position yet (PostgreSQL).",
+        value=lag["unnumbered"],
+    )
+    yield GaugeMetricFamily(
+        "spoolctl_ledger_lag_seconds",
+        "How long the oldest unnumbered event has waited (PostgreSQL).",
+        value=lag["behind_s"],
+    )
+    writer = lag["oldest_writer_s"]
+    yield GaugeMetricFamily(
+        "spoolctl_ledger_oldest_writer_seconds",
+        "How long the longest-open writing transaction has been open (PostgreSQL; 0: none).",
+        value=0.0 if writer is None else writer,
+    )
+
+
+def _bound(bound: float) -> str:
+    """A bucket's `le` as Prometheus writes it (+Inf for the last)."""
+    return "+Inf" if bound == float("inf") else repr(float(bound))
