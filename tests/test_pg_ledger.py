@@ -19,8 +19,8 @@ from sqlalchemy import Engine
 from sqlalchemy import event as event_api
 
 from spoolctl.config import busy_timeout_s
-from spoolctl.db.backends.postgresql import TRANSACTION_TIMEOUT_SINCE, transaction_limit_ms
 from spoolctl.db.backends.postgresql.ledger import READER_LOCK_KEY
+from spoolctl.db.backends.postgresql.limits import TRANSACTION_TIMEOUT_SINCE, transaction_limit_ms
 from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.db.queue import Queue, open_for_write
 from spoolctl.errors import SpoolError

@@ -30,7 +30,8 @@
 The package: this module (the driver, its engines, the statements that
 differ), `url` (parsing, masking), `errors` (translation), `watch` (the
 server's clock, LISTEN/NOTIFY), `output` (the stored copy), `health`
-(doctor's checks), `ledger` (the readers' numbering). Nothing here is
+(doctor's checks), `ledger` (the readers' numbering), `limits` (time-outs,
+set per transaction). Nothing here is
 imported unless `--db` names a PostgreSQL URL.
 """
 
@@ -52,6 +53,13 @@ from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
 from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
 from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_lag, ledger_reader
+from spoolctl.db.backends.postgresql.limits import (
+    BOUNDS_OPTION,
+    TRANSACTION_TIMEOUT_SINCE,
+    network_bounds,
+    setting_sql,
+    transaction_bounds,
+)
 from spoolctl.db.backends.postgresql.url import driver_url, parse_url
 from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
 from spoolctl.db.url import masked
@@ -73,54 +81,6 @@ MIGRATE_LOCK_KEY = 0x5C0_0111
 """pg_advisory_xact_lock key serializing schema changes."""
 SLOTS_LOCK_BASE = 0x5C0_0000
 """Added to a hash of the queue name: serializes `--slots` counting per lane."""
-CONNECT_TIMEOUT_S = 10
-IDLE_IN_TRANSACTION_MAX_S = 10.0
-TRANSACTION_MAX_S = 60.0
-"""PostgreSQL 17+: the longest a write transaction of ours may last
-(`transaction_timeout`; migrate and copy-to are not bounded)."""
-TRANSACTION_TIMEOUT_SINCE = 170000
-BOUNDS_OPTION = "spoolctl_bounds"
-"""Where a pooled connection keeps the settings each of its transactions takes."""
-NETWORK_TIMEOUT_MAX_S = 10.0
-
-
-def idle_limit_ms() -> int:
-    """How long the server lets a session sit idle inside a transaction: a
-    quarter of the lease (at least 1 s, at most 10 s), so a frozen worker's
-    locks are released well before its jobs could be requeued."""
-    from spoolctl.config import Timing
-
-    hang = Timing.from_env().hang_threshold_s
-    if hang <= 0:
-        return int(IDLE_IN_TRANSACTION_MAX_S * 1000)
-    return int(min(IDLE_IN_TRANSACTION_MAX_S, max(1.0, hang / 4)) * 1000)
-
-
-def transaction_limit_ms(busy_timeout_s: float) -> int:
-    """How long a write transaction may last in all (PostgreSQL 17+): a minute,
-    or four lock waits at the busy timeout if that is longer. An event shows
-    in the ledger when its transaction commits: this bounds how late."""
-    return int(max(TRANSACTION_MAX_S, 4 * busy_timeout_s) * 1000)
-
-
-def network_bounds() -> dict[str, Any]:
-    """libpq settings that bound how long a call can hang on a dead network:
-    unacknowledged data fails after `tcp_user_timeout`, an idle connection is
-    probed by keepalives. Scaled to the lease (SPOOLCTL_HANG_THRESHOLD): a
-    worker must notice a lost server well within half of it, when it fences
-    itself, since others requeue its jobs after the whole of it."""
-    from spoolctl.config import Timing
-
-    hang = Timing.from_env().hang_threshold_s
-    bound = NETWORK_TIMEOUT_MAX_S if hang <= 0 else min(NETWORK_TIMEOUT_MAX_S, max(0.5, hang / 8))
-    return {
-        "connect_timeout": max(2, min(CONNECT_TIMEOUT_S, int(bound))),
-        "tcp_user_timeout": int(bound * 1000),
-        "keepalives": 1,
-        "keepalives_idle": max(1, int(bound / 2)),
-        "keepalives_interval": 1,
-        "keepalives_count": 2,
-    }
 
 
 def make_engine(
@@ -158,7 +118,7 @@ def make_engine(
         # No session state: every setting is the transaction's own (set_config
         # local, in the begin hook), so a pooler's server connection carries
         # nothing of ours to its next client.
-        record.info[BOUNDS_OPTION] = _transaction_bounds(
+        record.info[BOUNDS_OPTION] = transaction_bounds(
             write and bounded and dbapi_conn.info.server_version >= TRANSACTION_TIMEOUT_SINCE,
             busy_timeout_s,
         )
@@ -174,11 +134,11 @@ def make_engine(
         if writable and not options.get(READ_ONLY_OPTION, False):
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
             ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
-            setting = _setting_sql({"lock_timeout": ms, **bounds})
+            setting = setting_sql({"lock_timeout": ms, **bounds})
             params: dict[str, Any] | None = {"lock_timeout": ms, **bounds}
         else:
             conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            setting = _setting_sql(bounds)
+            setting = setting_sql(bounds)
             params = dict(bounds)
         if expected_revision is None:
             conn.exec_driver_sql(setting, params)
@@ -204,23 +164,6 @@ def require_driver() -> None:
             "--db names a PostgreSQL database, which needs psycopg 3 (the postgresql extra)",
             extra="postgresql",
         ) from None
-
-
-def _transaction_bounds(total: bool, busy_timeout_s: float) -> dict[str, str]:
-    """The server settings that end a transaction of ours left open: idle
-    inside it a quarter of the lease, and (PostgreSQL 17+, write engines that
-    are bounded) longer than transaction_limit_ms in all."""
-    bounds = {"idle_in_transaction_session_timeout": f"{idle_limit_ms()}ms"}
-    if total:
-        bounds["transaction_timeout"] = f"{transaction_limit_ms(busy_timeout_s)}ms"
-    return bounds
-
-
-def _setting_sql(settings: dict[str, str]) -> str:
-    """One SELECT that sets each setting for this transaction only
-    (set_config's is_local), parameters named after the settings."""
-    calls = ", ".join(f"set_config('{name}', %({name})s, true)" for name in settings)
-    return f"SELECT {calls}"
 
 
 def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None) -> str | None:

@@ -60,8 +60,8 @@ def ledger_check(driver: PostgresDriver) -> Check:
     Warns when such a transaction has been open beyond what the driver's
     server settings let ours last (another program's, or a session without
     them)."""
-    from spoolctl.db.backends.postgresql import idle_limit_ms
     from spoolctl.db.backends.postgresql.ledger import ledger_lag
+    from spoolctl.db.backends.postgresql.limits import idle_limit_ms
 
     engine = driver.peek_engine()
     try:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from spoolctl.db.backends.postgresql import network_bounds
+from spoolctl.db.backends.postgresql.limits import network_bounds
 from spoolctl.db.backends.postgresql.url import connect_kwargs
 from spoolctl.wakeup import readable
 

@@ -1,0 +1,75 @@
+"""The bounds a PostgreSQL session of spoolctl's works within: how long it
+may take to connect, how long the network may stay silent, and how long a
+transaction may sit idle or last in all. The transaction bounds are set by
+each transaction for itself (`set_config(…, true)`), never on the session,
+so a pooled server session carries nothing of ours to its next client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+CONNECT_TIMEOUT_S = 10
+IDLE_IN_TRANSACTION_MAX_S = 10.0
+TRANSACTION_MAX_S = 60.0
+"""PostgreSQL 17+: the longest a write transaction of ours may last
+(`transaction_timeout`; migrate and copy-to are not bounded)."""
+TRANSACTION_TIMEOUT_SINCE = 170000
+BOUNDS_OPTION = "spoolctl_bounds"
+"""Where a pooled connection keeps the settings each of its transactions takes."""
+NETWORK_TIMEOUT_MAX_S = 10.0
+
+
+def idle_limit_ms() -> int:
+    """How long the server lets a session sit idle inside a transaction: a
+    quarter of the lease (at least 1 s, at most 10 s), so a frozen worker's
+    locks are released well before its jobs could be requeued."""
+    from spoolctl.config import Timing
+
+    hang = Timing.from_env().hang_threshold_s
+    if hang <= 0:
+        return int(IDLE_IN_TRANSACTION_MAX_S * 1000)
+    return int(min(IDLE_IN_TRANSACTION_MAX_S, max(1.0, hang / 4)) * 1000)
+
+
+def transaction_limit_ms(busy_timeout_s: float) -> int:
+    """How long a write transaction may last in all (PostgreSQL 17+): a minute,
+    or four lock waits at the busy timeout if that is longer. An event shows
+    in the ledger when its transaction commits: this bounds how late."""
+    return int(max(TRANSACTION_MAX_S, 4 * busy_timeout_s) * 1000)
+
+
+def network_bounds() -> dict[str, Any]:
+    """libpq settings that bound how long a call can hang on a dead network:
+    unacknowledged data fails after `tcp_user_timeout`, an idle connection is
+    probed by keepalives. Scaled to the lease (SPOOLCTL_HANG_THRESHOLD): a
+    worker must notice a lost server well within half of it, when it fences
+    itself, since others requeue its jobs after the whole of it."""
+    from spoolctl.config import Timing
+
+    hang = Timing.from_env().hang_threshold_s
+    bound = NETWORK_TIMEOUT_MAX_S if hang <= 0 else min(NETWORK_TIMEOUT_MAX_S, max(0.5, hang / 8))
+    return {
+        "connect_timeout": max(2, min(CONNECT_TIMEOUT_S, int(bound))),
+        "tcp_user_timeout": int(bound * 1000),
+        "keepalives": 1,
+        "keepalives_idle": max(1, int(bound / 2)),
+        "keepalives_interval": 1,
+        "keepalives_count": 2,
+    }
+
+
+def transaction_bounds(total: bool, busy_timeout_s: float) -> dict[str, str]:
+    """The server settings that end a transaction of ours left open: idle
+    inside it a quarter of the lease, and (PostgreSQL 17+, write engines that
+    are bounded) longer than transaction_limit_ms in all."""
+    bounds = {"idle_in_transaction_session_timeout": f"{idle_limit_ms()}ms"}
+    if total:
+        bounds["transaction_timeout"] = f"{transaction_limit_ms(busy_timeout_s)}ms"
+    return bounds
+
+
+def setting_sql(settings: dict[str, str]) -> str:
+    """One SELECT that sets each setting for this transaction only
+    (set_config's is_local), parameters named after the settings."""
+    calls = ", ".join(f"set_config('{name}', %({name})s, true)" for name in settings)
+    return f"SELECT {calls}"
