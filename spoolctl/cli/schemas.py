@@ -137,6 +137,7 @@ ADD_ONE = obj(
     },
     {
         "after_jobs": arr(INT),
+        "after_jobs_any": arr(INT),
         "idempotency": obj(
             {
                 "key": STR,
