@@ -104,7 +104,7 @@ class LazyGroup(click.Group):
         command = self.get_command(ctx, name)
         if command is None:
             raise unknown_command(name, self.list_commands(ctx))
-        return name, command, args[len(name.split(" ")) :]
+        return name, command, args[1 if args[0] == name else 2 :]
 
 
 @click.group(

@@ -254,6 +254,10 @@ DATA_SCHEMAS: dict[str, Schema] = {
                    "verbs": str_map({"type": "object"}), "streams": str_map({"type": "object"})}),
 }  # fmt: skip
 
+from spoolctl.cli.schedule_schemas import SCHEDULE_SCHEMAS  # noqa: E402  (uses the helpers above)
+
+DATA_SCHEMAS.update(SCHEDULE_SCHEMAS)
+
 ERROR = obj({"code": one_of(*ERROR_CODES), "message": STR, "exit_code": INT,
              "detail": {"type": "object"}, "remediation": STR},
             {"did_you_mean": opt(STR)})  # fmt: skip
