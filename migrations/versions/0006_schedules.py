@@ -63,12 +63,12 @@ def upgrade() -> None:
         sa.Column("last_slot_at", sa.Float()),
         sa.PrimaryKeyConstraint("id", name="pk_schedules"),
         sa.UniqueConstraint("name", name="uq_schedules_name"),
-        sa.CheckConstraint("overlap IN ('skip', 'allow')", name="ck_schedules_overlap"),
+        sa.CheckConstraint("overlap IN ('skip', 'allow')", name="overlap"),
         sa.CheckConstraint(
-            "catch_up IN ('latest', 'none', 'all')", name="ck_schedules_catch_up"
+            "catch_up IN ('latest', 'none', 'all')", name="catch_up"
         ),
         sa.CheckConstraint(
-            "(cron IS NULL) <> (every_s IS NULL)", name="ck_schedules_cron_or_every"
+            "(cron IS NULL) <> (every_s IS NULL)", name="cron_or_every"
         ),
     )
     op.create_index("ix_schedules_next_fire_at", "schedules", ["next_fire_at"])
@@ -97,7 +97,7 @@ def upgrade() -> None:
             "schedule_id", "slot_at", name="uq_schedule_occurrences_schedule_id_slot_at"
         ),
         sa.CheckConstraint(
-            "outcome IN ('fired', 'skipped', 'run')", name="ck_schedule_occurrences_outcome"
+            "outcome IN ('fired', 'skipped', 'run')", name="outcome"
         ),
     )
     op.add_column(
