@@ -50,7 +50,7 @@ def short(text: str) -> str:
 
 def brief_text() -> str:
     lines = [
-        "spoolctl: durable queue of shell commands (an SQLite file, or PostgreSQL).",
+        "spoolctl: durable queue of shell commands (SQLite or PostgreSQL).",
         "--json: stdout is one envelope {ok,data,errors[{code,message}],warnings,meta}. "
         "Exit: " + ", ".join(f"{k} {EXIT_WORDS[k]}" for k in EXIT_CODES) + ".",
         "--db PATH|postgresql://URL picks the queue. Verbs:",
