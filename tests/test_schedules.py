@@ -105,7 +105,7 @@ def test_a_second_job_for_a_slot_is_refused_by_the_schema(db: Db) -> None:
     add(db)
     tick(db, T0)
     (schedule_id,) = rows(db, "SELECT id FROM schedules")[0]
-    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
         execute(
             db,
             "INSERT INTO schedule_occurrences (schedule_id, slot_at, at, outcome) "
@@ -275,13 +275,17 @@ FIELD = {
 
 
 @pytest.mark.sqlite_only("pure time computation: no queue involved")
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     fields=st.fixed_dictionaries(FIELD),
     zone=st.sampled_from(ZONES),
     start=st.floats(1.7e9, 1.9e9),
 )
-def test_fire_times_are_cronsim_s_in_the_zone(fields: dict[str, str], zone: str, start: float) -> None:
+def test_fire_times_are_cronsim_s_in_the_zone(
+    fields: dict[str, str], zone: str, start: float
+) -> None:
     """The slots are the library's matches in the named zone, less the second
     instance of a wall time the clocks repeated."""
     from cronsim import CronSim

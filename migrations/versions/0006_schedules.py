@@ -64,12 +64,8 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_schedules"),
         sa.UniqueConstraint("name", name="uq_schedules_name"),
         sa.CheckConstraint("overlap IN ('skip', 'allow')", name="overlap"),
-        sa.CheckConstraint(
-            "catch_up IN ('latest', 'none', 'all')", name="catch_up"
-        ),
-        sa.CheckConstraint(
-            "(cron IS NULL) <> (every_s IS NULL)", name="cron_or_every"
-        ),
+        sa.CheckConstraint("catch_up IN ('latest', 'none', 'all')", name="catch_up"),
+        sa.CheckConstraint("(cron IS NULL) <> (every_s IS NULL)", name="cron_or_every"),
     )
     op.create_index("ix_schedules_next_fire_at", "schedules", ["next_fire_at"])
     op.create_table(
@@ -96,9 +92,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "schedule_id", "slot_at", name="uq_schedule_occurrences_schedule_id_slot_at"
         ),
-        sa.CheckConstraint(
-            "outcome IN ('fired', 'skipped', 'run')", name="outcome"
-        ),
+        sa.CheckConstraint("outcome IN ('fired', 'skipped', 'run')", name="outcome"),
     )
     op.add_column(
         "job_dependencies",

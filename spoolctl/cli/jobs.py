@@ -82,12 +82,16 @@ QUEUE_FLAG = click.option(
     show_default=True,
     help="The lane the job waits in.",
 )
-AFTER_FLAG = click.option("--after", type=Duration(), default=None, help="Run no sooner than this from now.")
+AFTER_FLAG = click.option(
+    "--after", type=Duration(), default=None, help="Run no sooner than this from now."
+)
 AT_FLAG = click.option("--at", type=Timestamp(), default=None, help="Run no sooner than this time.")
 KEY_FLAG = click.option(
     "--key", "idempotency_key", type=KEY, default=None, help="Idempotency key among active jobs."
 )
-TAG_FLAG = click.option("--tag", "tags", type=TAG_PAIR, multiple=True, help="K=V label (repeatable).")
+TAG_FLAG = click.option(
+    "--tag", "tags", type=TAG_PAIR, multiple=True, help="K=V label (repeatable)."
+)
 NOTE_FLAG = click.option("--note", type=NOTE, default=None, help="Free text for people.")
 CWD_FLAG = click.option("--cwd", type=CWD, default=None, help="Working directory of the job.")
 ENV_FLAG = click.option(
@@ -98,7 +102,17 @@ ENV_FLAG = click.option(
     help="K=V added to the job's environment (repeatable).",
 )
 
-JOB_FLAGS = (TIMEOUT_FLAG, MAX_RETRIES_FLAG, MAX_CRASHES_FLAG, PRIORITY_FLAG, QUEUE_FLAG, TAG_FLAG, NOTE_FLAG, CWD_FLAG, ENV_FLAG)
+JOB_FLAGS = (
+    TIMEOUT_FLAG,
+    MAX_RETRIES_FLAG,
+    MAX_CRASHES_FLAG,
+    PRIORITY_FLAG,
+    QUEUE_FLAG,
+    TAG_FLAG,
+    NOTE_FLAG,
+    CWD_FLAG,
+    ENV_FLAG,
+)
 """The job flags of `add` that `schedule add` takes too (its occurrences'
 job flags): one definition, so a flag added here reaches both."""
 

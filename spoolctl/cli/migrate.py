@@ -136,7 +136,11 @@ def migrate(
         )
     return emit(
         change_reply(
-            where, target, downgrade is not None, not no_backup, delete_stored_output,
+            where,
+            target,
+            downgrade is not None,
+            not no_backup,
+            delete_stored_output,
             drop_schedules,
         ),
         as_json,

@@ -29,4 +29,3 @@ SCHEDULE_SCHEMAS: dict[str, Schema] = {
     "schedule remove": obj({"name": STR, "removed": BOOL}),
     "schedule run": obj({"name": STR, "job_id": INT, "slot_at": NUM}),
 }
-

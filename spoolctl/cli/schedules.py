@@ -33,7 +33,11 @@ STARTING = Rule(
     lambda raw: validate.timestamp(raw, now=-validate.MAX_DURATION_S),
     {"grammar": "epoch seconds or ISO-8601 (naive is local time); may be in the past"},
 )
-ZONE = Rule("zone", lambda raw: slots.zone(raw).key, {"grammar": "an IANA time zone name, e.g. Europe/Berlin"})
+ZONE = Rule(
+    "zone",
+    lambda raw: slots.zone(raw).key,
+    {"grammar": "an IANA time zone name, e.g. Europe/Berlin"},
+)
 
 
 def when(t: float | None, zone: str) -> str:
@@ -42,8 +46,12 @@ def when(t: float | None, zone: str) -> str:
 
 def line_of(s: dict[str, Any]) -> str:
     last = s["last"]
-    last_text = "-" if last is None else f"{when(last['slot_at'], s['timezone'])} " \
+    last_text = (
+        "-"
+        if last is None
+        else f"{when(last['slot_at'], s['timezone'])} "
         f"job {last['job_id'] if last['job_id'] is not None else '-'} ({last['state'] or '-'})"
+    )
     nxt = "paused" if s["paused"] else ", ".join(when(t, s["timezone"]) for t in s["upcoming"])
     return (f"{shown(s['name'])}  {s['expression']}  {s['timezone']}  next: {nxt}  "
             f"last: {last_text}")  # fmt: skip
@@ -64,11 +72,20 @@ def line_of(s: dict[str, Any]) -> str:
 @click.option("-c", "--command", "command", default=None, help="A shell string, run as sh -c.")
 @click.option("--cron", default=None, help="A five-field cron expression (minute resolution).")
 @click.option("--every", type=Duration(), default=None, help="An interval (>= 1s).")
-@click.option("--timezone", "timezone", type=ZONE, default=None,
-              help="IANA zone the cron expression is read in (default: this machine's).")  # fmt: skip
-@click.option("--overlap", type=click.Choice([o.value for o in Overlap]), default="skip",
-              show_default=True,
-              help="skip: no new job while the previous one is queued, waiting or running.")  # fmt: skip
+@click.option(
+    "--timezone",
+    "timezone",
+    type=ZONE,
+    default=None,
+    help="IANA zone the cron expression is read in (default: this machine's).",
+)
+@click.option(
+    "--overlap",
+    type=click.Choice([o.value for o in Overlap]),
+    default="skip",
+    show_default=True,
+    help="skip: no new job while the previous one is queued, waiting or running.",
+)
 @click.option("--catch-up", "catch_up", type=click.Choice([c.value for c in CatchUp]),
               default="latest", show_default=True,
               help="After time without a worker: the latest missed slot, none, or all "

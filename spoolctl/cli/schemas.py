@@ -208,7 +208,10 @@ DATA_SCHEMAS: dict[str, Schema] = {
                    "queues": str_map(obj({"counts": COUNTS, "scheduled": INT},
                                          {"paused": BOOL})),
                    "recent_dead": arr(DEAD_JOB), "workers": arr(WORKER),
-                   "orphans_unconfirmed": arr(ORPHAN)}, {"paused_lanes": arr(PAUSED_LANE)}),
+                   "orphans_unconfirmed": arr(ORPHAN)},
+                  {"paused_lanes": arr(PAUSED_LANE),
+                   "schedules": obj({"count": INT, "next": {
+                       **obj({"name": STR, "at": NUM}), "type": ["object", "null"]}})}),
     "list": obj({"count": INT, "jobs": arr(LIST_JOB)}),
     "show": obj({"job": SHOW_JOB, "attempts": arr(ATTEMPT), "events": arr(EVENT)},
                 {"after_jobs": WAITS_FOR, "dependents": arr(INT)}),

@@ -248,9 +248,7 @@ schedule_occurrences = Table(
     "schedule_occurrences",
     _metadata,
     Column("id", Int, primary_key=True, autoincrement=True),
-    Column(
-        "schedule_id", Int, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False
-    ),
+    Column("schedule_id", Int, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False),
     Column("slot_at", Float, nullable=False),
     Column("at", Float, nullable=False),
     Column("outcome", String(16), nullable=False),

@@ -29,12 +29,17 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
 from spoolctl.db import codec
-
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import job_dependencies, jobs
 from spoolctl.errors import Conflict, NotFound
 from spoolctl.services.events import record_event
-from spoolctl.states import ACTIVE_JOB_STATES, TERMINAL_JOB_STATES, EventKind, FailureReason, JobState
+from spoolctl.states import (
+    ACTIVE_JOB_STATES,
+    TERMINAL_JOB_STATES,
+    EventKind,
+    FailureReason,
+    JobState,
+)
 
 FAILED_PARENT_STATES = frozenset({JobState.DEAD, JobState.CANCELED, JobState.FAILED})
 """A parent in one of these will never be done: its dependents are canceled."""
@@ -94,7 +99,8 @@ def link(
     strict = sorted(set(parent_ids))
     rows = [{"job_id": job_id, "after_job_id": p, "any_end": 0} for p in strict]
     rows += [
-        {"job_id": job_id, "after_job_id": p, "any_end": 1} for p in sorted(set(any_ids) - set(strict))
+        {"job_id": job_id, "after_job_id": p, "any_end": 1}
+        for p in sorted(set(any_ids) - set(strict))
     ]
     if rows:
         conn.execute(insert(job_dependencies), rows)

@@ -137,9 +137,7 @@ def remove(conn: Connection, name: str, now: float) -> dict[str, Any]:
     """Delete the schedule and its occurrence records; its jobs stay (a
     running one finishes) and no new one fires."""
     row = require(conn, name)
-    conn.execute(
-        delete(schedule_occurrences).where(schedule_occurrences.c.schedule_id == row.id)
-    )
+    conn.execute(delete(schedule_occurrences).where(schedule_occurrences.c.schedule_id == row.id))
     conn.execute(delete(schedules).where(schedules.c.id == row.id))
     record_event(conn, None, EventKind.SCHEDULE_REMOVED, now, detail={"schedule": name})
     return {"name": name, "removed": True}
@@ -156,9 +154,7 @@ def describe(conn: Connection, row: Any, now: float) -> dict[str, Any]:
     if row.last_slot_at is not None:
         state = None
         if row.last_job_id is not None:
-            state = conn.execute(
-                select(jobs.c.state).where(jobs.c.id == row.last_job_id)
-            ).scalar()
+            state = conn.execute(select(jobs.c.state).where(jobs.c.id == row.last_job_id)).scalar()
         last = {"slot_at": row.last_slot_at, "job_id": row.last_job_id, "state": state}
     return {
         "name": row.name,

@@ -144,14 +144,13 @@ def check_cron(expr: str) -> str:
 def local_zone_name() -> str:
     """The IANA name of this machine's zone (TZ, /etc/timezone, /etc/localtime),
     or UTC when it has none."""
+    import contextlib
     import os
     from pathlib import Path
 
     candidates = [os.environ.get("TZ", "").lstrip(":")]
-    try:
+    with contextlib.suppress(OSError):
         candidates.append(Path("/etc/timezone").read_text().strip())
-    except OSError:
-        pass
     try:
         target = str(Path("/etc/localtime").resolve())
         if "zoneinfo/" in target:

@@ -5,6 +5,8 @@ when something is due does the firing path (and its cron library) load."""
 
 from __future__ import annotations
 
+from sqlalchemy import Connection
+
 from spoolctl.db.engine import read_tx, write_quietly
 from spoolctl.services.firing import due_schedules
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
@@ -34,12 +36,12 @@ class ScheduleFiring:
         from spoolctl.services.firing import fire
 
         for schedule_id in due:
+
+            def one(conn: Connection, s: int = schedule_id) -> None:
+                fire(conn, s, now, shift.worker_id)
+
             with shift.report.timings.db:
-                landed = write_quietly(
-                    shift.engine,
-                    lambda conn, s=schedule_id: fire(conn, s, now, shift.worker_id),
-                    LOCK_SLICE_S,
-                )
+                landed = write_quietly(shift.engine, one, LOCK_SLICE_S)
             if not landed:
                 self.next_at = now  # try again after the backoff
                 shift.backoff.failed(now)
