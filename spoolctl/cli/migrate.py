@@ -120,6 +120,12 @@ def migrate(
             f"spoolctl migrate --downgrade REV --yes {DELETE_STORED_OUTPUT_FLAG}",
             flag=DELETE_STORED_OUTPUT_FLAG,
         )
+    if drop_schedules and downgrade is None:
+        raise InvalidInput(
+            f"{DROP_SCHEDULES_FLAG} only applies to a downgrade: "
+            f"spoolctl migrate --downgrade REV --yes {DROP_SCHEDULES_FLAG}",
+            flag=DROP_SCHEDULES_FLAG,
+        )
     where = driver_of(db)
     if status:
         return emit(status_reply(where), as_json)
