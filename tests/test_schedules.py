@@ -302,3 +302,23 @@ def test_fire_times_are_cronsim_s_in_the_zone(
             break
     assert ours == theirs
     assert sorted(set(ours)) == ours and ours[0] > start
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("job", '{"argv": 3}'), ("job", "not json"), ("cron", "99 * * * *"), ("timezone", "No/Where")],
+)
+def test_a_damaged_schedule_is_paused_with_the_reason_not_fired(
+    db: Db, column: str, value: str
+) -> None:
+    """A row changed by hand must not stop every worker at each poll."""
+    add(db)
+    if column == "cron":
+        execute(db, "UPDATE schedules SET cron = ?, every_s = NULL", (value,))
+    else:
+        execute(db, f"UPDATE schedules SET {column} = ?", (value,))
+    assert tick(db, T0 + 1) == []
+    assert tick(db, T0 + 2) == []
+    (row,) = rows(db, "SELECT paused_at, paused_reason FROM schedules")
+    assert row["paused_at"] == T0 + 1 and row["paused_reason"].startswith("damaged: ")
+    assert rows(db, "SELECT count(*) FROM jobs")[0][0] == 0

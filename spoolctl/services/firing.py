@@ -22,8 +22,10 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
+from spoolctl.db.codec import DamagedValue
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import jobs, schedule_occurrences, schedules
+from spoolctl.errors import InvalidInput
 from spoolctl.services.events import record_event
 from spoolctl.states import ACTIVE_JOB_STATES, CatchUp, EventKind, OccurrenceOutcome, Overlap
 
@@ -58,17 +60,25 @@ class Fired:
 def fire(conn: Connection, schedule_id: int, now: float, worker_id: str | None) -> Fired | None:
     """Fire what is due of one schedule; None if nothing was (another worker
     fired it first, or it was paused or removed meanwhile)."""
-    from spoolctl.services.schedules import recurrence_of
+    from spoolctl.services.schedules import job_of, recurrence_of
+    from spoolctl.services.slots import zone
 
     row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)).first()
     if row is None or row.paused_at is not None or row.next_fire_at > now:
         return None
-    rec = recurrence_of(row)
-    due = rec.latest_up_to(now, row.next_fire_at, CATCH_UP_ALL_MAX)
+    try:
+        job_of(row)
+        zone(row.timezone)
+        rec = recurrence_of(row)
+        due = rec.latest_up_to(now, row.next_fire_at, CATCH_UP_ALL_MAX)
+        following = rec.next_after(now)
+    except (DamagedValue, InvalidInput, ValueError, TypeError) as exc:
+        _quarantine(conn, row, now, worker_id, str(exc))
+        return None
     advanced = conn.execute(
         update(schedules)
         .where(schedules.c.id == row.id, schedules.c.next_fire_at == row.next_fire_at)
-        .values(next_fire_at=rec.next_after(now))
+        .values(next_fire_at=following)
     )
     if advanced.rowcount != 1:
         return None
@@ -86,6 +96,20 @@ def fire(conn: Connection, schedule_id: int, now: float, worker_id: str | None) 
                      detail={"schedule": row.name, "reason": "catch_up", "slots": len(missed),
                              "first_slot": missed[0], "last_slot": missed[-1]})  # fmt: skip
     return result
+
+
+def _quarantine(conn: Connection, row: Any, now: float, worker_id: str | None, why: str) -> None:
+    """A schedule whose stored row cannot be fired (damaged by hand, or an
+    expression this cronsim rejects) is paused with the reason, so that no
+    worker stops on it or tries again each poll."""
+    reason = f"damaged: {why}"[:1000]
+    conn.execute(
+        update(schedules)
+        .where(schedules.c.id == row.id, schedules.c.paused_at.is_(None))
+        .values(paused_at=now, paused_reason=reason)
+    )
+    record_event(conn, None, EventKind.SCHEDULE_PAUSED, now, worker_id=worker_id,
+                 detail={"schedule": row.name, "reason": reason})  # fmt: skip
 
 
 def _chosen(row: Any, due: list[float], now: float) -> list[float]:

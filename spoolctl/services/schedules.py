@@ -47,7 +47,19 @@ def job_json(spec: JobSpec) -> str:
 
 
 def job_of(row: Any) -> JobSpec:
-    return JobSpec(**codec.load_detail(row.job))
+    """The job flags of a schedule's occurrences; DamagedValue if the stored
+    JSON is not what `add` wrote."""
+    values = codec.load_detail(row.job)
+    if not isinstance(values, dict) or set(values) != set(JOB_FIELDS):
+        raise codec.DamagedValue(f"schedule {row.name!r}: job flags are damaged: {row.job!r:.80}")
+    try:
+        spec = JobSpec(**values)
+        codec.dumps(spec.argv)
+    except (TypeError, ValueError) as exc:
+        raise codec.DamagedValue(f"schedule {row.name!r}: job flags are damaged: {exc}") from None
+    if not spec.argv or not all(isinstance(a, str) for a in spec.argv):
+        raise codec.DamagedValue(f"schedule {row.name!r}: its command is damaged")
+    return spec
 
 
 def recurrence_of(row: Any) -> Recurrence:

@@ -91,10 +91,14 @@ class Recurrence:
 
 
 def _cron_slots(expr: str, tz: ZoneInfo, t: float, *, reverse: bool) -> Iterator[float]:
-    from cronsim import CronSim
+    from cronsim import CronSim, CronSimError
 
     start = datetime.fromtimestamp(t, tz)
-    for n, moment in enumerate(CronSim(expr, start, reverse=reverse)):
+    try:
+        matches = CronSim(expr, start, reverse=reverse)
+    except CronSimError as exc:
+        raise InvalidInput(f"bad cron expression {expr!r}: {exc}", cron=expr) from None
+    for n, moment in enumerate(matches):
         if n >= SCAN_LIMIT:
             return
         if moment.fold == 1 and _repeated(moment):
