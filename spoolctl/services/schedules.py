@@ -15,7 +15,7 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 
 from spoolctl.db import codec
 from spoolctl.db.tables import jobs, schedule_occurrences, schedules
-from spoolctl.errors import Conflict, NotFound
+from spoolctl.errors import Conflict, InvalidInput, NotFound
 from spoolctl.services.events import record_event
 from spoolctl.services.slots import Recurrence
 from spoolctl.services.submit import JobSpec
@@ -47,18 +47,18 @@ def job_json(spec: JobSpec) -> str:
 
 
 def job_of(row: Any) -> JobSpec:
-    """The job flags of a schedule's occurrences; DamagedValue if the stored
+    """The job flags of a schedule's occurrences; INVALID_INPUT if the stored
     JSON is not what `add` wrote."""
     values = codec.load_detail(row.job)
     if not isinstance(values, dict) or set(values) != set(JOB_FIELDS):
-        raise codec.DamagedValue(f"schedule {row.name!r}: job flags are damaged: {row.job!r:.80}")
+        raise InvalidInput(f"schedule {row.name!r}: job flags are damaged: {row.job!r:.80}")
     try:
         spec = JobSpec(**values)
         codec.dumps(spec.argv)
     except (TypeError, ValueError) as exc:
-        raise codec.DamagedValue(f"schedule {row.name!r}: job flags are damaged: {exc}") from None
+        raise InvalidInput(f"schedule {row.name!r}: job flags are damaged: {exc}") from None
     if not spec.argv or not all(isinstance(a, str) for a in spec.argv):
-        raise codec.DamagedValue(f"schedule {row.name!r}: its command is damaged")
+        raise InvalidInput(f"schedule {row.name!r}: its command is damaged")
     return spec
 
 
