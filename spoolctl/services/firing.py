@@ -85,6 +85,8 @@ def fire(conn: Connection, schedule_id: int, now: float, worker_id: str | None) 
     chosen = _chosen(row, due, now)
     result = Fired(row.name, [], [])
     for slot in chosen:
+        if _slot_taken(conn, row.id, slot):  # a `schedule run` at that very instant
+            continue
         if row.overlap == Overlap.SKIP and _previous_active(conn, row.id):
             _skip(conn, row, slot, now, worker_id, "overlap")
             result.skipped.append(slot)
@@ -121,6 +123,19 @@ def _chosen(row: Any, due: list[float], now: float) -> list[float]:
         on_time = len(due) == 1 and due[0] == row.next_fire_at and now - due[0] <= ON_TIME_S
         return due if on_time else []
     return due[-1:]
+
+
+def _slot_taken(conn: Connection, schedule_id: int, slot: float) -> bool:
+    """Whether the slot has its occurrence already: the unique index would
+    refuse a second one (the guarantee); this look keeps the worker from
+    failing its transaction on it."""
+    found = conn.execute(
+        select(schedule_occurrences.c.id).where(
+            schedule_occurrences.c.schedule_id == schedule_id,
+            schedule_occurrences.c.slot_at == slot,
+        )
+    ).first()
+    return found is not None
 
 
 def _previous_active(conn: Connection, schedule_id: int) -> bool:
