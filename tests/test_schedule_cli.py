@@ -177,3 +177,32 @@ def test_after_jobs_any_in_a_batch_names_earlier_lines(db: Db, tmp_path: Path) -
     assert job(db, second)["state"] == "waiting"
     assert cli("work", "--drain", db=db, json=True).exit_code == 0
     assert [job(db, i)["state"] for i in (first, second)] == ["dead", "done"]
+
+
+def skewed_spoolctl(skew: float, *args: str) -> subprocess.CompletedProcess[str]:
+    """spoolctl on a machine whose clock is `skew` seconds off."""
+    from tests.test_pg_clock import SKEWED_PYTHON
+
+    return subprocess.run([sys.executable, "-c", SKEWED_PYTHON, f"{skew:+g}", *args],
+                          env=child_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_on_postgresql_the_server_s_clock_decides_what_is_due(pg_url: str) -> None:
+    """A schedule added on a machine ten minutes slow is anchored at the
+    server's now; a worker on a machine ten minutes fast fires a slot only
+    once the server's clock reaches it."""
+    from tests.test_pg_fleet import server_epoch
+
+    added = skewed_spoolctl(-600, "schedule add", "--db", pg_url, "--json", "soon", "--every",
+                            "1h", "--", "true")  # fmt: skip
+    assert added.returncode == 0, added.stdout + added.stderr
+    anchor = json.loads(added.stdout)["data"]["anchor_at"]
+    assert abs(anchor - server_epoch(pg_url)) < 5
+    later = str(server_epoch(pg_url) + 300)
+    assert cli("schedule add", "later", "--every", "1h", "--starting", later, "--", "true",
+               db=pg_url).exit_code == 0  # fmt: skip
+    drained = skewed_spoolctl(+600, "work", "--db", pg_url, "--drain", "--json")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    fired = rows(pg_url, "SELECT s.name FROM schedule_occurrences o JOIN schedules s "
+                         "ON s.id = o.schedule_id")  # fmt: skip
+    assert [r[0] for r in fired] == ["soon"]
