@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -206,3 +207,25 @@ def test_on_postgresql_the_server_s_clock_decides_what_is_due(pg_url: str) -> No
     fired = rows(pg_url, "SELECT s.name FROM schedule_occurrences o JOIN schedules s "
                          "ON s.id = o.schedule_id")  # fmt: skip
     assert [r[0] for r in fired] == ["soon"]
+
+
+def test_removing_a_schedule_while_its_job_runs_lets_the_job_finish_and_fires_no_more(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "q.db"
+    marker = tmp_path / "ran"
+    added = cli("schedule add", "slow", "--every", "1s", "-c", f"sleep 1; echo x >> {marker}",
+                db=db, json=True)  # fmt: skip
+    assert added.exit_code == 0, added.stderr
+    workers = [start_worker(db, "--poll-interval", "0.2")]
+    try:
+        running = wait_for(lambda: rows(db, "SELECT id FROM jobs WHERE state = 'running'"))
+        assert cli("schedule remove", "slow", db=db, json=True).exit_code == 0
+        made = len(rows(db, "SELECT id FROM jobs"))
+        wait_for(lambda: job(db, running[0][0])["state"] == "done", timeout=30)
+        idle_since = time.monotonic()
+        wait_for(lambda: time.monotonic() - idle_since > 1.5, interval=0.1)  # a few polls
+    finally:
+        stop(workers)
+    assert len(rows(db, "SELECT id FROM jobs")) == made
+    assert marker.read_text().count("x") == made
