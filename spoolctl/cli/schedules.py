@@ -20,9 +20,9 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import open_read, open_write, warn_no_queue
+from spoolctl.cli.queues import nowhere, open_read, open_write, warn_no_queue
 from spoolctl.cli.render import Reply, emit
-from spoolctl.errors import InvalidInput, MissingRequired
+from spoolctl.errors import InvalidInput, MissingRequired, NotFound
 from spoolctl.services import schedules, slots
 from spoolctl.services.submit import JobSpec
 from spoolctl.states import CatchUp, Overlap
@@ -156,7 +156,9 @@ def schedule_list(db: str | None, as_json: bool) -> int:
 @json_option
 def schedule_show(name: str, db: str | None, as_json: bool) -> int:
     """One schedule's definition and its recent occurrences."""
-    queue = open_write(db)
+    queue = open_read(db)
+    if queue is None:
+        raise NotFound(f"no schedule named {name!r}: {nowhere(db)}", name=name)
     now = queue.now()
 
     def read(conn: Any) -> dict[str, Any]:
