@@ -84,6 +84,10 @@ def test_the_verbs_speak_the_envelope(tmp_path: Path, capsys: Any) -> None:
     assert [j["id"] for j in run("list", "--schedule", "nightly")["data"]["jobs"]] == [
         ran["job_id"]
     ]
+    plan = run("status")["data"]["schedules"]
+    assert plan["count"] == 1 and plan["next"]["name"] == "nightly"
+    text = inproc("status", "--db", db, capsys=capsys).stdout
+    assert "schedules: 1 (next: nightly 60m from now)" in text
     assert run("schedule remove", "nightly")["data"]["removed"] is True
     assert run("schedule show", "nightly")["errors"][0]["code"] == "NOT_FOUND"
     status = run("status")["data"]
