@@ -36,7 +36,7 @@ REVISION_FLAGS = ("to", "downgrade")
         *(
             (a, b)
             for a in ("status", "history")
-            for b in (*REVISION_FLAGS, "yes", "no_backup", "delete_stored_output")
+            for b in (*REVISION_FLAGS, "yes", "no_backup", "delete_stored_output", "drop_schedules")
         ),
         ("to", "downgrade"),
         ("to", "delete_stored_output"),
