@@ -84,14 +84,16 @@ def fire(conn: Connection, schedule_id: int, now: float, worker_id: str | None) 
         return None
     chosen = _chosen(row, due, now)
     result = Fired(row.name, [], [])
+    previous = row.last_job_id
     for slot in chosen:
         if _slot_taken(conn, row.id, slot):  # a `schedule run` at that very instant
             continue
-        if row.overlap == Overlap.SKIP and _previous_active(conn, row.id):
+        if row.overlap == Overlap.SKIP and _active(conn, previous):
             _skip(conn, row, slot, now, worker_id, "overlap")
             result.skipped.append(slot)
             continue
-        result.job_ids.append(occur(conn, row, slot, now, OccurrenceOutcome.FIRED, worker_id))
+        previous = occur(conn, row, slot, now, OccurrenceOutcome.FIRED, worker_id)
+        result.job_ids.append(previous)
     missed = [s for s in due if s not in chosen]
     if missed:
         record_event(conn, None, EventKind.SCHEDULE_SKIPPED, now, worker_id=worker_id,
@@ -138,18 +140,13 @@ def _slot_taken(conn: Connection, schedule_id: int, slot: float) -> bool:
     return found is not None
 
 
-def _previous_active(conn: Connection, schedule_id: int) -> bool:
-    """Whether an earlier occurrence's job is still queued, waiting or running."""
-    found = conn.execute(
-        select(jobs.c.id)
-        .join(schedule_occurrences, schedule_occurrences.c.job_id == jobs.c.id)
-        .where(
-            schedule_occurrences.c.schedule_id == schedule_id,
-            jobs.c.state.in_([s.value for s in ACTIVE_JOB_STATES]),
-        )
-        .limit(1)
-    ).first()
-    return found is not None
+def _active(conn: Connection, job_id: int | None) -> bool:
+    """Whether the previous occurrence's job (the schedule's last_job_id) is
+    still queued, waiting or running: one primary key lookup."""
+    if job_id is None:
+        return False
+    state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
+    return state in {s.value for s in ACTIVE_JOB_STATES}
 
 
 def _skip(
