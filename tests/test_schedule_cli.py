@@ -233,3 +233,17 @@ def test_removing_a_schedule_while_its_job_runs_lets_the_job_finish_and_fires_no
         stop(workers)
     assert len(rows(db, "SELECT id FROM jobs")) == made
     assert marker.read_text().count("x") == made
+
+
+def test_every_is_anchored_at_starting_and_never_fires_before_it_was_added(
+    tmp_path: Path, capsys: Any
+) -> None:
+    db = str(tmp_path / "q.db")
+    start = 1_700_000_007.0  # long past: slots are start + k * 10 min
+    result = inproc("schedule add", "--db", db, "--json", "tenmin", "--every", "10m",
+                    "--starting", str(start), "--", "true", capsys=capsys)  # fmt: skip
+    data = envelope(result)["data"]
+    assert data["anchor_at"] == start
+    first, second, third = data["upcoming"]
+    assert (first - start) % 600 == 0 and time.time() - 1 <= first <= time.time() + 600
+    assert (second, third) == (first + 600, first + 1200)

@@ -128,7 +128,8 @@ def schedule_add(
                   env=validate.env_map(dict(env)), **options)  # fmt: skip
     queue = open_write(db, synchronous="FULL")
     local, now = time.time(), queue.now()
-    anchor = now if starting is None else starting + (now - local)
+    skew = now - local  # the server's clock decides on PostgreSQL; a machine's may be off
+    anchor = now if starting is None else starting + (skew if abs(skew) >= 1 else 0.0)
     spec = schedules.ScheduleSpec(
         name, slots.Recurrence(expr, every, zone, anchor), job, Overlap(overlap), CatchUp(catch_up)
     )
