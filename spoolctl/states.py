@@ -69,6 +69,35 @@ class EventKind(StrEnum):
     """A worker started while the database server could not be reached and
     waited for it (job_id is null; worker_id names the worker; detail has
     the queue, waited_s, failed_tries and the last error)."""
+    SCHEDULE_ADDED = "schedule_added"
+    """A schedule was added or replaced (job_id null; detail names it)."""
+    SCHEDULE_FIRED = "schedule_fired"
+    """A schedule's slot became a job (job_id is that job; detail has the
+    schedule and the slot)."""
+    SCHEDULE_SKIPPED = "schedule_skipped"
+    """A schedule's slot(s) made no job: the previous occurrence was still
+    active (overlap skip), or catch-up left missed slots out (job_id null)."""
+    SCHEDULE_PAUSED = "schedule_paused"
+    SCHEDULE_RESUMED = "schedule_resumed"
+    SCHEDULE_REMOVED = "schedule_removed"
+
+
+class Overlap(StrEnum):
+    SKIP = "skip"
+    ALLOW = "allow"
+
+
+class CatchUp(StrEnum):
+    LATEST = "latest"
+    NONE = "none"
+    ALL = "all"
+
+
+class OccurrenceOutcome(StrEnum):
+    FIRED = "fired"
+    SKIPPED = "skipped"
+    RUN = "run"
+    """`schedule run`: one occurrence now, outside the slots."""
 
 
 class WorkerState(StrEnum):

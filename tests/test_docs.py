@@ -118,6 +118,8 @@ def unknown_flags(line: str, flags: dict[str, set[str]]) -> list[str]:
     tokens = words(line)
     if tokens and tokens[0] == "spoolctl":
         tokens = tokens[1:]
+        if len(tokens) > 1 and f"{tokens[0]} {tokens[1]}" in flags:  # `schedule add`
+            tokens = [f"{tokens[0]} {tokens[1]}", *tokens[2:]]
         verb = tokens[0] if tokens and tokens[0] in flags else ""
         if tokens and tokens[0].isupper():  # a placeholder: `spoolctl VERB --help`
             return []

@@ -330,11 +330,12 @@ OLD_RELEASE = (
     "claim.is_paused = lambda conn, queue: False; "
     "claim._TAKE_NEXT = type('OneByOne', (), {'all': lambda self, conn, params: []})(); "
     "outcome.release_dependents = lambda conn, job_id: []; "
+    "import spoolctl.worker.firing as firing; firing.due_schedules = lambda conn, now: []; "
     "from spoolctl.cli import main; main(sys.argv[1:])"
 )
 """spoolctl as the release whose head was the oldest revision: the same code,
 except that it knows no later revision and never looks at the tables later
-revisions added (paused lanes, job dependencies): its claims take the one-by-one
+revisions added (paused lanes, job dependencies, schedules): its claims take the one-by-one
 path (the one-statement claim reads the lanes table in SQL)."""
 
 

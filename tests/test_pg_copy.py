@@ -74,6 +74,12 @@ def build_source(db: Path) -> Source:
     ids["scheduled"] = add(db, "--after", "1h", "--queue", "other", "--priority", "5", "--", "true")
     ids["waiting"] = add(db, "--after-job", str(ids["scheduled"]), "--after-job", str(ids["done"]),
                          "--", "true")  # fmt: skip
+    add(db, "--after-job-any", str(ids["scheduled"]), "--", "true")
+    for name in ("nightly", "hourly"):
+        ok(run_json("schedule add", "--db", str(db), name, "--cron", "0 3 * * *", "--timezone",
+                    "Europe/Berlin", "--tag", "k=v", "--", "true"))  # fmt: skip
+    ok(run_json("schedule run", "--db", str(db), "nightly"))
+    ok(run_json("schedule pause", "--db", str(db), "hourly", "--reason", "later"))
     top = add(db, "--", "true")
     ok(run_json("cancel", "--db", str(db), str(top)))
     pruned = ok(run_json("prune", "--db", str(db), "--older-than", "0", "--state", "canceled",

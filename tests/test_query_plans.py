@@ -318,3 +318,21 @@ def test_waiting_jobs_cost_the_claim_nothing(engine: Engine, db: Path) -> None:
     finally:
         with write_tx(engine) as conn:
             conn.exec_driver_sql("DELETE FROM jobs WHERE state = 'waiting'")
+
+
+def test_a_worker_finds_due_schedules_with_one_range_of_their_index(
+    engine: Engine, db: Path
+) -> None:
+    """The check every worker runs once per poll: a range of
+    ix_schedules_next_fire_at, never the table, whatever the number of schedules."""
+    from spoolctl.services.firing import due_schedules
+
+    assert (
+        run_json("schedule add", "--db", str(db), "plan", "--every", "1h", "--", "true").exit_code
+        == 0
+    )
+    plans = plans_of(engine, lambda conn: due_schedules(conn, time.time() + 7200))
+    assert len(plans) == 1
+    assert plans[0][1] == [
+        "SEARCH schedules USING INDEX ix_schedules_next_fire_at (next_fire_at<?)"
+    ], plans

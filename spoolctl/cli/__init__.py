@@ -42,7 +42,26 @@ VERBS: dict[str, str] = {
     "robot-docs": "spoolctl.cli.brief:robot_docs",
     "capabilities": "spoolctl.cli.capabilities:capabilities",
     "schema": "spoolctl.cli.contract:schema",
+    "schedule add": "spoolctl.cli.schedules:schedule_add",
+    "schedule list": "spoolctl.cli.schedules:schedule_list",
+    "schedule show": "spoolctl.cli.schedules:schedule_show",
+    "schedule pause": "spoolctl.cli.schedules:schedule_pause",
+    "schedule resume": "spoolctl.cli.schedules:schedule_resume",
+    "schedule remove": "spoolctl.cli.schedules:schedule_remove",
+    "schedule run": "spoolctl.cli.schedules:schedule_run",
 }
+"""A verb of two words (`schedule add`) is one entry: its command line gives
+the words as two arguments (`verb_of`)."""
+GROUPS = frozenset(name.split(" ")[0] for name in VERBS if " " in name)
+
+
+def verb_of(args: list[str]) -> str | None:
+    """The verb a command line names: one word, or a group and its sub-verb."""
+    if not args:
+        return None
+    if args[0] in GROUPS and len(args) > 1 and f"{args[0]} {args[1]}" in VERBS:
+        return f"{args[0]} {args[1]}"
+    return args[0] if args[0] in VERBS else None
 
 
 def available_verbs() -> list[str]:
@@ -76,11 +95,17 @@ class LazyGroup(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        name = args[0]
+        name = verb_of(args) or args[0]
+        if name in GROUPS:
+            subs = [v for v in self.list_commands(ctx) if v.startswith(f"{name} ")]
+            given = args[1] if len(args) > 1 else None
+            if given is None:
+                raise MissingRequired(f"{name} needs a sub-verb: {', '.join(subs)}", verbs=subs)
+            raise unknown_command(f"{name} {given}", subs)
         command = self.get_command(ctx, name)
         if command is None:
             raise unknown_command(name, self.list_commands(ctx))
-        return name, command, args[1:]
+        return name, command, args[1 if args[0] == name else 2 :]
 
 
 @click.group(
@@ -129,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
 def run(args: list[str]) -> int:
     """Parse and run one command line; return the exit code. Never raises."""
     as_json = _wants_json(args)
-    verb = args[0] if args and args[0] in VERBS else None
+    verb = verb_of(args)
     if args and all(a == "--json" for a in args):
         return emit_error(MissingRequired("no verb given; run `spoolctl --help`"), as_json)
     try:

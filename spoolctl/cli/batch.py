@@ -33,25 +33,28 @@ BATCH_FIELDS = {
     "cwd",
     "env",
     "after_jobs",
+    "after_jobs_any",
 }
 
 
-def after_refs(value: Any, positions: dict[int, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A batch line's after_jobs: job ids, and positions of earlier specs ("@N":
-    the job of earlier line N)."""
+def after_refs(
+    value: Any, positions: dict[int, int], key: str = "after_jobs"
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A batch line's after_jobs (or after_jobs_any): job ids, and positions
+    of earlier specs ("@N": the job of earlier line N)."""
     if not isinstance(value, list):
-        raise InvalidInput('after_jobs must be a list of job ids or "@LINE" references')
+        raise InvalidInput(f'{key} must be a list of job ids or "@LINE" references')
     ids: list[int] = []
     lines: list[int] = []
     for item in value:
         if isinstance(item, int) and not isinstance(item, bool):
-            ids.append(validate.int_in_range(item, "after_jobs id", 1, validate.INT64_MAX))
+            ids.append(validate.int_in_range(item, f"{key} id", 1, validate.INT64_MAX))
         elif isinstance(item, str) and item.startswith("@") and item[1:].isdigit():
             if int(item[1:]) not in positions:
-                raise InvalidInput(f"after_jobs {item!r} names no earlier line holding a job")
+                raise InvalidInput(f"{key} {item!r} names no earlier line holding a job")
             lines.append(positions[int(item[1:])])
         else:
-            raise InvalidInput(f'after_jobs items are job ids or "@LINE", got {item!r:.40}')
+            raise InvalidInput(f'{key} items are job ids or "@LINE", got {item!r:.40}')
     return tuple(ids), tuple(lines)
 
 
@@ -66,6 +69,7 @@ class BatchDefaults:
     tags: dict[str, str] = dataclasses.field(default_factory=dict)
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     after_jobs: tuple[int, ...] = ()
+    after_jobs_any: tuple[int, ...] = ()
 
 
 BATCH_FLAG_FIELDS = {
@@ -107,6 +111,7 @@ def batch_defaults(
         tags=validate.tag_map(dict(tags)),
         env=validate.env_map(dict(env)),
         after_jobs=tuple(options.get("after_jobs") or ()),
+        after_jobs_any=tuple(options.get("after_jobs_any") or ()),
     )
 
 
@@ -125,6 +130,8 @@ def with_defaults(spec: JobSpec, line: dict[str, Any], defaults: BatchDefaults) 
         changes["env"] = validate.env_map({**defaults.env, **spec.env})
     if defaults.after_jobs and "after_jobs" not in line:
         changes["after_jobs"] = defaults.after_jobs
+    if defaults.after_jobs_any and "after_jobs_any" not in line:
+        changes["after_jobs_any"] = defaults.after_jobs_any
     return replace(spec, **changes) if changes else spec
 
 
@@ -150,6 +157,9 @@ def read_batch(source: str, now: float, defaults: BatchDefaults | None = None) -
             if "after_jobs" in obj:
                 ids, earlier = after_refs(obj["after_jobs"], positions)
                 spec = replace(spec, after_jobs=ids, after_lines=earlier)
+            if "after_jobs_any" in obj:
+                ids, earlier = after_refs(obj["after_jobs_any"], positions, "after_jobs_any")
+                spec = replace(spec, after_jobs_any=ids, after_lines_any=earlier)
             positions[number] = len(specs)
             specs.append(spec)
         except (ValueError, InvalidInput, MissingRequired) as exc:

@@ -50,15 +50,21 @@ def short(text: str) -> str:
 
 def brief_text() -> str:
     lines = [
-        "spoolctl: durable queue of shell commands (an SQLite file, or PostgreSQL).",
+        "spoolctl: durable queue of shell commands (SQLite or PostgreSQL).",
         "--json: stdout is one envelope {ok,data,errors[{code,message}],warnings,meta}. "
         "Exit: " + ", ".join(f"{k} {EXIT_WORDS[k]}" for k in EXIT_CODES) + ".",
         "--db PATH|postgresql://URL picks the queue. Verbs:",
     ]
+    groups: dict[str, list[str]] = {}
     for name, command in verb_commands().items():
+        if " " in name:  # a group's sub-verbs share one line: `- schedule {add,list}`
+            group, sub = name.split(" ", 1)
+            groups.setdefault(group, []).append(sub)
+            continue
         lines.append(f"- {usage(name, command)}: {short(command.help or '')}")
-    lines.append("Loop: add -> work --drain -> wait IDS -> feedback ID.")
-    lines.append("More: robot-docs guide, capabilities, schema.")
+    lines += [f"- {group} {{{','.join(subs)}}}" for group, subs in groups.items()]
+    lines.append("Loop: add, work --drain, wait IDS, feedback ID.")
+    lines.append("More: robot-docs guide.")  # capabilities and schema are listed above
     return "\n".join(lines)
 
 

@@ -50,7 +50,7 @@ from spoolctl.errors import (
     WARNING_CODES,
     StorageFault,
 )
-from spoolctl.services import backoff
+from spoolctl.services import backoff, firing, slots
 from spoolctl.services.submit import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_S
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
@@ -309,6 +309,13 @@ def scheduling() -> dict[str, Any]:
         "slots": {"claimed_false": "work --once --json {claimed:false}: nothing runnable now, "
                   "a full slot ceiling included", "default_ceiling": None,
                   "fleet_global": True, "opt_in": True, "scope": "served lane"},
+        "schedules": {"fired_by": "every running work process, at most once per poll "
+                      "interval; exactly one job per (schedule, slot) by a unique index",
+                      "cron_fields": slots.CRON_FIELDS, "min_every_s": slots.MIN_EVERY_S,
+                      "catch_up_all_max": firing.CATCH_UP_ALL_MAX,
+                      "catch_up_none_on_time_s": firing.ON_TIME_S, "library": "cronsim",
+                      "env": [firing.SCHEDULE_ENV, firing.SCHEDULED_FOR_ENV],
+                      "tag": f"{firing.SCHEDULE_TAG}=NAME"},
         "scheduled": {"counts_included_in": "counts.queued",
                       "includes": ["user-delayed rows", "retry and reap backoff rows"],
                       "predicate": "state='queued' AND next_run_at > now"},

@@ -184,6 +184,7 @@ FLAG_NOTES: dict[tuple[str, str], dict[str, Any]] = {
 FEATURES = [
     "json_envelope", "schema_export", "did_you_mean", "event_ledger", "raw_output", "robot_docs",
     "idempotency_keys", "destructive_gates", "probeable_surface", "batch_submit", "lanes",
+    "schedules", "after_job_any",
 ]  # fmt: skip
 OUTPUT_MODES = ["envelope", "frames", "raw", "text"]
 

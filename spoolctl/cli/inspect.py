@@ -139,6 +139,8 @@ def command_text(argv: list[str] | None, damaged: str = "(damaged)") -> str:
 @click.option("--queue", type=QueueName(), default=None, help="Only jobs of this queue.")
 @click.option("--tag", "tags", type=TAG_FILTER, multiple=True,
               help="Only jobs with tag K=V, or K alone (any value); all must match.")  # fmt: skip
+@click.option("--schedule", type=QueueName(), default=None,
+              help="Only jobs this schedule made (the tag schedule=NAME).")  # fmt: skip
 @click.option("--priority-min", type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
               default=None, help="Only jobs with at least this priority.")  # fmt: skip
 @click.option("--limit", type=BoundedInt(0, 1000), default=100, show_default=True,
@@ -150,6 +152,7 @@ def list_jobs(
     waiting: bool,
     queue: str | None,
     tags: tuple[tuple[str, str | None], ...],
+    schedule: str | None,
     priority_min: int | None,
     limit: int,
     db: str | None,
@@ -158,6 +161,8 @@ def list_jobs(
     """Jobs, newest first; env values are never shown here (see `show`)."""
     if waiting:
         state = (JobState.WAITING.value,)
+    if schedule is not None:
+        tags = (*tags, ("schedule", schedule))
     where = query.JobFilter(state, queue, tags, priority_min, limit)
     found = open_read(db)
     empty = {"cursor": 0, "first_id": None, "limit": limit, "truncated": False}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -38,10 +39,89 @@ from spoolctl.services.submit import (
 )
 from spoolctl.states import JobState
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 TIMEOUT = Rule("timeout", validate.timeout_seconds, {"min": 1, "max": validate.MAX_TIMEOUT_S})
 KEY = Rule("key", validate.idempotency_key, validate.LIMITS["key"])
 NOTE = Rule("note", validate.note, validate.LIMITS["note"])
 CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
+
+
+TIMEOUT_FLAG = click.option(
+    "--timeout",
+    "timeout_seconds",
+    type=TIMEOUT,
+    default=str(DEFAULT_TIMEOUT_S),
+    show_default=True,
+    help="Seconds (or a duration) before the job's process group is killed.",
+)
+MAX_RETRIES_FLAG = click.option(
+    "--max-retries",
+    type=BoundedInt(0, None),
+    default=DEFAULT_MAX_RETRIES,
+    show_default=True,
+    help="Job-owned failures retried before dead.",
+)
+MAX_CRASHES_FLAG = click.option(
+    "--max-crashes",
+    type=BoundedInt(0, None),
+    default=None,
+    help="Worker crashes tolerated before dead (default: unbounded).",
+)
+PRIORITY_FLAG = click.option(
+    "--priority",
+    type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
+    default=0,
+    show_default=True,
+    help="Higher runs first.",
+)
+QUEUE_FLAG = click.option(
+    "--queue",
+    type=QueueName(),
+    default=DEFAULT_QUEUE,
+    show_default=True,
+    help="The lane the job waits in.",
+)
+AFTER_FLAG = click.option(
+    "--after", type=Duration(), default=None, help="Run no sooner than this from now."
+)
+AT_FLAG = click.option("--at", type=Timestamp(), default=None, help="Run no sooner than this time.")
+KEY_FLAG = click.option(
+    "--key", "idempotency_key", type=KEY, default=None, help="Idempotency key among active jobs."
+)
+TAG_FLAG = click.option(
+    "--tag", "tags", type=TAG_PAIR, multiple=True, help="K=V label (repeatable)."
+)
+NOTE_FLAG = click.option("--note", type=NOTE, default=None, help="Free text for people.")
+CWD_FLAG = click.option("--cwd", type=CWD, default=None, help="Working directory of the job.")
+ENV_FLAG = click.option(
+    "--env",
+    "env",
+    type=ENV_PAIR,
+    multiple=True,
+    help="K=V added to the job's environment (repeatable).",
+)
+
+JOB_FLAGS = (
+    TIMEOUT_FLAG,
+    MAX_RETRIES_FLAG,
+    MAX_CRASHES_FLAG,
+    PRIORITY_FLAG,
+    QUEUE_FLAG,
+    TAG_FLAG,
+    NOTE_FLAG,
+    CWD_FLAG,
+    ENV_FLAG,
+)
+"""The job flags of `add` that `schedule add` takes too (its occurrences'
+job flags): one definition, so a flag added here reaches both."""
+
+
+def job_flags(fn: F) -> F:
+    """Apply JOB_FLAGS to a command, in their order."""
+    for flag in reversed(JOB_FLAGS):
+        fn = flag(fn)
+    return fn
 
 
 @verb(
@@ -64,62 +144,32 @@ CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
     help="NDJSON file of jobs ('-' for stdin); all or none. Job flags given with it are "
     "every line's defaults.",
 )
-@click.option(
-    "--timeout",
-    "timeout_seconds",
-    type=TIMEOUT,
-    default=str(DEFAULT_TIMEOUT_S),
-    show_default=True,
-    help="Seconds (or a duration) before the job's process group is killed.",
-)
-@click.option(
-    "--max-retries",
-    type=BoundedInt(0, None),
-    default=DEFAULT_MAX_RETRIES,
-    show_default=True,
-    help="Job-owned failures retried before dead.",
-)
-@click.option(
-    "--max-crashes",
-    type=BoundedInt(0, None),
-    default=None,
-    help="Worker crashes tolerated before dead (default: unbounded).",
-)
-@click.option(
-    "--priority",
-    type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
-    default=0,
-    show_default=True,
-    help="Higher runs first.",
-)
-@click.option(
-    "--queue",
-    type=QueueName(),
-    default=DEFAULT_QUEUE,
-    show_default=True,
-    help="The lane the job waits in.",
-)
-@click.option("--after", type=Duration(), default=None, help="Run no sooner than this from now.")
-@click.option("--at", type=Timestamp(), default=None, help="Run no sooner than this time.")
-@click.option(
-    "--key", "idempotency_key", type=KEY, default=None, help="Idempotency key among active jobs."
-)
-@click.option("--tag", "tags", type=TAG_PAIR, multiple=True, help="K=V label (repeatable).")
-@click.option("--note", type=NOTE, default=None, help="Free text for people.")
-@click.option("--cwd", type=CWD, default=None, help="Working directory of the job.")
-@click.option(
-    "--env",
-    "env",
-    type=ENV_PAIR,
-    multiple=True,
-    help="K=V added to the job's environment (repeatable).",
-)
+@TIMEOUT_FLAG
+@MAX_RETRIES_FLAG
+@MAX_CRASHES_FLAG
+@PRIORITY_FLAG
+@QUEUE_FLAG
+@AFTER_FLAG
+@AT_FLAG
+@KEY_FLAG
+@TAG_FLAG
+@NOTE_FLAG
+@CWD_FLAG
+@ENV_FLAG
 @click.option(
     "--after-job",
     "after_jobs",
     type=JOB_ID,
     multiple=True,
     help="Claimable only once this job is done (repeatable); canceled if it fails.",
+)
+@click.option(
+    "--after-job-any",
+    "after_jobs_any",
+    type=JOB_ID,
+    multiple=True,
+    help="Claimable only once this job ended, done, dead or canceled (repeatable); "
+    "its failure never cancels this one.",
 )
 @db_option
 @json_option
@@ -139,8 +189,9 @@ def add(
 
     Give the command after `--` (run as is, never through a shell) or as a
     shell string with -c. The job is durable once this returns. With
-    --after-job it waits until those jobs are done; batch lines can name
-    earlier lines ("after_jobs": ["@1"]).
+    --after-job it waits until those jobs are done (--after-job-any: until
+    they ended, however); batch lines can name earlier lines ("after_jobs":
+    ["@1"], "after_jobs_any": ["@2"]).
     """
     local = time.time()
     if batch is not None:
@@ -205,11 +256,13 @@ def added_reply(result: Submitted, spec: JobSpec) -> Reply:
         "cwd": result.cwd,
         "env_keys": result.env_keys,
         "after_jobs": list(spec.after_jobs),
+        "after_jobs_any": list(spec.after_jobs_any),
     }
     text = f"Added job {result.job_id}"
     reply = Reply(data)
-    if spec.after_jobs and not result.deduplicated:
-        text = after_jobs_text(reply, result, spec.after_jobs)
+    parents = (*spec.after_jobs, *spec.after_jobs_any)
+    if parents and not result.deduplicated:
+        text = after_jobs_text(reply, result, parents)
     if spec.idempotency_key is not None:
         data["idempotency"] = {
             "key": spec.idempotency_key,

@@ -17,7 +17,12 @@ from spoolctl.cli.queues import driver_of
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.queue import schema_status
-from spoolctl.db.revision import DELETE_STORED_OUTPUT_FLAG, HEAD_REVISION, KNOWN_REVISIONS
+from spoolctl.db.revision import (
+    DELETE_STORED_OUTPUT_FLAG,
+    DROP_SCHEDULES_FLAG,
+    HEAD_REVISION,
+    KNOWN_REVISIONS,
+)
 from spoolctl.errors import InvalidInput, SafetyBlock
 
 MODES = ("status", "history", "sql")
@@ -31,10 +36,11 @@ REVISION_FLAGS = ("to", "downgrade")
         *(
             (a, b)
             for a in ("status", "history")
-            for b in (*REVISION_FLAGS, "yes", "no_backup", "delete_stored_output")
+            for b in (*REVISION_FLAGS, "yes", "no_backup", "delete_stored_output", "drop_schedules")
         ),
         ("to", "downgrade"),
         ("to", "delete_stored_output"),
+        ("to", "drop_schedules"),
         ("sql", "yes"),
         ("sql", "no_backup"),
     ),
@@ -65,6 +71,13 @@ REVISION_FLAGS = ("to", "downgrade")
     "database (PostgreSQL); without it such a downgrade is refused while any is stored.",
 )
 @click.option(
+    DROP_SCHEDULES_FLAG,
+    "drop_schedules",
+    is_flag=True,
+    help="Let a --downgrade below 0006_schedules delete the schedules (the jobs they made "
+    "stay); without it such a downgrade is refused while any exists.",
+)
+@click.option(
     "--no-backup", is_flag=True, help="Skip the VACUUM INTO backup beside the file (SQLite)."
 )
 @db_option
@@ -77,6 +90,7 @@ def migrate(
     downgrade: str | None,
     yes: bool,
     delete_stored_output: bool,
+    drop_schedules: bool,
     no_backup: bool,
     db: str | None,
     as_json: bool,
@@ -96,13 +110,21 @@ def migrate(
     A downgrade below 0004_output_chunks deletes the output stored in the
     database (on PostgreSQL, the only copy other machines read): it is
     refused (exit 2, SAFETY_BLOCK, naming how much) while any is stored,
-    unless given --delete-stored-output. Output files are kept.
+    unless given --delete-stored-output. Output files are kept. A downgrade
+    below 0006_schedules is refused the same way while any schedule exists,
+    unless given --drop-schedules.
     """
     if delete_stored_output and downgrade is None:
         raise InvalidInput(
             f"{DELETE_STORED_OUTPUT_FLAG} only applies to a downgrade: "
             f"spoolctl migrate --downgrade REV --yes {DELETE_STORED_OUTPUT_FLAG}",
             flag=DELETE_STORED_OUTPUT_FLAG,
+        )
+    if drop_schedules and downgrade is None:
+        raise InvalidInput(
+            f"{DROP_SCHEDULES_FLAG} only applies to a downgrade: "
+            f"spoolctl migrate --downgrade REV --yes {DROP_SCHEDULES_FLAG}",
+            flag=DROP_SCHEDULES_FLAG,
         )
     where = driver_of(db)
     if status:
@@ -119,7 +141,14 @@ def migrate(
             target=downgrade,
         )
     return emit(
-        change_reply(where, target, downgrade is not None, not no_backup, delete_stored_output),
+        change_reply(
+            where,
+            target,
+            downgrade is not None,
+            not no_backup,
+            delete_stored_output,
+            drop_schedules,
+        ),
         as_json,
     )
 
@@ -200,7 +229,12 @@ def sql_reply(
 
 
 def change_reply(
-    where: Driver, target: str, downgrade: bool, backup: bool, delete_stored_output: bool = False
+    where: Driver,
+    target: str,
+    downgrade: bool,
+    backup: bool,
+    delete_stored_output: bool = False,
+    drop_schedules: bool = False,
 ) -> Reply:
     from spoolctl.db.migration import migrate_file
 
@@ -210,6 +244,7 @@ def change_reply(
         downgrade=downgrade,
         backup=backup,
         delete_stored_output=delete_stored_output,
+        drop_schedules=drop_schedules,
     )
     data = {
         "db_path": where.display,

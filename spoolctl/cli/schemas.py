@@ -137,6 +137,7 @@ ADD_ONE = obj(
     },
     {
         "after_jobs": arr(INT),
+        "after_jobs_any": arr(INT),
         "idempotency": obj(
             {
                 "key": STR,
@@ -207,7 +208,10 @@ DATA_SCHEMAS: dict[str, Schema] = {
                    "queues": str_map(obj({"counts": COUNTS, "scheduled": INT},
                                          {"paused": BOOL})),
                    "recent_dead": arr(DEAD_JOB), "workers": arr(WORKER),
-                   "orphans_unconfirmed": arr(ORPHAN)}, {"paused_lanes": arr(PAUSED_LANE)}),
+                   "orphans_unconfirmed": arr(ORPHAN)},
+                  {"paused_lanes": arr(PAUSED_LANE),
+                   "schedules": obj({"count": INT, "next": {
+                       **obj({"name": STR, "at": NUM}), "type": ["object", "null"]}})}),
     "list": obj({"count": INT, "jobs": arr(LIST_JOB)}),
     "show": obj({"job": SHOW_JOB, "attempts": arr(ATTEMPT), "events": arr(EVENT)},
                 {"after_jobs": WAITS_FOR, "dependents": arr(INT)}),
@@ -254,6 +258,10 @@ DATA_SCHEMAS: dict[str, Schema] = {
     "schema": obj({"dialect": STR, "envelope_schema": {"type": "object"},
                    "verbs": str_map({"type": "object"}), "streams": str_map({"type": "object"})}),
 }  # fmt: skip
+
+from spoolctl.cli.schedule_schemas import SCHEDULE_SCHEMAS  # noqa: E402  (uses the helpers above)
+
+DATA_SCHEMAS.update(SCHEDULE_SCHEMAS)
 
 ERROR = obj({"code": one_of(*ERROR_CODES), "message": STR, "exit_code": INT,
              "detail": {"type": "object"}, "remediation": STR},

@@ -17,7 +17,7 @@ from spoolctl.cli.options import BoundedInt, Seconds, db_option, json_option, ve
 from spoolctl.cli.outages import waits_text
 from spoolctl.cli.queues import open_read, warn_no_queue
 from spoolctl.cli.render import Reply, age, emit, local_time, style, table
-from spoolctl.services import lanes, query
+from spoolctl.services import lanes, query, schedules
 from spoolctl.states import JobState
 from spoolctl.text import shown
 
@@ -31,6 +31,7 @@ def empty_status() -> dict[str, Any]:
         "workers": [],
         "orphans_unconfirmed": [],
         "paused_lanes": [],
+        "schedules": {"count": 0, "next": None},
     }
 
 
@@ -66,11 +67,15 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
     if queue is None:
         return EMPTY_STATUS
     now = queue.now()  # the server's on PostgreSQL
-    return queue.read(
-        lambda conn: with_paused_lanes(
+
+    def read(conn: Any) -> dict[str, Any]:
+        data = with_paused_lanes(
             query.status_summary(conn, now, dead_limit=limit), lanes.paused_lanes(conn)
         )
-    )
+        data["schedules"] = schedules.summary(conn)
+        return data
+
+    return queue.read(read)
 
 
 def with_paused_lanes(data: dict[str, Any], paused: list[dict[str, Any]]) -> dict[str, Any]:
@@ -132,6 +137,11 @@ def status_text(data: dict[str, Any], now: float) -> str:
             for d in data["recent_dead"]
         ]  # fmt: skip
         lines += ["", table(["DEAD", "COMMAND", "FAILURES", "LAST ERROR", "FINISHED"], rows)]
+    plan = data.get("schedules") or {"count": 0, "next": None}
+    if plan["count"]:
+        nxt = plan["next"]
+        due = "all paused" if nxt is None else f"next: {shown(nxt['name'])} {age(nxt['at'], now)}"
+        lines += ["", f"schedules: {plan['count']} ({due})"]
     workers = data["workers"]
     lines += ["", f"workers: {len(workers)} live"]
     if workers:

@@ -32,6 +32,8 @@ from spoolctl.db.tables import (
     jobs,
     lanes,
     output_chunks,
+    schedule_occurrences,
+    schedules,
     workers,
 )
 from spoolctl.errors import Conflict, InvalidInput
@@ -44,10 +46,19 @@ COPY_ORDER: tuple[Table, ...] = (
     job_events,
     job_dependencies,
     output_chunks,
+    schedules,
+    schedule_occurrences,
 )
 """Every queue table, parents before children: each reference is checked as
 it is written."""
-SEQUENCED: tuple[Table, ...] = (jobs, attempts, job_events, output_chunks)
+SEQUENCED: tuple[Table, ...] = (
+    jobs,
+    attempts,
+    job_events,
+    output_chunks,
+    schedules,
+    schedule_occurrences,
+)
 """Tables whose integer id comes from a sequence on PostgreSQL."""
 BATCH_ROWS = 1000
 SHOWN_OUT_OF_RANGE = 5

@@ -56,12 +56,14 @@ def migrate_file(
     downgrade: bool = False,
     backup: bool = True,
     delete_stored_output: bool = False,
+    drop_schedules: bool = False,
 ) -> MigrationResult:
     """Bring the queue to `target` (default: the head; creating an SQLite file
     when missing), backing it up first where the driver takes backups. A
     downgrade below 0004_output_chunks is refused (SafetyBlock, nothing
     changed) while output is stored in the database, unless
-    `delete_stored_output`.
+    `delete_stored_output`; below 0006_schedules while a schedule exists,
+    unless `drop_schedules`.
 
     One transaction: its write lock (and the driver's migration lock) held
     from the first look at the revision to the commit, so two racing runs
@@ -80,7 +82,9 @@ def migrate_file(
             if not steps:
                 return MigrationResult(status.current, status.current, [], None, False)
             saved = driver.take_backup(status.label) if backup and status.has_tables else None
-            adoption = _apply(conn, driver, status, target, downgrade, delete_stored_output)
+            adoption = _apply(
+                conn, driver, status, target, downgrade, delete_stored_output, drop_schedules
+            )
             revision.check_foreign_keys(conn)
             reached = revision.inspect_schema(conn).current
         committed = True
@@ -165,10 +169,16 @@ def _apply(
     target: str,
     downgrade: bool,
     delete_stored_output: bool = False,
+    drop_schedules: bool = False,
 ) -> Adoption:
     """Run the change inside the caller's transaction."""
     if downgrade:
-        revision.downgrade_in(conn, target, delete_stored_output=delete_stored_output)
+        revision.downgrade_in(
+            conn,
+            target,
+            delete_stored_output=delete_stored_output,
+            drop_schedules=drop_schedules,
+        )
         return Adoption()
     adoption = Adoption()
     if status.is_legacy:  # only a driver whose files the original wrote finds one

@@ -24,20 +24,26 @@ if TYPE_CHECKING:
 
     from spoolctl.db.backends.base import Driver
 
-HEAD_REVISION = "0005_ledger_positions"
 KNOWN_REVISIONS: tuple[str, ...] = (
     "0001_initial",
     "0002_state_checks",
     "0003_lanes_and_dependencies",
     "0004_output_chunks",
     "0005_ledger_positions",
+    "0006_schedules",
 )
 """Every revision this code knows, oldest first."""
+HEAD_REVISION = KNOWN_REVISIONS[-1]
 DELETE_STORED_OUTPUT_FLAG = "--delete-stored-output"
 """The `migrate` flag that lets a downgrade below 0004_output_chunks (which
 drops the output stored in the database) delete it; without it such a
 downgrade is refused while any output is stored."""
 DELETE_STORED_OUTPUT = "delete_stored_output"
+"""The alembic Config attribute that carries that flag to the revision script."""
+DROP_SCHEDULES_FLAG = "--drop-schedules"
+"""The `migrate` flag that lets a downgrade below 0006_schedules delete the
+schedules; without it such a downgrade is refused while any exists."""
+DROP_SCHEDULES = "drop_schedules"
 """The alembic Config attribute that carries that flag to the revision script."""
 
 
@@ -185,14 +191,22 @@ def upgrade_in(conn: Connection, target: str = "head") -> None:
     command.upgrade(alembic_config(conn), target)
 
 
-def downgrade_in(conn: Connection, target: str, *, delete_stored_output: bool = False) -> None:
+def downgrade_in(
+    conn: Connection,
+    target: str,
+    *,
+    delete_stored_output: bool = False,
+    drop_schedules: bool = False,
+) -> None:
     """Run downgrade scripts on a connection already inside a write transaction.
     Below 0004_output_chunks its script refuses while output is stored,
-    unless `delete_stored_output`."""
+    unless `delete_stored_output`; below 0006_schedules while a schedule
+    exists, unless `drop_schedules`."""
     from alembic import command
 
     config = alembic_config(conn)
     config.attributes[DELETE_STORED_OUTPUT] = delete_stored_output
+    config.attributes[DROP_SCHEDULES] = drop_schedules
     command.downgrade(config, target)
 
 

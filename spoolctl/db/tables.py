@@ -29,7 +29,14 @@ from sqlalchemy import (
     text,
 )
 
-from spoolctl.states import AttemptState, FailureReason, JobState
+from spoolctl.states import (
+    AttemptState,
+    CatchUp,
+    FailureReason,
+    JobState,
+    OccurrenceOutcome,
+    Overlap,
+)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -184,8 +191,10 @@ job_dependencies = Table(
     _metadata,
     Column("job_id", Int, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
     Column("after_job_id", Int, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("any_end", Int, nullable=False, server_default="0"),
 )
-"""job_id waits until after_job_id is done. Rows go with either job when it
+"""job_id waits until after_job_id is done (any_end 1, `--after-job-any`:
+until it ended in any way, done, dead or canceled). Rows go with either job when it
 is pruned (a pruned parent had finished, so nothing waits on it any more)."""
 Index("ix_job_dependencies_after_job_id", job_dependencies.c.after_job_id)
 
@@ -205,6 +214,53 @@ chunks (PostgreSQL queues: readable from any machine). `offset` is the
 chunk's byte position in its stream; `truncated` 1 marks the last chunk kept
 once the per-attempt cap was reached. The worker's local files stay the
 first copy; SQLite queues read those and store no chunks."""
+
+schedules = Table(
+    "schedules",
+    _metadata,
+    Column("id", Int, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False),
+    Column("cron", Text),
+    Column("every_s", Float),
+    Column("timezone", Text, nullable=False),
+    Column("overlap", String(8), nullable=False),
+    Column("catch_up", String(8), nullable=False),
+    Column("anchor_at", Float, nullable=False),
+    Column("job", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("next_fire_at", Float, nullable=False),
+    Column("paused_at", Float),
+    Column("paused_reason", Text),
+    Column("last_job_id", Int),
+    Column("last_slot_at", Float),
+    UniqueConstraint("name"),
+    _one_of("overlap", Overlap),
+    _one_of("catch_up", CatchUp),
+    CheckConstraint("(cron IS NULL) <> (every_s IS NULL)", name="cron_or_every"),
+)
+"""A recurring job (`schedule add`): a cron expression in a named zone, or
+every `every_s` seconds from `anchor_at`. `job` is the JSON of the job flags
+each occurrence is submitted with. `next_fire_at` is the next slot; any
+worker fires a schedule once it is due (one range scan of the index below)."""
+Index("ix_schedules_next_fire_at", schedules.c.next_fire_at)
+
+schedule_occurrences = Table(
+    "schedule_occurrences",
+    _metadata,
+    Column("id", Int, primary_key=True, autoincrement=True),
+    Column("schedule_id", Int, ForeignKey("schedules.id", ondelete="CASCADE"), nullable=False),
+    Column("slot_at", Float, nullable=False),
+    Column("at", Float, nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("job_id", Int, ForeignKey("jobs.id", ondelete="SET NULL")),
+    UniqueConstraint("schedule_id", "slot_at"),
+    _one_of("outcome", OccurrenceOutcome),
+)
+"""One row per slot a schedule reached: its job (fired, or `schedule run`)
+or the record that it was skipped. The unique (schedule_id, slot_at) is what
+makes a second job for one slot impossible, whichever process or machine
+tries; the firing transaction inserts this row, the job and the schedule's
+next slot together."""
 
 
 def _with_partial_indexes() -> MetaData:

@@ -8,6 +8,11 @@ or `canceled`, every job waiting for it is canceled with the failure reason
 `dependency_failed` and a `dependency_failed` event naming that parent, and so
 on down the chain. Only existing jobs can be named, so there are no cycles.
 
+`add --after-job-any` links with any_end 1: such a parent counts as met once
+it ended, done, dead or canceled, and its failure never cancels the child;
+when a job with such parents becomes queued its env gets SPOOLCTL_PARENTS
+(`12:dead,13:done`: every parent and how it ended).
+
 Every function runs inside the caller's transaction: the transition functions
 (record_success, requeue_or_dead, dead_letter, cancel, the claim's
 quarantine, requeue) call these so a state change and its consequences for
@@ -21,16 +26,26 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
+from spoolctl.db import codec
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import job_dependencies, jobs
 from spoolctl.errors import Conflict, NotFound
 from spoolctl.services.events import record_event
-from spoolctl.states import EventKind, FailureReason, JobState
+from spoolctl.states import (
+    ACTIVE_JOB_STATES,
+    TERMINAL_JOB_STATES,
+    EventKind,
+    FailureReason,
+    JobState,
+)
 
 FAILED_PARENT_STATES = frozenset({JobState.DEAD, JobState.CANCELED, JobState.FAILED})
 """A parent in one of these will never be done: its dependents are canceled."""
+ENDED = [s.value for s in TERMINAL_JOB_STATES]
+"""What an --after-job-any parent must be in."""
+PARENTS_ENV = "SPOOLCTL_PARENTS"
 
 
 @dataclass(frozen=True)
@@ -47,36 +62,67 @@ class Verdict:
         return JobState.WAITING if self.pending else JobState.QUEUED
 
 
-def judge_parents(conn: Connection, parent_ids: Iterable[int]) -> Verdict:
-    """The states of the named jobs; NOT_FOUND (nothing written) if one does not exist."""
+def judge_parents(
+    conn: Connection, parent_ids: Iterable[int], any_ids: Iterable[int] = ()
+) -> Verdict:
+    """The states of the named jobs (`any_ids`: parents of any end); NOT_FOUND
+    (nothing written) if one does not exist."""
     wanted = sorted(set(parent_ids))
+    wanted_any = sorted(set(any_ids) - set(wanted))
     found = {
         int(job_id): state
         for job_id, state in conn.execute(
-            select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(wanted))
+            select(jobs.c.id, jobs.c.state).where(jobs.c.id.in_(wanted + wanted_any))
         )
     }
-    missing = [i for i in wanted if i not in found]
+    missing = sorted(i for i in {*wanted, *wanted_any} if i not in found)
     if missing:
         raise NotFound(
             f"--after-job names no such job: {', '.join(map(str, missing))}", job_ids=missing
         )
     failed = next(((i, str(found[i])) for i in wanted if found[i] in FAILED_PARENT_STATES), None)
     pending = [i for i in wanted if found[i] != JobState.DONE]
-    return Verdict(pending, failed)
+    pending += [i for i in wanted_any if found[i] not in ENDED]
+    return Verdict(sorted(pending), failed)
 
 
 def link(
-    conn: Connection, job_id: int, parent_ids: Iterable[int], verdict: Verdict, now: float
+    conn: Connection,
+    job_id: int,
+    parent_ids: Iterable[int],
+    verdict: Verdict,
+    now: float,
+    any_ids: Iterable[int] = (),
 ) -> None:
     """Record what a new job waits for; if a parent already failed, the job
     (created canceled) gets its `dependency_failed` event now."""
-    rows = [{"job_id": job_id, "after_job_id": p} for p in sorted(set(parent_ids))]
+    strict = sorted(set(parent_ids))
+    rows = [{"job_id": job_id, "after_job_id": p, "any_end": 0} for p in strict]
+    rows += [
+        {"job_id": job_id, "after_job_id": p, "any_end": 1}
+        for p in sorted(set(any_ids) - set(strict))
+    ]
     if rows:
         conn.execute(insert(job_dependencies), rows)
     if verdict.failed is not None:
         parent, parent_state = verdict.failed
         _ledger_failure(conn, job_id, parent, parent_state, now)
+    elif verdict.state == JobState.QUEUED and any(r["any_end"] for r in rows):
+        stamp_parents(conn, job_id)
+
+
+def stamp_parents(conn: Connection, job_id: int) -> None:
+    """SPOOLCTL_PARENTS into the env of a job released from its parents."""
+    ends = conn.execute(
+        select(job_dependencies.c.after_job_id, jobs.c.state)
+        .join(jobs, jobs.c.id == job_dependencies.c.after_job_id)
+        .where(job_dependencies.c.job_id == job_id)
+        .order_by(job_dependencies.c.after_job_id)
+    ).all()
+    raw = conn.execute(select(jobs.c.env).where(jobs.c.id == job_id)).scalar()
+    env = codec.load_str_map(raw or "{}")
+    env[PARENTS_ENV] = ",".join(f"{parent}:{state}" for parent, state in ends)
+    conn.execute(update(jobs).where(jobs.c.id == job_id).values(env=codec.dumps(env)))
 
 
 def failure_values(parent: int, parent_state: str, now: float) -> dict[str, Any]:
@@ -90,20 +136,31 @@ def failure_values(parent: int, parent_state: str, now: float) -> dict[str, Any]
 
 
 _WAITING_CHILDREN = Prepared(
-    select(job_dependencies.c.job_id)
+    select(job_dependencies.c.job_id, job_dependencies.c.any_end)
     .join(jobs, jobs.c.id == job_dependencies.c.job_id)
     .where(
         job_dependencies.c.after_job_id == bindparam("b_parent"),
         jobs.c.state == JobState.WAITING.value,
     )
 )
-_UNDONE_PARENT = Prepared(
+_UNMET_PARENT = Prepared(
     select(job_dependencies.c.after_job_id)
     .join(jobs, jobs.c.id == job_dependencies.c.after_job_id)
     .where(
         job_dependencies.c.job_id == bindparam("b_child"),
-        jobs.c.state != JobState.DONE.value,
+        or_(
+            and_(job_dependencies.c.any_end == 0, jobs.c.state != JobState.DONE.value),
+            and_(
+                job_dependencies.c.any_end == 1,
+                or_(*(jobs.c.state == s.value for s in sorted(ACTIVE_JOB_STATES))),
+            ),
+        ),
     )
+    .limit(1)
+)
+_HAS_ANY_PARENT = Prepared(
+    select(job_dependencies.c.after_job_id)
+    .where(job_dependencies.c.job_id == bindparam("b_child"), job_dependencies.c.any_end == 1)
     .limit(1)
 )
 _RELEASE = Prepared(
@@ -113,17 +170,25 @@ _RELEASE = Prepared(
 )
 
 
-def _waiting_children(conn: Connection, parent: int) -> list[int]:
-    return [row.job_id for row in _WAITING_CHILDREN.all(conn, {"b_parent": parent})]
+def _waiting_children(conn: Connection, parent: int, *, any_end: bool = False) -> list[int]:
+    """Children waiting for `parent` to be done (any_end: to end at all)."""
+    rows = _WAITING_CHILDREN.all(conn, {"b_parent": parent})
+    return [row.job_id for row in rows if bool(row.any_end) == any_end]
 
 
-def release_dependents(conn: Connection, parent: int) -> list[int]:
-    """`parent` is done: its waiting dependents whose parents are now all done
-    become queued. One indexed lookup when nothing waits for it."""
+def release_dependents(conn: Connection, parent: int, *, any_end_only: bool = False) -> list[int]:
+    """`parent` is done (any_end_only: ended otherwise): its waiting dependents
+    whose parents are now all met become queued. One indexed lookup when
+    nothing waits for it."""
     released = []
-    for child in _waiting_children(conn, parent):
-        if _UNDONE_PARENT.first(conn, {"b_child": child}) is None:
+    for row in _WAITING_CHILDREN.all(conn, {"b_parent": parent}):
+        if any_end_only and not row.any_end:
+            continue
+        child = row.job_id
+        if _UNMET_PARENT.first(conn, {"b_child": child}) is None:
             _RELEASE.execute(conn, {"b_child": child})
+            if _HAS_ANY_PARENT.first(conn, {"b_child": child}) is not None:
+                stamp_parents(conn, child)
             released.append(child)
     return released
 
@@ -145,6 +210,7 @@ def cancel_dependents(conn: Connection, parent: int, parent_state: str, now: flo
             _ledger_failure(conn, child, current, current_state, now)
             canceled.append(child)
             frontier.append((child, JobState.CANCELED.value))
+        release_dependents(conn, current, any_end_only=True)  # ended: enough for these
     return canceled
 
 
@@ -160,12 +226,16 @@ def _ledger_failure(
     )
 
 
-def parents_of(conn: Connection, job_id: int) -> list[int]:
+def parents_of(conn: Connection, job_id: int, *, any_end: bool = False) -> list[int]:
+    """The jobs it must wait to be done (any_end: to have ended)."""
     return [
         int(i)
         for i in conn.execute(
             select(job_dependencies.c.after_job_id)
-            .where(job_dependencies.c.job_id == job_id)
+            .where(
+                job_dependencies.c.job_id == job_id,
+                job_dependencies.c.any_end == (1 if any_end else 0),
+            )
             .order_by(job_dependencies.c.after_job_id)
         ).scalars()
     ]
@@ -176,9 +246,10 @@ def retried_state(conn: Connection, job_id: int) -> JobState:
     not done yet. CONFLICT while a parent is dead or canceled (retry that one,
     with --with-dependents)."""
     parents = parents_of(conn, job_id)
-    if not parents:
+    any_parents = parents_of(conn, job_id, any_end=True)
+    if not parents and not any_parents:
         return JobState.QUEUED
-    verdict = judge_parents(conn, parents)
+    verdict = judge_parents(conn, parents, any_parents)
     if verdict.failed is not None:
         parent, parent_state = verdict.failed
         raise Conflict(
@@ -196,6 +267,7 @@ _CANCELED_CHILDREN = (
     .join(jobs, jobs.c.id == job_dependencies.c.job_id)
     .where(
         job_dependencies.c.after_job_id == bindparam("b_parent"),
+        job_dependencies.c.any_end == 0,
         jobs.c.state == JobState.CANCELED.value,
         jobs.c.last_failure_reason == FailureReason.DEPENDENCY_FAILED.value,
     )
@@ -212,7 +284,9 @@ def restore_dependents(conn: Connection, parent: int, now: float) -> list[int]:
     while frontier:
         current = frontier.popleft()
         for child in conn.execute(_CANCELED_CHILDREN, {"b_parent": current}).scalars():
-            verdict = judge_parents(conn, parents_of(conn, child))
+            verdict = judge_parents(
+                conn, parents_of(conn, child), parents_of(conn, child, any_end=True)
+            )
             if verdict.failed is not None:
                 continue
             conn.execute(

@@ -55,6 +55,11 @@ class JobSpec:
     after_lines: tuple[int, ...] = ()
     """In a batch: positions of earlier specs this one waits for, resolved to
     their ids at insert time."""
+    after_jobs_any: tuple[int, ...] = ()
+    """Jobs that must have ended, in any way, before this one is claimable
+    (--after-job-any)."""
+    after_lines_any: tuple[int, ...] = ()
+    """In a batch: the same, as positions of earlier specs."""
 
     def row(self, now: float) -> dict[str, Any]:
         return {
@@ -96,14 +101,15 @@ def submit(conn: Connection, spec: JobSpec, now: float) -> Submitted:
         existing = _active_with_key(conn, spec.idempotency_key)
         if existing is not None:
             return _deduplicate(existing, row, spec)
-    verdict = judge_parents(conn, spec.after_jobs) if spec.after_jobs else None
+    waits = spec.after_jobs or spec.after_jobs_any
+    verdict = judge_parents(conn, spec.after_jobs, spec.after_jobs_any) if waits else None
     if verdict is not None:
         row["state"] = verdict.state.value
         if verdict.failed is not None:
             row.update(failure_values(*verdict.failed, now))
     job_id = _insert(conn, row, now)
     if verdict is not None:
-        link(conn, job_id, spec.after_jobs, verdict, now)
+        link(conn, job_id, spec.after_jobs, verdict, now, spec.after_jobs_any)
     return Submitted(
         job_id=job_id,
         state=row["state"],
@@ -127,13 +133,17 @@ def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list
     ids: list[int] = []
     plain: list[dict[str, Any]] = []
     for spec in specs:
-        if spec.idempotency_key is None and not (spec.after_jobs or spec.after_lines):
+        waits = spec.after_jobs or spec.after_lines or spec.after_jobs_any or spec.after_lines_any
+        if spec.idempotency_key is None and not waits:
             plain.append(spec.row(now))
             continue
         ids.extend(_insert_many(conn, plain, now))
         plain = []
         after = (*spec.after_jobs, *(ids[i] for i in spec.after_lines))
-        ids.append(submit(conn, replace(spec, after_jobs=after, after_lines=()), now).job_id)
+        after_any = (*spec.after_jobs_any, *(ids[i] for i in spec.after_lines_any))
+        resolved = replace(spec, after_jobs=after, after_lines=(), after_jobs_any=after_any,
+                           after_lines_any=())  # fmt: skip
+        ids.append(submit(conn, resolved, now).job_id)
     ids.extend(_insert_many(conn, plain, now))
     return ids
 

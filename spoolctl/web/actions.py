@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from spoolctl import validate
-from spoolctl.services import lanes
+from spoolctl.services import lanes, schedules
 from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
 from spoolctl.web.access import QueueAccess
@@ -116,3 +116,21 @@ class Actions:
         actor = self.actor(request)
         await self.change(lambda conn, now: lanes.resume_lanes(conn, [queue], by=actor, now=now))
         return RedirectResponse(with_notice(safe_next(form.get("next"), "/"), "resume"), 303)
+
+    async def schedule_pause(self, request: Request) -> Response:
+        name = validate.queue_name(request.path_params["name"])
+        form = await self.checked_form(request)
+        reason = form.get("reason", "").strip() or None
+        if reason is not None:
+            reason = validate.bounded_text(reason, "reason", REASON_MAX)
+        reason = f"{reason or 'paused'} ({self.actor(request)})"
+        await self.change(lambda conn, now: schedules.pause(conn, name, reason, now))
+        next_page = safe_next(form.get("next"), "/schedules")
+        return RedirectResponse(with_notice(next_page, "schedule_pause"), 303)
+
+    async def schedule_resume(self, request: Request) -> Response:
+        name = validate.queue_name(request.path_params["name"])
+        form = await self.checked_form(request)
+        await self.change(lambda conn, now: schedules.resume(conn, name, now))
+        next_page = safe_next(form.get("next"), "/schedules")
+        return RedirectResponse(with_notice(next_page, "schedule_resume"), 303)

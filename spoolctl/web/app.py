@@ -28,6 +28,7 @@ from spoolctl.errors import (
     SpoolError,
 )
 from spoolctl.services import metrics as metric_data
+from spoolctl.services import schedules
 from spoolctl.services.totals import EndedTotals
 from spoolctl.web import views
 from spoolctl.web.access import QueueAccess
@@ -43,6 +44,8 @@ NOTICES = {
     "cancel": "Canceled.",
     "pause": "Lane paused: workers stop claiming from it; running jobs finish.",
     "resume": "Lane resumed.",
+    "schedule_pause": "Schedule paused: it fires no more jobs until resumed.",
+    "schedule_resume": "Schedule resumed: it fires again from its next slot.",
 }
 JOB_PARTS = {"head": "_job_head.html", "history": "_job_history.html"}
 """The parts of a job page its script refreshes while the job is not finished."""
@@ -147,6 +150,13 @@ class Dashboard:
         )
         return JSONResponse(chunk)
 
+    async def schedules(self, request: Request) -> Response:
+        now = await run_in_threadpool(self.access.now)
+        found = await run_in_threadpool(
+            self.access.read, lambda conn: schedules.listing(conn, now), []
+        )
+        return self.page(request, "schedules.html", title="Schedules", now=now, schedules=found)
+
     async def events(self, request: Request) -> Response:
         before = whole_number(request.query_params.get("before"), "before")
         job_id = whole_number(request.query_params.get("job"), "job")
@@ -236,6 +246,9 @@ def create_app(access: QueueAccess, guard: Guard, settings: Settings) -> Starlet
         Route("/jobs/{job_id}/cancel", actions.cancel, methods=["POST"]),
         Route("/lanes/{queue}/pause", actions.pause, methods=["POST"]),
         Route("/lanes/{queue}/resume", actions.resume, methods=["POST"]),
+        Route("/schedules", board.schedules),
+        Route("/schedules/{name}/pause", actions.schedule_pause, methods=["POST"]),
+        Route("/schedules/{name}/resume", actions.schedule_resume, methods=["POST"]),
         Route("/events", board.events),
         Route("/events/live", board.events_live),
         Route("/login", board.login),

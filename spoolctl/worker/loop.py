@@ -18,6 +18,7 @@ from spoolctl.services import due, lanes
 from spoolctl.states import FailureReason
 from spoolctl.wakeup import Signals, StopRequested, counting_signals, wait_readable
 from spoolctl.worker import duties, lifecycle
+from spoolctl.worker.firing import ScheduleFiring
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.report import LogSink, WorkerOptions, WorkReport, default_worker_id
 from spoolctl.worker.settle import Settler
@@ -65,7 +66,7 @@ class Worker:
         self.fence = duties.LeaseFence(shift)
         self.duties: list[duties.Duty] = [
             duties.SpawnRecords(shift), duties.OutputPass(shift),
-            duties.ReapPass(shift, self.reaping),
+            duties.ReapPass(shift, self.reaping), ScheduleFiring(shift),
         ]  # fmt: skip
         """Run in this order after each claim pass, while writes may go on."""
         self._watch: ChangeWatch | None = None

@@ -1,0 +1,176 @@
+"""A schedule's slots: the instants its occurrences are due, as epoch seconds.
+
+Cron expressions are evaluated by cronsim (imported here, lazily, only when a
+schedule is validated or due: `spoolctl add` and an idle worker never load
+it) in the schedule's named IANA zone (zoneinfo). cronsim handles daylight
+saving as Debian's cron does: a local time the change skips fires once, at
+the first instant after the gap. A local time the change repeats matches
+twice in cronsim for some expressions (`*/20 3 * * *`); here it fires once,
+at its first occurrence: a slot that is the second instance of a repeated
+wall time (`fold == 1`) is never a slot.
+
+`--every` slots are `anchor + k * every` for whole k: anchored at the start,
+never drifting with run times, and blind to daylight saving (an interval is
+elapsed time, not wall time).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from spoolctl.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
+
+MIN_EVERY_S = 1.0
+"""The shortest `--every` interval."""
+CRON_FIELDS = 5
+"""minute hour day-of-month month day-of-week: one minute is the finest."""
+SCAN_LIMIT = 100_000
+"""Matches read before giving up on finding a slot (an expression that
+matches only on 31 February never does)."""
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    cron: str | None
+    every_s: float | None
+    timezone: str
+    anchor_at: float
+
+    def next_after(self, t: float) -> float:
+        """The first slot strictly after `t`."""
+        if self.every_s is not None:
+            if t < self.anchor_at:
+                return self.anchor_at
+            k = math.floor((t - self.anchor_at) / self.every_s) + 1
+            slot = self.anchor_at + k * self.every_s
+            return slot if slot > t else self.anchor_at + (k + 1) * self.every_s
+        for slot in _cron_slots(self._cron(), zone(self.timezone), t, reverse=False):
+            return slot
+        raise InvalidInput(f"cron expression {self.cron!r} never matches", cron=self.cron)
+
+    def latest_up_to(self, t: float, since: float, limit: int) -> list[float]:
+        """The slots in [since, t], oldest first: at most the `limit` latest."""
+        if self.every_s is not None:
+            if t < self.anchor_at:
+                return []
+            top = math.floor((t - self.anchor_at) / self.every_s)
+            found = []
+            for k in range(top, max(top - limit, -1), -1):
+                slot = self.anchor_at + k * self.every_s
+                if slot < since:
+                    break
+                if slot <= t:
+                    found.append(slot)
+            return sorted(found)
+        found = []
+        for slot in _cron_slots(self._cron(), zone(self.timezone), t + 60, reverse=True):
+            if slot < since or len(found) >= limit:
+                break
+            if slot <= t:
+                found.append(slot)
+        return sorted(found)
+
+    def upcoming(self, t: float, count: int) -> list[float]:
+        """The next `count` slots after `t`."""
+        found: list[float] = []
+        while len(found) < count:
+            t = self.next_after(t)
+            found.append(t)
+        return found
+
+    def _cron(self) -> str:
+        assert self.cron is not None
+        return self.cron
+
+
+def _cron_slots(expr: str, tz: ZoneInfo, t: float, *, reverse: bool) -> Iterator[float]:
+    from cronsim import CronSim, CronSimError
+
+    start = datetime.fromtimestamp(t, tz)
+    try:
+        matches = CronSim(expr, start, reverse=reverse)
+    except CronSimError as exc:
+        raise InvalidInput(f"bad cron expression {expr!r}: {exc}", cron=expr) from None
+    for n, moment in enumerate(matches):
+        if n >= SCAN_LIMIT:
+            return
+        if moment.fold == 1 and _repeated(moment):
+            continue
+        yield moment.timestamp()
+
+
+def _repeated(moment: datetime) -> bool:
+    """Whether this wall time also occurred earlier (the clocks went back)."""
+    first = moment.replace(fold=0)
+    return first.utcoffset() != moment.utcoffset()
+
+
+def zone(name: str) -> ZoneInfo:
+    """The IANA zone `name`; INVALID_INPUT if this machine does not know it."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidInput(
+            f"unknown time zone {name!r}: give an IANA name such as Europe/Berlin or UTC "
+            "(the system's zone database, or the tzdata package, must know it)",
+            timezone=name,
+        ) from None
+
+
+def check_cron(expr: str) -> str:
+    """A cron expression cronsim accepts, of five fields (or an @alias)."""
+    from cronsim import CronSim, CronSimError
+
+    expr = " ".join(expr.split())
+    fields = expr.split(" ")
+    if not expr.startswith("@") and len(fields) != CRON_FIELDS:
+        raise InvalidInput(
+            f"a cron expression has {CRON_FIELDS} fields (minute hour day month weekday; one "
+            f"minute is the finest), got {len(fields)}: {expr!r}; for seconds use --every",
+            cron=expr,
+        )
+    try:
+        CronSim(expr, datetime.now().astimezone())
+    except CronSimError as exc:
+        raise InvalidInput(f"bad cron expression {expr!r}: {exc}", cron=expr) from None
+    return expr
+
+
+def local_zone_name() -> str:
+    """The IANA name of this machine's zone (TZ, /etc/timezone, /etc/localtime),
+    or UTC when it has none."""
+    import contextlib
+    import os
+    from pathlib import Path
+
+    candidates = [os.environ.get("TZ", "").lstrip(":")]
+    with contextlib.suppress(OSError):
+        candidates.append(Path("/etc/timezone").read_text().strip())
+    try:
+        target = str(Path("/etc/localtime").resolve())
+        if "zoneinfo/" in target:
+            candidates.append(target.split("zoneinfo/", 1)[1])
+    except OSError:
+        pass
+    for name in candidates:
+        if name and "/" not in name[:1]:
+            try:
+                zone(name)
+            except InvalidInput:
+                continue
+            return name
+    return "UTC"
+
+
+def iso(t: float, timezone: str) -> str:
+    """`t` as ISO-8601 in the schedule's zone (with its offset)."""
+    return datetime.fromtimestamp(t, zone(timezone)).isoformat()

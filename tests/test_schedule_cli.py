@@ -1,0 +1,251 @@
+"""Schedules through the verbs and real `spoolctl work` processes: the
+envelope and bad input of every verb, several workers racing over many slots
+(each slot fired exactly once), failing occurrences that keep firing with
+their dead jobs visible, and the cron library left unloaded by `add` and by
+a worker with no schedules. `add --after-job-any` is here too."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import Db, add_job, child_env, cli, inproc, job, rows, start_worker, wait_for
+
+pytestmark = pytest.mark.subprocess
+
+
+def envelope(result: Any) -> dict[str, Any]:
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def code_of(result: Any) -> str:
+    return str(envelope(result)["errors"][0]["code"])
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--cron", "61 * * * *"], "INVALID_INPUT", "bad cron expression"),
+        (["--cron", "* * * * * *"], "INVALID_INPUT", "one minute is the finest"),
+        (
+            ["--cron", "0 3 * * *", "--timezone", "Mars/Olympus"],
+            "INVALID_INPUT",
+            "unknown time zone",
+        ),
+        (["--every", "0.5s"], "INVALID_INPUT", "at least 1s"),
+        (["--every", "5m", "--cron", "* * * * *"], "INVALID_INPUT", "cannot be used together"),
+        ([], "MISSING_REQUIRED", "--cron"),
+    ],
+)
+def test_bad_input_is_refused_with_the_reason_and_changes_nothing(
+    tmp_path: Path, capsys: Any, args: list[str], code: str, says: str
+) -> None:
+    db = str(tmp_path / "q.db")
+    result = inproc("schedule add", "--db", db, "--json", "n", *args, "--", "true", capsys=capsys)
+    assert code_of(result) == code and says in envelope(result)["errors"][0]["message"]
+    listed = inproc("schedule list", "--db", db, "--json", capsys=capsys)
+    assert envelope(listed)["data"]["count"] == 0
+
+
+def test_the_verbs_speak_the_envelope(tmp_path: Path, capsys: Any) -> None:
+    db = str(tmp_path / "q.db")
+
+    def run(*args: str) -> dict[str, Any]:
+        return envelope(inproc(args[0], "--db", db, "--json", *args[1:], capsys=capsys))
+
+    flags = ["--queue", "ops", "--max-retries", "0", "--tag", "k=v"]
+    added = run("schedule add", "nightly", "--cron", "0 3 * * *", "--timezone", "Europe/Berlin",
+                *flags, "--", "./backup.sh")  # fmt: skip
+    assert added["ok"] and added["data"]["timezone"] == "Europe/Berlin"
+    assert added["data"]["job"]["queue"] == "ops" and added["data"]["job"]["max_retries"] == 0
+    assert len(added["data"]["upcoming"]) == 3
+    again = run("schedule add", "nightly", "--every", "1h", "--", "true")
+    assert again["errors"][0]["code"] == "CONFLICT"
+    assert run("schedule add", "nightly", "--every", "1h", "--replace", "--", "true")["ok"]
+    assert (
+        run("schedule add", "bad name", "--every", "1h", "--", "true")["errors"][0]["code"]
+        == "INVALID_INPUT"
+    )
+    assert run("schedule pause", "nightly", "--reason", "x")["data"]["paused"] is True
+    assert run("schedule list")["data"]["schedules"][0]["paused_reason"] == "x"
+    assert run("schedule resume", "nightly")["data"]["changed"] is True
+    ran = run("schedule run", "nightly")["data"]
+    shown = run("schedule show", "nightly")["data"]
+    assert [o["job_id"] for o in shown["occurrences"]] == [ran["job_id"]]
+    assert shown["schedule"]["last"]["state"] == "queued"
+    assert [j["id"] for j in run("list", "--schedule", "nightly")["data"]["jobs"]] == [
+        ran["job_id"]
+    ]
+    plan = run("status")["data"]["schedules"]
+    assert plan["count"] == 1 and plan["next"]["name"] == "nightly"
+    text = inproc("status", "--db", db, capsys=capsys).stdout
+    assert "schedules: 1 (next: nightly 60m from now)" in text
+    assert run("schedule remove", "nightly")["data"]["removed"] is True
+    assert run("schedule show", "nightly")["errors"][0]["code"] == "NOT_FOUND"
+    status = run("status")["data"]
+    assert status["schedules"] == {"count": 0, "next": None}
+
+
+def stop(workers: list[subprocess.Popen[str]]) -> None:
+    for worker in workers:
+        worker.send_signal(signal.SIGINT)
+    for worker in workers:
+        worker.communicate(timeout=30)
+
+
+@pytest.mark.both_backends
+def test_racing_workers_fire_each_slot_exactly_once(db: Db) -> None:
+    """Three workers (on PostgreSQL: each its own process with its own
+    connections, as separate machines would be) over a one-second schedule
+    whose every slot must become a job: each slot fired once, none missed."""
+    added = cli("schedule add", "tick", "--every", "1s", "--catch-up", "all", "--overlap",
+                "allow", "-c", "echo $SPOOLCTL_SCHEDULED_FOR", db=db, json=True)  # fmt: skip
+    assert added.exit_code == 0, added.stdout + added.stderr
+    workers = [start_worker(db, "--poll-interval", "0.2", "--concurrency", "4") for _ in range(3)]
+    try:
+        wait_for(lambda: len(rows(db, "SELECT id FROM schedule_occurrences")) >= 4, timeout=30)
+    finally:
+        stop(workers)
+    found = rows(db, "SELECT slot_at, job_id, outcome FROM schedule_occurrences ORDER BY slot_at")
+    anchor = added.data["anchor_at"]
+    assert [r["slot_at"] for r in found] == [anchor + k for k in range(len(found))]
+    assert {r["outcome"] for r in found} == {"fired"}
+    jobs = [r["job_id"] for r in found]
+    assert len(set(jobs)) == len(jobs) == len(rows(db, "SELECT id FROM jobs"))
+    fired = rows(db, "SELECT count(*) FROM job_events WHERE event = 'schedule_fired'")
+    assert fired[0][0] == len(found)
+
+
+@pytest.mark.both_backends
+def test_a_schedule_whose_jobs_fail_keeps_firing_and_its_dead_jobs_show(db: Db) -> None:
+    added = cli("schedule add", "flaky", "--every", "1s", "--max-retries", "0", "-c", "exit 3",
+                db=db, json=True)  # fmt: skip
+    assert added.exit_code == 0, added.stderr
+    workers = [start_worker(db, "--poll-interval", "0.2")]
+    try:
+        wait_for(lambda: len(rows(db, "SELECT id FROM jobs WHERE state = 'dead'")) >= 2, timeout=30)
+    finally:
+        stop(workers)
+    dead = cli("list", "--schedule", "flaky", "--state", "dead", db=db, json=True)
+    assert dead.data["count"] >= 2
+    shown = cli("schedule show", "flaky", db=db, json=True).data
+    assert "dead" in {o["state"] for o in shown["occurrences"]}
+
+
+def test_add_and_an_idle_worker_never_load_the_cron_library(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from spoolctl.cli import run
+        assert run(["add", "--db", {str(tmp_path / "q.db")!r}, "--", "true"]) == 0
+        assert "cronsim" not in sys.modules, "add"
+        assert run(["work", "--drain", "--db", {str(tmp_path / "q.db")!r}]) == 0
+        assert "cronsim" not in sys.modules, "work"
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.both_backends
+def test_after_job_any_runs_once_its_parents_end_however_they_end(db: Db) -> None:
+    failing = add_job(db, "sh", "-c", "exit 3", max_retries=0)
+    passing = add_job(db, "true")
+    child = add_job(db, "sh", "-c", "echo $SPOOLCTL_PARENTS", after_jobs_any=(failing, passing))
+    strict = add_job(db, "true", after_jobs=(failing,), after_jobs_any=(passing,))
+    assert job(db, child)["state"] == "waiting"
+    drained = cli("work", "--drain", db=db, json=True)
+    assert drained.exit_code == 0, drained.stderr
+    assert job(db, child)["state"] == "done"
+    out = cli("output", str(child), "--stream", "stdout", "--raw", db=db)
+    assert out.stdout.strip() == f"{failing}:dead,{passing}:done"
+    assert job(db, strict)["state"] == "canceled"  # a failed success-parent still cancels
+    assert job(db, strict)["last_failure_reason"] == "dependency_failed"
+
+
+@pytest.mark.both_backends
+def test_after_jobs_any_in_a_batch_names_earlier_lines(db: Db, tmp_path: Path) -> None:
+    batch = tmp_path / "b.ndjson"
+    batch.write_text('{"cmd": "exit 1", "max_retries": 0}\n{"argv": ["true"], '
+                     '"after_jobs_any": ["@1"]}\n')  # fmt: skip
+    added = cli("add", "--batch", str(batch), db=db, json=True)
+    first, second = added.data["job_ids"]
+    assert job(db, second)["state"] == "waiting"
+    assert cli("work", "--drain", db=db, json=True).exit_code == 0
+    assert [job(db, i)["state"] for i in (first, second)] == ["dead", "done"]
+
+
+def skewed_spoolctl(skew: float, *args: str) -> subprocess.CompletedProcess[str]:
+    """spoolctl on a machine whose clock is `skew` seconds off."""
+    from tests.test_pg_clock import SKEWED_PYTHON
+
+    return subprocess.run([sys.executable, "-c", SKEWED_PYTHON, f"{skew:+g}", *args],
+                          env=child_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_on_postgresql_the_server_s_clock_decides_what_is_due(pg_url: str) -> None:
+    """A schedule added on a machine ten minutes slow is anchored at the
+    server's now; a worker on a machine ten minutes fast fires a slot only
+    once the server's clock reaches it."""
+    from tests.test_pg_fleet import server_epoch
+
+    added = skewed_spoolctl(-600, "schedule add", "--db", pg_url, "--json", "soon", "--every",
+                            "1h", "--", "true")  # fmt: skip
+    assert added.returncode == 0, added.stdout + added.stderr
+    anchor = json.loads(added.stdout)["data"]["anchor_at"]
+    assert abs(anchor - server_epoch(pg_url)) < 5
+    later = str(server_epoch(pg_url) + 300)
+    assert cli("schedule add", "later", "--every", "1h", "--starting", later, "--", "true",
+               db=pg_url).exit_code == 0  # fmt: skip
+    drained = skewed_spoolctl(+600, "work", "--db", pg_url, "--drain", "--json")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    fired = rows(pg_url, "SELECT s.name FROM schedule_occurrences o JOIN schedules s "
+                         "ON s.id = o.schedule_id")  # fmt: skip
+    assert [r[0] for r in fired] == ["soon"]
+
+
+def test_removing_a_schedule_while_its_job_runs_lets_the_job_finish_and_fires_no_more(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "q.db"
+    marker = tmp_path / "ran"
+    added = cli("schedule add", "slow", "--every", "1s", "-c", f"sleep 1; echo x >> {marker}",
+                db=db, json=True)  # fmt: skip
+    assert added.exit_code == 0, added.stderr
+    workers = [start_worker(db, "--poll-interval", "0.2")]
+    try:
+        running = wait_for(lambda: rows(db, "SELECT id FROM jobs WHERE state = 'running'"))
+        assert cli("schedule remove", "slow", db=db, json=True).exit_code == 0
+        made = len(rows(db, "SELECT id FROM jobs"))
+        wait_for(lambda: job(db, running[0][0])["state"] == "done", timeout=30)
+        idle_since = time.monotonic()
+        wait_for(lambda: time.monotonic() - idle_since > 1.5, interval=0.1)  # a few polls
+    finally:
+        stop(workers)
+    assert len(rows(db, "SELECT id FROM jobs")) == made
+    done = rows(db, "SELECT id FROM jobs WHERE state = 'done'")
+    assert running[0][0] in [r[0] for r in done]
+    assert marker.read_text().count("x") == len(done)
+
+
+def test_every_is_anchored_at_starting_and_never_fires_before_it_was_added(
+    tmp_path: Path, capsys: Any
+) -> None:
+    db = str(tmp_path / "q.db")
+    start = 1_700_000_007.0  # long past: slots are start + k * 10 min
+    result = inproc("schedule add", "--db", db, "--json", "tenmin", "--every", "10m",
+                    "--starting", str(start), "--", "true", capsys=capsys)  # fmt: skip
+    data = envelope(result)["data"]
+    assert data["anchor_at"] == start
+    first, second, third = data["upcoming"]
+    assert (first - start) % 600 == 0 and time.time() - 1 <= first <= time.time() + 600
+    assert (second, third) == (first + 600, first + 1200)
