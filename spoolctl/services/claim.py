@@ -29,6 +29,7 @@ from sqlalchemy import (
 )
 
 from spoolctl import layout
+from spoolctl.containment import NO_LIMITS, Limits
 from spoolctl.db import codec
 from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Prepared
@@ -58,6 +59,8 @@ class Claim:
     stderr_path: str
     token: str = ""
     """SPOOLCTL_ATTEMPT_TOKEN: set in the job's environment before it is spawned."""
+    limits: Limits = NO_LIMITS
+    """The job's --memory and --cpus (enforced where the worker's cgroups can)."""
 
 
 _CLAIMABLE_QUERY = (

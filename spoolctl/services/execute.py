@@ -26,15 +26,15 @@ import math
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
-from contextlib import suppress
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from sqlalchemy import Connection, bindparam, update
 
-from spoolctl import procs, spawn
+from spoolctl import containment, procs, spawn
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts
 from spoolctl.services.claim import Claim
@@ -107,6 +107,10 @@ class Execution:
     """While the leader's group outlives it: when the group gets its next signal."""
     group_check_at: float = 0.0
     outcome: Outcome | None = None
+    cell: containment.Cell | None = None
+    """The attempt's cgroup, where the worker contains its jobs."""
+    usage: containment.Usage | None = None
+    """What the cgroup measured, once the attempt is over."""
 
     def start(
         self,
@@ -114,17 +118,20 @@ class Execution:
         worker_id: str,
         now: float,
         spawner: spawn.Spawner | None = None,
+        cells: containment.Containment | None = None,
     ) -> None:
         """Open the output files and spawn; a failure is kept as the outcome.
         base_env: the worker's environment, encoded once (`encoded_environment`);
-        spawner: the process's own (`spawn.shared`) unless given."""
+        spawner: the process's own (`spawn.shared`) unless given; cells: the
+        worker's containment (None: process groups only)."""
         self.started_at = now
         self.deadline = now + self.claim.timeout_seconds
         self.record_spawn_at = now + SPAWN_RECORD_DELAY_S
         starter = spawner if spawner is not None else spawn.shared()
+        cell = None if cells is None else cells.cell(self.claim.attempt_id, self.claim.limits)
         try:
             out, err = open_output(self.claim.stdout_path, self.claim.stderr_path)
-            with out, err:
+            with out, err, _joined(cell) as inside:
                 self.proc = starter.start(
                     self.claim.argv,
                     cwd=self.claim.cwd,
@@ -134,7 +141,15 @@ class Execution:
                 )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             self.spawn_error = f"spawn failed: {exc}"
+            if cell is not None:
+                cell.close(0)
             return
+        if cell is not None and not inside:
+            cell.close(0)  # could not move into it: ran as without cgroups
+        elif cell is not None:
+            self.cell = cell
+            if self.claim.limits.memory_bytes is not None:
+                cell.limit_memory(self.claim.limits.memory_bytes)
         self.pidfd = _pidfd(self.proc.pid)
 
     @property
@@ -158,8 +173,15 @@ class Execution:
             self._leader_exited(now)
         if self.group_ends_at is not None and not self._group_ended(now):
             return None
+        self.close_cell(0.0)
         self.outcome = self._outcome(self.returncode)
         return self.outcome
+
+    def close_cell(self, wait_s: float) -> None:
+        """Read what the cgroup measured, then kill what is left and remove it."""
+        if self.cell is not None and not self.cell.closed:
+            self.usage = self.cell.usage()
+            self.cell.close(wait_s)
 
     @property
     def leader_running(self) -> bool:
@@ -170,7 +192,10 @@ class Execution:
         nothing in the common case); a timeout's TERM already went out."""
         assert self.proc is not None
         if self.term_sent_at is None:
-            if not procs.signal_group(self.proc.pid, signal.SIGTERM):
+            left = procs.signal_group(self.proc.pid, signal.SIGTERM)
+            if self.cell is not None:  # what left the group is still in the cgroup
+                left = self.cell.signal(signal.SIGTERM) or left
+            if not left:
                 return
             self.term_sent_at = now
         if self.kill_sent:
@@ -182,7 +207,7 @@ class Execution:
     def _group_ended(self, now: float) -> bool:
         """Whether the leader's group is empty; escalates TERM -> KILL -> give up."""
         assert self.proc is not None and self.group_ends_at is not None
-        if not procs.group_running(self.proc.pid):
+        if not self._anything_left():
             return True
         if now < self.group_ends_at:
             self.group_check_at = now + GROUP_POLL_S
@@ -193,6 +218,12 @@ class Execution:
             self.group_check_at = now + GROUP_POLL_S
             return False
         return True  # only zombies or processes stuck in the kernel are left: record anyway
+
+    def _anything_left(self) -> bool:
+        assert self.proc is not None
+        if self.cell is not None and self.cell.populated():
+            return True
+        return procs.group_running(self.proc.pid)
 
     def _outcome(self, returncode: int) -> Outcome:
         """A timed-out attempt has no exit code (null, as in 0.4.11), only the
@@ -224,10 +255,16 @@ class Execution:
         if self.proc is not None and self.term_sent_at is None:
             self.term_sent_at = now
             procs.signal_group(self.proc.pid, signal.SIGTERM)
+            if self.cell is not None:
+                self.cell.signal(signal.SIGTERM)
 
     def kill_now(self) -> None:
+        """SIGKILL the group, and the whole cgroup where the attempt has one
+        (which no setsid() leaves)."""
         if self.proc is not None:
             procs.signal_group(self.proc.pid, signal.SIGKILL)
+            if self.cell is not None:
+                self.cell.kill()
             self.kill_sent = True
             if self.term_sent_at is None:
                 self.term_sent_at = self.started_at
@@ -253,12 +290,23 @@ class Execution:
         if self.proc is not None:
             self.proc.wait()
             procs.wait_group_gone(self.proc.pid, GROUP_KILL_WAIT_S)
+        self.close_cell(GROUP_KILL_WAIT_S)
         self._close_pidfd()
 
     def _close_pidfd(self) -> None:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+
+
+@contextmanager
+def _joined(cell: containment.Cell | None) -> Iterator[bool]:
+    """The worker inside the attempt's cgroup for its spawn (False: not)."""
+    if cell is None:
+        yield False
+        return
+    with cell.joined() as inside:
+        yield inside
 
 
 def open_output(stdout_path: str, stderr_path: str) -> tuple[BinaryIO, BinaryIO]:

@@ -56,6 +56,8 @@ class Candidate:
     attempt_started_at: float | None = None
     token: str | None = None
     """The attempt's SPOOLCTL_ATTEMPT_TOKEN, carried by all its processes."""
+    cgroup: str | None = None
+    """The attempt's cgroup directories, one a line, where it had one."""
 
 
 @dataclass(frozen=True)

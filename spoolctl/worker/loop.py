@@ -58,7 +58,7 @@ class Worker:
         """Told when the worker starts waiting for the server, and when it got through."""
         self.signals = Signals()
         self.reaping = Reaping(shift.engine, timing, worker_id, shift.boot_id, shift.hostname,
-                               shift.clock, LOCK_SLICE_S)  # fmt: skip
+                               shift.clock, LOCK_SLICE_S, cells=shift.cells)  # fmt: skip
         self.settler = Settler(shift, self.reaping)
         self.heartbeat = duties.Heartbeat(shift, self.reaping)
         self.fence = duties.LeaseFence(shift)

@@ -11,7 +11,7 @@ from functools import partial
 
 from sqlalchemy import Connection, Engine
 
-from spoolctl import liveness
+from spoolctl import containment, liveness
 from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx, write_quietly
 from spoolctl.errors import Locked, Unreachable
@@ -27,6 +27,8 @@ class Reaping:
     hostname: str
     clock: Callable[[], float]
     lock_wait_s: float | None = None
+    cells: containment.Containment | None = None
+    """This worker's containment: it ends a dead worker's cgroups on this machine."""
     deferred: dict[int, float] = field(default_factory=dict)
     """Job id -> when to judge it again: an owner found alive, or an orphan
     whose end could not be confirmed, is looked at once per heartbeat interval,
@@ -74,7 +76,7 @@ class Reaping:
             self._defer(cand, now)
             return
         same_machine = verdict is not liveness.Verdict.LEASE_EXPIRED
-        check = liveness.end_orphan(cand, same_machine=same_machine)
+        check = liveness.end_orphan(cand, same_machine=same_machine, cells=self.cells)
         if not check.gone:
             self._defer(cand, now)
             write_quietly(self.engine, partial(self._flag, cand, check), self.lock_wait_s)

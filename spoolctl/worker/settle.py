@@ -121,7 +121,7 @@ class Settler:
         shift.report.claimed += 1
         execution = execute.Execution(claim, shift.free_slot())
         with shift.report.timings.spawn:
-            execution.start(self.job_env, shift.worker_id, now)
+            execution.start(self.job_env, shift.worker_id, now, cells=shift.cells)
         shift.running[claim.job_id] = execution
         shift.output.track(claim.attempt_id, {"stdout": claim.stdout_path,
                                                "stderr": claim.stderr_path})  # fmt: skip

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Engine
 
-from spoolctl import procs
+from spoolctl import containment, procs
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import LeaseGuard, OutputWriter
 from spoolctl.db.engine import HeldConnection
@@ -79,9 +79,12 @@ class Shift:
     """The queue file was deleted or replaced: write nothing more."""
     held: HeldConnection = field(init=False)
     """The connection of the claim-and-record transactions, one per job."""
+    cells: containment.Containment = field(init=False)
+    """Where this worker contains its attempts (a cgroup each, where it can)."""
 
     def __post_init__(self) -> None:
         self.held = HeldConnection(self.queue.engine)
+        self.cells = containment.Containment.for_worker(self.worker_id)
 
     @property
     def engine(self) -> Engine:
