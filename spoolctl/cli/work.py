@@ -122,6 +122,8 @@ def work(
         prepare=lambda: prepare(queue_file.driver),
         on_wait=outage_notice(),
     )
+    if not as_json:  # said once, on stderr: which containment its jobs get, and why
+        click.echo(worker.shift.cells.status.line(), err=True)
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()
     gc.enable()

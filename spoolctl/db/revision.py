@@ -24,15 +24,16 @@ if TYPE_CHECKING:
 
     from spoolctl.db.backends.base import Driver
 
-HEAD_REVISION = "0005_ledger_positions"
 KNOWN_REVISIONS: tuple[str, ...] = (
     "0001_initial",
     "0002_state_checks",
     "0003_lanes_and_dependencies",
     "0004_output_chunks",
     "0005_ledger_positions",
+    "0006_containment",
 )
 """Every revision this code knows, oldest first."""
+HEAD_REVISION = KNOWN_REVISIONS[-1]
 DELETE_STORED_OUTPUT_FLAG = "--delete-stored-output"
 """The `migrate` flag that lets a downgrade below 0004_output_chunks (which
 drops the output stored in the database) delete it; without it such a

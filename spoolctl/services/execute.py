@@ -26,8 +26,8 @@ import math
 import os
 import signal
 import subprocess
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -37,6 +37,7 @@ from sqlalchemy import Connection, bindparam, update
 from spoolctl import containment, procs, spawn
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts
+from spoolctl.services import contained
 from spoolctl.services.claim import Claim
 from spoolctl.services.outcome import Outcome, signal_name, signal_of
 from spoolctl.states import FailureReason
@@ -131,7 +132,7 @@ class Execution:
         cell = None if cells is None else cells.cell(self.claim.attempt_id, self.claim.limits)
         try:
             out, err = open_output(self.claim.stdout_path, self.claim.stderr_path)
-            with out, err, _joined(cell) as inside:
+            with out, err, contained.joined(cell) as inside:
                 self.proc = starter.start(
                     self.claim.argv,
                     cwd=self.claim.cwd,
@@ -141,15 +142,9 @@ class Execution:
                 )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             self.spawn_error = f"spawn failed: {exc}"
-            if cell is not None:
-                cell.close(0)
+            contained.kept(cell, False, self.claim)
             return
-        if cell is not None and not inside:
-            cell.close(0)  # could not move into it: ran as without cgroups
-        elif cell is not None:
-            self.cell = cell
-            if self.claim.limits.memory_bytes is not None:
-                cell.limit_memory(self.claim.limits.memory_bytes)
+        self.cell = contained.kept(cell, inside, self.claim)
         self.pidfd = _pidfd(self.proc.pid)
 
     @property
@@ -173,15 +168,9 @@ class Execution:
             self._leader_exited(now)
         if self.group_ends_at is not None and not self._group_ended(now):
             return None
-        self.close_cell(0.0)
-        self.outcome = self._outcome(self.returncode)
+        contained.close(self, 0.0)
+        self.outcome = contained.measured(self._outcome(self.returncode), self.cell, self.usage)
         return self.outcome
-
-    def close_cell(self, wait_s: float) -> None:
-        """Read what the cgroup measured, then kill what is left and remove it."""
-        if self.cell is not None and not self.cell.closed:
-            self.usage = self.cell.usage()
-            self.cell.close(wait_s)
 
     @property
     def leader_running(self) -> bool:
@@ -207,7 +196,7 @@ class Execution:
     def _group_ended(self, now: float) -> bool:
         """Whether the leader's group is empty; escalates TERM -> KILL -> give up."""
         assert self.proc is not None and self.group_ends_at is not None
-        if not self._anything_left():
+        if not contained.left_running(self.proc.pid, self.cell):
             return True
         if now < self.group_ends_at:
             self.group_check_at = now + GROUP_POLL_S
@@ -218,12 +207,6 @@ class Execution:
             self.group_check_at = now + GROUP_POLL_S
             return False
         return True  # only zombies or processes stuck in the kernel are left: record anyway
-
-    def _anything_left(self) -> bool:
-        assert self.proc is not None
-        if self.cell is not None and self.cell.populated():
-            return True
-        return procs.group_running(self.proc.pid)
 
     def _outcome(self, returncode: int) -> Outcome:
         """A timed-out attempt has no exit code (null, as in 0.4.11), only the
@@ -290,23 +273,13 @@ class Execution:
         if self.proc is not None:
             self.proc.wait()
             procs.wait_group_gone(self.proc.pid, GROUP_KILL_WAIT_S)
-        self.close_cell(GROUP_KILL_WAIT_S)
+        contained.close(self, GROUP_KILL_WAIT_S)
         self._close_pidfd()
 
     def _close_pidfd(self) -> None:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
-
-
-@contextmanager
-def _joined(cell: containment.Cell | None) -> Iterator[bool]:
-    """The worker inside the attempt's cgroup for its spawn (False: not)."""
-    if cell is None:
-        yield False
-        return
-    with cell.joined() as inside:
-        yield inside
 
 
 def open_output(stdout_path: str, stderr_path: str) -> tuple[BinaryIO, BinaryIO]:
@@ -363,6 +336,7 @@ _RECORD_SPAWN = Prepared(
         job_pid=bindparam("b_pid"),
         job_pgid=bindparam("b_pid"),
         job_started_at=bindparam("b_started"),
+        cgroup=bindparam("b_cgroup"),
     )
 )
 
@@ -373,5 +347,6 @@ def record_spawn(conn: Connection, execution: Execution, started_at: float | Non
     Without a start time (the job already ended) nothing will ever be killed."""
     if execution.proc is None:
         return
-    params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid}
+    cgroup = None if execution.cell is None else execution.cell.path
+    params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid, "b_cgroup": cgroup}
     _RECORD_SPAWN.execute(conn, {**params, "b_started": started_at})
