@@ -121,9 +121,8 @@ def work(
         else None,
         prepare=lambda: prepare(queue_file.driver),
         on_wait=outage_notice(),
+        on_containment=None if as_json else containment_notice,
     )
-    if not as_json:  # said once, on stderr: which containment its jobs get, and why
-        click.echo(worker.shift.cells.status.line(), err=True)
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()
     gc.enable()
@@ -135,6 +134,12 @@ def work(
     finally:
         progress.done()
     return emit(Reply(report_data(report, mode), text=lambda: report_text(report, mode)), as_json)
+
+
+def containment_notice(status: Any) -> None:
+    """Said once, on stderr, as the worker starts: which containment its jobs
+    get, and why."""
+    click.echo(status.line(), err=True)
 
 
 def report_data(report: WorkReport, mode: str) -> dict[str, Any]:

@@ -200,6 +200,11 @@ class Containment:
         status = choose(hierarchy.discover(), os.environ.get(ENV), worker_id, probe=True)
         return cls(status, tag(worker_id, os.getpid()))
 
+    @classmethod
+    def none(cls) -> Containment:
+        """No cgroups (a worker before it probed)."""
+        return cls(Status(reason="not probed"), "")
+
     @property
     def contained(self) -> bool:
         return self.status.contained

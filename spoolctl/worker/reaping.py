@@ -117,3 +117,6 @@ class Reaping:
         if dead:
             bury = partial(reaper.bury_workers, rows=dead, now=now)
             write_quietly(self.engine, bury, self.lock_wait_s)
+        for row in dead:  # the empty cgroup directories a dead worker left on this machine
+            if self.cells is not None:
+                self.cells.sweep(row.id, row.pid, liveness.ORPHAN_WAIT_S)

@@ -79,12 +79,12 @@ class Shift:
     """The queue file was deleted or replaced: write nothing more."""
     held: HeldConnection = field(init=False)
     """The connection of the claim-and-record transactions, one per job."""
-    cells: containment.Containment = field(init=False)
-    """Where this worker contains its attempts (a cgroup each, where it can)."""
+    cells: containment.Containment = field(default_factory=containment.Containment.none)
+    """Where this worker contains its attempts (a cgroup each, where it can):
+    probed when it starts to serve (`Worker.run`), process groups until then."""
 
     def __post_init__(self) -> None:
         self.held = HeldConnection(self.queue.engine)
-        self.cells = containment.Containment.for_worker(self.worker_id)
 
     @property
     def engine(self) -> Engine:
