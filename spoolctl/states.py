@@ -69,6 +69,10 @@ class EventKind(StrEnum):
     """A worker started while the database server could not be reached and
     waited for it (job_id is null; worker_id names the worker; detail has
     the queue, waited_s, failed_tries and the last error)."""
+    LIMITS_NOT_ENFORCED = "limits_not_enforced"
+    """A job with --memory or --cpus was claimed by a worker that cannot
+    enforce them (no cgroup, or no such controller): it runs without them;
+    detail names the attempt, the limits and why."""
 
 
 class WorkerState(StrEnum):

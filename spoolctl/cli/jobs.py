@@ -42,6 +42,8 @@ TIMEOUT = Rule("timeout", validate.timeout_seconds, {"min": 1, "max": validate.M
 KEY = Rule("key", validate.idempotency_key, validate.LIMITS["key"])
 NOTE = Rule("note", validate.note, validate.LIMITS["note"])
 CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
+MEMORY = Rule("size", validate.memory_size, validate.LIMITS["memory_bytes"])
+CPUS = Rule("cpus", validate.cpus, validate.LIMITS["cpus"])
 
 
 @verb(
@@ -120,6 +122,22 @@ CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
     type=JOB_ID,
     multiple=True,
     help="Claimable only once this job is done (repeatable); canceled if it fails.",
+)
+@click.option(
+    "--memory",
+    "memory_bytes",
+    type=MEMORY,
+    default=None,
+    help="Memory limit of each attempt (512M, 2G) through its cgroup; over it, OOM-killed.",
+)
+@click.option(
+    "--cpus", type=CPUS, default=None, help="CPU limit of each attempt (0.5, 2) through its cgroup."
+)
+@click.option(
+    "--require-limits",
+    is_flag=True,
+    default=False,
+    help="Only a worker that can enforce --memory/--cpus claims the job.",
 )
 @db_option
 @json_option

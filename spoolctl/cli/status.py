@@ -31,6 +31,7 @@ def empty_status() -> dict[str, Any]:
         "workers": [],
         "orphans_unconfirmed": [],
         "paused_lanes": [],
+        "waiting_for_limits": [],
     }
 
 
@@ -144,6 +145,10 @@ def status_text(data: dict[str, Any], now: float) -> str:
         lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))
     lines += orphans_text(data["orphans_unconfirmed"], now)
     lines += paused_text(data.get("paused_lanes", []), now)
+    waiting = data.get("waiting_for_limits") or []
+    if waiting:
+        listed = ", ".join(map(str, waiting))
+        lines += ["", f"waiting for a worker that can enforce their limits: job(s) {listed}"]
     return "\n".join(lines)
 
 

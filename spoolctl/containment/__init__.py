@@ -209,6 +209,13 @@ class Containment:
     def contained(self) -> bool:
         return self.status.contained
 
+    @property
+    def enforces(self) -> tuple[bool, bool]:
+        """Whether this worker can limit (memory, cpu)."""
+        status = self.status
+        return (status.contained and status.memory is not None,
+                status.contained and status.cpu is not None)  # fmt: skip
+
     def cell(self, attempt_id: int, limits: Limits) -> Cell | None:
         """A new cgroup for an attempt (cpu limit set), or None when it
         cannot be made (the attempt then runs as where cgroups are missing)."""

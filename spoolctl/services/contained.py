@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from spoolctl import containment, procs
 from spoolctl.services.claim import Claim
 from spoolctl.services.outcome import Outcome
+from spoolctl.states import FailureReason
 
 if TYPE_CHECKING:
     from spoolctl.services.execute import Execution
@@ -60,10 +61,14 @@ def close(execution: Execution, wait_s: float) -> None:
 def measured(
     outcome: Outcome, cell: containment.Cell | None, usage: containment.Usage | None
 ) -> Outcome:
-    """The outcome with the attempt's cgroup path and what it measured."""
+    """The outcome with the attempt's cgroup path and what it measured; a
+    failure after the kernel's OOM killer struck in the cgroup says so."""
     if cell is None:
         return outcome
     usage = usage or containment.Usage()
+    if usage.oom_kills and outcome.reason is FailureReason.PROCESS_EXIT:
+        error = f"out of memory: OOM-killed in its cgroup ({outcome.error})"
+        outcome = replace(outcome, error=error)
     return replace(
         outcome,
         cgroup=cell.path,

@@ -207,7 +207,28 @@ def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dic
         "recent_dead": recent_dead(conn, dead_limit),
         "workers": live_workers(conn, now),
         "orphans_unconfirmed": unconfirmed_orphans(conn),
+        "waiting_for_limits": waiting_for_limits(conn, now),
     }
+
+
+WAITING_FOR_LIMITS_SHOWN = 20
+
+
+def waiting_for_limits(conn: Connection, now: float) -> list[int]:
+    """Due queued jobs that require their --memory/--cpus to be enforced
+    (--require-limits): only a worker whose cgroups can limit them claims
+    them. Oldest first, at most WAITING_FOR_LIMITS_SHOWN."""
+    rows = conn.execute(
+        select(jobs.c.id)
+        .where(
+            jobs.c.state == JobState.QUEUED.value,
+            jobs.c.next_run_at <= now,
+            jobs.c.require_limits == 1,
+        )
+        .order_by(jobs.c.id)
+        .limit(WAITING_FOR_LIMITS_SHOWN)
+    )
+    return [int(r.id) for r in rows]
 
 
 def event_detail(raw: str | None) -> dict[str, Any]:

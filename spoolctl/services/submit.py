@@ -55,6 +55,11 @@ class JobSpec:
     after_lines: tuple[int, ...] = ()
     """In a batch: positions of earlier specs this one waits for, resolved to
     their ids at insert time."""
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    """The job's limits (--memory, --cpus), set through its attempt's cgroup."""
+    require_limits: bool = False
+    """Only a worker that can enforce the limits claims the job."""
 
     def row(self, now: float) -> dict[str, Any]:
         return {
@@ -72,6 +77,9 @@ class JobSpec:
             "note": self.note,
             "cwd": self.cwd,
             "env": codec.dumps(self.env),
+            "memory_bytes": self.memory_bytes,
+            "cpus": self.cpus,
+            "require_limits": 1 if self.require_limits else None,
         }
 
 

@@ -96,6 +96,7 @@ class Settler:
             slots=shift.options.slots,
             output_root=shift.queue.output_root,
             now=now,
+            enforces=shift.cells.enforces,
         )
         self.exhausted = len(claims) < wanted
         if self.exhausted:

@@ -1,0 +1,68 @@
+"""A job's --memory/--cpus at claim time: which workers may take a job that
+requires them, what the attempt is to enforce, and the event a worker that
+cannot enforce them writes (the job then runs without them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Integer, and_, bindparam, func, or_
+from sqlalchemy.sql.elements import ColumnElement
+
+from spoolctl.containment import NO_LIMITS, Limits
+from spoolctl.services.events import record_event
+from spoolctl.states import EventKind
+
+
+def enforceable(table: Any, prefix: str = "b_") -> ColumnElement[bool]:
+    """The job requires no limits, or this worker can enforce each it has
+    (binds `<prefix>can_memory`, `<prefix>can_cpu`: 1 or 0)."""
+    can_memory = bindparam(f"{prefix}can_memory", type_=Integer)
+    can_cpu = bindparam(f"{prefix}can_cpu", type_=Integer)
+    return or_(
+        func.coalesce(table.c.require_limits, 0) == 0,
+        and_(
+            or_(table.c.memory_bytes.is_(None), can_memory == 1),
+            or_(table.c.cpus.is_(None), can_cpu == 1),
+        ),
+    )
+
+
+def binds(enforces: tuple[bool, bool], prefix: str = "b_") -> dict[str, int]:
+    """enforces: (memory, cpu) this worker can enforce."""
+    return {f"{prefix}can_memory": int(enforces[0]), f"{prefix}can_cpu": int(enforces[1])}
+
+
+def limits_of(row: Any) -> Limits:
+    memory, cpus = row.memory_bytes, row.cpus
+    if memory is None and cpus is None:
+        return NO_LIMITS
+    return Limits(None if memory is None else int(memory), None if cpus is None else float(cpus))
+
+
+def note_unenforced(
+    conn: Connection,
+    job_id: int,
+    attempt_no: int,
+    limits: Limits,
+    enforces: tuple[bool, bool],
+    by: tuple[str, float],
+) -> None:
+    """The `limits_not_enforced` event, when the job has a limit this worker
+    cannot enforce. by: (worker id, now)."""
+    missing = []
+    if limits.memory_bytes is not None and not enforces[0]:
+        missing.append("memory")
+    if limits.cpus is not None and not enforces[1]:
+        missing.append("cpus")
+    if not missing:
+        return
+    worker_id, now = by
+    detail = {
+        "attempt": attempt_no,
+        "memory_bytes": limits.memory_bytes,
+        "cpus": limits.cpus,
+        "not_enforced": missing,
+    }
+    record_event(conn, job_id, EventKind.LIMITS_NOT_ENFORCED, now, worker_id=worker_id,
+                 detail=detail)  # fmt: skip
