@@ -43,6 +43,9 @@ class FailureReason(StrEnum):
     DEPENDENCY_FAILED = "dependency_failed"
     """A job it waited for ended dead or canceled (on the job only, never on
     an attempt: the job never ran)."""
+    OOM_KILLED = "oom_killed"
+    """The kernel's OOM killer ended the attempt in its cgroup (over the job's
+    --memory limit): a job-owned failure, retried like an exit."""
 
 
 class EventKind(StrEnum):

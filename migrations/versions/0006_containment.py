@@ -12,9 +12,22 @@ worker contained it), attempts.peak_memory_bytes and attempts.cpu_time_s
 enforce them claims the job; null counts as 0). Rows present keep nulls: an
 attempt that ran before the upgrade had no cgroup, a job no limits.
 
-Downgrade drops the six columns (SQLite 3.35+ drops an unindexed column in
-place, so sqlite_sequence is untouched): recorded paths and measurements
-go, and so do the jobs' limits (a queued job then runs without them).
+The failure reason `oom_killed` (an attempt the kernel's OOM killer ended
+in its cgroup) joins the CHECKs of jobs.last_failure_reason and
+attempts.failure_reason. PostgreSQL swaps the two CHECKs. SQLite cannot
+alter a CHECK; the change only widens a list of allowed values, which every
+row already satisfies, so instead of rebuilding the tables (which would
+have to restate every column, another revision's included) the CHECK text
+is edited in sqlite_master under `writable_schema` and the schema version
+bumped, the procedure SQLite documents for loosening a constraint
+(sqlite.org/lang_altertable.html, "other kinds of table schema changes").
+Nothing else in either table changes: columns, indexes, ids, sqlite_sequence.
+
+Downgrade turns `oom_killed` into `process_exit` (the error text still says
+out of memory), narrows the CHECKs back the same way, and drops the six
+columns (SQLite 3.35+ drops an unindexed column in place, so sqlite_sequence
+is untouched): recorded paths and measurements go, and so do the jobs'
+limits (a queued job then runs without them).
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from alembic import op
+from alembic import context, op
 
 revision: str = "0006_containment"
 down_revision: str | None = "0005_ledger_positions"
@@ -46,13 +59,80 @@ def _columns() -> list[tuple[str, sa.Column[object]]]:
     ]
 
 
+OLD_REASONS = (
+    "process_exit", "timeout", "spawn_failed", "worker_crash", "canceled", "unknown",
+    "dependency_failed",
+)  # fmt: skip
+NEW_REASONS = (*OLD_REASONS, "oom_killed")
+CHECKED = (("jobs", "last_failure_reason"), ("attempts", "failure_reason"))
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    listed = ", ".join(f"'{v}'" for v in values)
+    return f"{column} IS NULL OR {column} IN ({listed})"
+
+
+def _swap_checks(*, new: bool) -> None:
+    old_values, new_values = (OLD_REASONS, NEW_REASONS) if new else (NEW_REASONS, OLD_REASONS)
+    if op.get_context().dialect.name == "postgresql":
+        for table, column in CHECKED:
+            op.drop_constraint(op.f(f"ck_{table}_{column}"), table, type_="check")
+            op.create_check_constraint(op.f(f"ck_{table}_{column}"), table, _in(column, new_values))
+        return
+    old_list = ", ".join(f"'{v}'" for v in old_values) + ")"
+    new_list = ", ".join(f"'{v}'" for v in new_values) + ")"
+    if not context.is_offline_mode():
+        _refuse_unexpected(old_list)
+    version = None if context.is_offline_mode() else _schema_version()
+    op.execute("PRAGMA writable_schema = ON")
+    for table, _ in CHECKED:
+        op.execute(
+            f"UPDATE sqlite_master SET sql = replace(sql, '{_quoted(old_list)}', "
+            f"'{_quoted(new_list)}') WHERE type = 'table' AND name = '{table}'"
+        )
+    if version is not None:
+        op.execute(f"PRAGMA schema_version = {version + 1}")
+    op.execute("PRAGMA writable_schema = OFF")
+
+
+def _quoted(text: str) -> str:
+    return text.replace("'", "''")
+
+
+def _schema_version() -> int:
+    return int(op.get_bind().exec_driver_sql("PRAGMA schema_version").scalar_one())
+
+
+def _refuse_unexpected(old_list: str) -> None:
+    """Each table's CHECK must hold the list exactly once, as this code made it."""
+    from spoolctl.errors import Conflict
+
+    conn = op.get_bind()
+    for table, _ in CHECKED:
+        sql = conn.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).scalar_one()
+        if sql.count(old_list) != 1:
+            raise Conflict(
+                f"the {table} table's failure-reason CHECK is not the one this revision "
+                "expects; nothing was changed",
+                table=table,
+            )
+
+
 def upgrade() -> None:
     for table, column in _columns():
         op.add_column(table, column)
+    _swap_checks(new=True)
 
 
 def downgrade() -> None:
     postgres = op.get_context().dialect.name == "postgresql"
+    op.execute("UPDATE attempts SET failure_reason = 'process_exit' "
+               "WHERE failure_reason = 'oom_killed'")  # fmt: skip
+    op.execute("UPDATE jobs SET last_failure_reason = 'process_exit' "
+               "WHERE last_failure_reason = 'oom_killed'")  # fmt: skip
+    _swap_checks(new=False)
     for table, column in reversed(_columns()):
         if postgres:
             op.drop_column(table, column.name)

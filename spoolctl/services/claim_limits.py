@@ -34,7 +34,8 @@ def binds(enforces: tuple[bool, bool], prefix: str = "b_") -> dict[str, int]:
 
 
 def limits_of(row: Any) -> Limits:
-    memory, cpus = row.memory_bytes, row.cpus
+    """The limits a claimed row carries (a row read without the columns: none)."""
+    memory, cpus = getattr(row, "memory_bytes", None), getattr(row, "cpus", None)
     if memory is None and cpus is None:
         return NO_LIMITS
     return Limits(None if memory is None else int(memory), None if cpus is None else float(cpus))

@@ -68,7 +68,7 @@ def measured(
     usage = usage or containment.Usage()
     if usage.oom_kills and outcome.reason is FailureReason.PROCESS_EXIT:
         error = f"out of memory: OOM-killed in its cgroup ({outcome.error})"
-        outcome = replace(outcome, error=error)
+        outcome = replace(outcome, reason=FailureReason.OOM_KILLED, error=error)
     return replace(
         outcome,
         cgroup=cell.path,

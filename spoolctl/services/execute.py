@@ -336,9 +336,19 @@ _RECORD_SPAWN = Prepared(
         job_pid=bindparam("b_pid"),
         job_pgid=bindparam("b_pid"),
         job_started_at=bindparam("b_started"),
+    )
+)
+_RECORD_CONTAINED = Prepared(
+    update(attempts)
+    .where(attempts.c.id == bindparam("b_id"))
+    .values(
+        job_pid=bindparam("b_pid"),
+        job_pgid=bindparam("b_pid"),
+        job_started_at=bindparam("b_started"),
         cgroup=bindparam("b_cgroup"),
     )
 )
+"""The same with the attempt's cgroup, for one its worker contained."""
 
 
 def record_spawn(conn: Connection, execution: Execution, started_at: float | None) -> None:
@@ -347,6 +357,9 @@ def record_spawn(conn: Connection, execution: Execution, started_at: float | Non
     Without a start time (the job already ended) nothing will ever be killed."""
     if execution.proc is None:
         return
-    cgroup = None if execution.cell is None else execution.cell.path
-    params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid, "b_cgroup": cgroup}
-    _RECORD_SPAWN.execute(conn, {**params, "b_started": started_at})
+    params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid}
+    if execution.cell is None:
+        _RECORD_SPAWN.execute(conn, {**params, "b_started": started_at})
+        return
+    cgroup = {"b_cgroup": execution.cell.path}
+    _RECORD_CONTAINED.execute(conn, {**params, "b_started": started_at, **cgroup})

@@ -112,24 +112,33 @@ def record_outcome(
 
 
 _PID = bindparam("b_job_pid", type_=Integer)
-_FINISH_ATTEMPT = Prepared(
+_FINISHED: dict[str, Any] = {
+    "state": bindparam("b_state"),
+    "finished_at": bindparam("b_now"),
+    "exit_code": bindparam("b_exit"),
+    "error": bindparam("b_error"),
+    "failure_reason": bindparam("b_reason"),
+    "job_pid": func.coalesce(attempts.c.job_pid, _PID),
+    "job_pgid": func.coalesce(attempts.c.job_pgid, _PID),
+}
+_RUNNING_ATTEMPT = (
+    attempts.c.id == bindparam("b_id"),
+    attempts.c.state == AttemptState.RUNNING.value,
+)
+_FINISH_ATTEMPT = Prepared(update(attempts).where(*_RUNNING_ATTEMPT).values(**_FINISHED))
+"""The attempt's end, and its process (leader of its own group) if the
+spawn record had not stored it yet."""
+_FINISH_CONTAINED = Prepared(
     update(attempts)
-    .where(attempts.c.id == bindparam("b_id"), attempts.c.state == AttemptState.RUNNING.value)
+    .where(*_RUNNING_ATTEMPT)
     .values(
-        state=bindparam("b_state"),
-        finished_at=bindparam("b_now"),
-        exit_code=bindparam("b_exit"),
-        error=bindparam("b_error"),
-        failure_reason=bindparam("b_reason"),
-        job_pid=func.coalesce(attempts.c.job_pid, _PID),
-        job_pgid=func.coalesce(attempts.c.job_pgid, _PID),
+        **_FINISHED,
         cgroup=func.coalesce(attempts.c.cgroup, bindparam("b_cgroup", type_=Text)),
         peak_memory_bytes=bindparam("b_peak", type_=Integer),
         cpu_time_s=bindparam("b_cpu", type_=Float),
     )
 )
-"""The attempt's end, and its process (leader of its own group) if the
-spawn record had not stored it yet."""
+"""The same for an attempt its worker contained: its cgroup and usage too."""
 _ATTEMPT_STILL_RUNS = exists().where(
     attempts.c.id == bindparam("b_attempt"), attempts.c.state == AttemptState.RUNNING.value
 )
@@ -171,21 +180,21 @@ def _finish_attempt(
     """measured: where the cgroup path and usage come from (the outcome)."""
     reason = None if outcome is None or outcome.reason is None else outcome.reason.value
     measured = measured or outcome
-    _FINISH_ATTEMPT.execute(
-        conn,
-        {
-            "b_id": attempt_id,
-            "b_state": state.value,
-            "b_now": now,
-            "b_exit": 0 if outcome is None else outcome.exit_code,
-            "b_error": None if outcome is None else outcome.error,
-            "b_reason": reason,
-            "b_job_pid": pid,
-            "b_cgroup": None if measured is None else measured.cgroup,
-            "b_peak": None if measured is None else measured.peak_memory_bytes,
-            "b_cpu": None if measured is None else measured.cpu_time_s,
-        },
-    )
+    params = {
+        "b_id": attempt_id,
+        "b_state": state.value,
+        "b_now": now,
+        "b_exit": 0 if outcome is None else outcome.exit_code,
+        "b_error": None if outcome is None else outcome.error,
+        "b_reason": reason,
+        "b_job_pid": pid,
+    }
+    if measured is None or measured.cgroup is None:
+        _FINISH_ATTEMPT.execute(conn, params)
+        return
+    usage = {"b_cgroup": measured.cgroup, "b_peak": measured.peak_memory_bytes,
+             "b_cpu": measured.cpu_time_s}  # fmt: skip
+    _FINISH_CONTAINED.execute(conn, {**params, **usage})
 
 
 def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -> Any:

@@ -77,10 +77,19 @@ class JobSpec:
             "note": self.note,
             "cwd": self.cwd,
             "env": codec.dumps(self.env),
-            "memory_bytes": self.memory_bytes,
-            "cpus": self.cpus,
-            "require_limits": 1 if self.require_limits else None,
+            **self.limit_columns(),
         }
+
+    def limit_columns(self) -> dict[str, Any]:
+        """The limit columns a job with limits sets (one without writes none)."""
+        found: dict[str, Any] = {}
+        if self.memory_bytes is not None:
+            found["memory_bytes"] = self.memory_bytes
+        if self.cpus is not None:
+            found["cpus"] = self.cpus
+        if self.require_limits:
+            found["require_limits"] = 1
+        return found
 
 
 @dataclass(frozen=True)
@@ -149,6 +158,8 @@ def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list
 def _insert_many(conn: Connection, rows: list[dict[str, Any]], now: float) -> list[int]:
     if not rows:
         return []
+    keys = set().union(*rows)  # a batch where some jobs have limits: every row names them
+    rows = [row if len(row) == len(keys) else {k: row.get(k) for k in keys} for row in rows]
     result = conn.execute(insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows)
     ids = [int(job_id) for job_id in result.scalars()]
     conn.execute(
