@@ -127,12 +127,23 @@ def contents(url: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every spoolctl table, ordered by its leading columns."""
     return {
         table: sorted(
-            query(url, f'SELECT {EVERY_REVISIONS_COLUMNS.get(table, "*")} FROM "{table}"'),
+            query(url, f'SELECT {compared_columns(url, table)} FROM "{table}"'),
             key=lambda r: (r[0], repr(r)),
         )
         for table in tables(url)
         if table != "alembic_version"
     }
+
+
+def compared_columns(url: str, table: str) -> str:
+    """EVERY_REVISIONS_COLUMNS' list for a spoolctl table; every column of a
+    table that merely shares its name (a database that is not a queue)."""
+    listed = EVERY_REVISIONS_COLUMNS.get(table)
+    if listed is None:
+        return "*"
+    present = {r[0] for r in query(url, "SELECT column_name FROM information_schema.columns "
+                                        f"WHERE table_name = '{table}'")}  # fmt: skip
+    return listed if all(c.strip() in present for c in listed.split(",")) else "*"
 
 
 def positions(url: str) -> list[tuple[Any, ...]]:
