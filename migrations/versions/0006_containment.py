@@ -9,7 +9,9 @@ attempts.cgroup (the attempt's cgroup directories, one a line, where its
 worker contained it), attempts.peak_memory_bytes and attempts.cpu_time_s
 (what the cgroup measured); jobs.memory_bytes and jobs.cpus (the job's
 --memory and --cpus) and jobs.require_limits (1: only a worker that can
-enforce them claims the job; null counts as 0). Rows present keep nulls: an
+enforce them claims the job; null counts as 0), with the partial index
+ix_jobs_needs_limits (require_limits, state) of the jobs that require them (`status` lists
+them; empty unless some job requires its limits). Rows present keep nulls: an
 attempt that ran before the upgrade had no cgroup, a job no limits.
 
 The failure reason `oom_killed` (an attempt the kernel's OOM killer ended
@@ -120,9 +122,15 @@ def _refuse_unexpected(old_list: str) -> None:
             )
 
 
+NEEDS_LIMITS_WHERE = "require_limits = 1"
+
+
 def upgrade() -> None:
     for table, column in _columns():
         op.add_column(table, column)
+    where = sa.text(NEEDS_LIMITS_WHERE)
+    op.create_index("ix_jobs_needs_limits", "jobs", ["require_limits", "state"], sqlite_where=where,
+                    postgresql_where=where)  # fmt: skip
     _swap_checks(new=True)
 
 
@@ -133,6 +141,7 @@ def downgrade() -> None:
     op.execute("UPDATE jobs SET last_failure_reason = 'process_exit' "
                "WHERE last_failure_reason = 'oom_killed'")  # fmt: skip
     _swap_checks(new=False)
+    op.drop_index("ix_jobs_needs_limits", table_name="jobs")
     for table, column in reversed(_columns()):
         if postgres:
             op.drop_column(table, column.name)

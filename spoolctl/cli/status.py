@@ -67,11 +67,15 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
     if queue is None:
         return EMPTY_STATUS
     now = queue.now()  # the server's on PostgreSQL
-    return queue.read(
-        lambda conn: with_paused_lanes(
+
+    def read(conn: Any) -> dict[str, Any]:
+        data = with_paused_lanes(
             query.status_summary(conn, now, dead_limit=limit), lanes.paused_lanes(conn)
         )
-    )
+        data["waiting_for_limits"] = query.waiting_for_limits(conn, now)
+        return data
+
+    return queue.read(read)
 
 
 def with_paused_lanes(data: dict[str, Any], paused: list[dict[str, Any]]) -> dict[str, Any]:

@@ -47,6 +47,7 @@ Int = Integer().with_variant(BigInteger(), "postgresql")
 """Every integer column: SQLite's INTEGER is 64-bit, PostgreSQL's is not, so
 there it is BIGINT (timeouts, budgets and ids take the same range on both)."""
 
+NEEDS_LIMITS_WHERE = "require_limits = 1"
 ACTIVE_KEY_WHERE = "idempotency_key IS NOT NULL AND state IN ('queued', 'running', 'waiting')"
 """An idempotency key is unique among unfinished jobs, waiting ones included."""
 
@@ -215,7 +216,8 @@ first copy; SQLite queues read those and store no chunks."""
 
 def _with_partial_indexes() -> MetaData:
     """The whole schema: the tables plus the partial unique index on active
-    idempotency keys, and PostgreSQL's two ledger indexes. Their
+    idempotency keys, the partial index of jobs that require their limits,
+    and PostgreSQL's two ledger indexes. Their
     `postgresql_where` makes SQLAlchemy import its whole PostgreSQL dialect
     (about 25 ms), which no verb needs to read or write rows: only DDL and
     schema comparisons (migrations, tests) use the index objects, so they are
@@ -227,6 +229,15 @@ def _with_partial_indexes() -> MetaData:
             unique=True,
             sqlite_where=text(ACTIVE_KEY_WHERE),
             postgresql_where=text(ACTIVE_KEY_WHERE),
+        )
+        # Jobs that only a worker able to enforce their limits may claim (the
+        # claim's check, `status`'s list): partial, empty in the common case.
+        Index(
+            "ix_jobs_needs_limits",
+            jobs.c.require_limits,
+            jobs.c.state,
+            sqlite_where=text(NEEDS_LIMITS_WHERE),
+            postgresql_where=text(NEEDS_LIMITS_WHERE),
         )
         # PostgreSQL's ledger positions: unique, and the events still without
         # one found without a scan. Each index leaves out the other's rows, so

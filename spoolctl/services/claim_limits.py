@@ -6,25 +6,41 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Integer, and_, bindparam, func, or_
+from sqlalchemy import Connection, Integer, and_, bindparam, literal_column, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.containment import NO_LIMITS, Limits
-from spoolctl.services.events import record_event
-from spoolctl.states import EventKind
+from spoolctl.db.tables import jobs
+from spoolctl.states import EventKind, JobState
+
+_NEEDING = jobs.alias("needing")
 
 
 def enforceable(table: Any, prefix: str = "b_") -> ColumnElement[bool]:
-    """The job requires no limits, or this worker can enforce each it has
-    (binds `<prefix>can_memory`, `<prefix>can_cpu`: 1 or 0)."""
+    """The job is not one that requires a limit this worker cannot enforce
+    (binds `<prefix>can_memory`, `<prefix>can_cpu`: 1 or 0). Asked of the
+    partial index ix_jobs_needs_limits (the queued jobs that require their
+    limits, none in the common case), so the claim's own walk of the claim
+    index reads no table row for it."""
     can_memory = bindparam(f"{prefix}can_memory", type_=Integer)
     can_cpu = bindparam(f"{prefix}can_cpu", type_=Integer)
-    return or_(
-        func.coalesce(table.c.require_limits, 0) == 0,
-        and_(
-            or_(table.c.memory_bytes.is_(None), can_memory == 1),
-            or_(table.c.cpus.is_(None), can_cpu == 1),
+    refused = select(_NEEDING.c.id).where(
+        needs_limits(_NEEDING),
+        or_(
+            and_(_NEEDING.c.memory_bytes.is_not(None), can_memory == 0),
+            and_(_NEEDING.c.cpus.is_not(None), can_cpu == 0),
         ),
+    )
+    result: ColumnElement[bool] = table.c.id.not_in(refused)
+    return result
+
+
+def needs_limits(table: Any) -> ColumnElement[bool]:
+    """Queued and requiring its limits, as literals: a bound value would not
+    tell the planner that the partial index ix_jobs_needs_limits covers it."""
+    return and_(
+        table.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
+        table.c.require_limits == literal_column("1"),
     )
 
 
@@ -58,6 +74,8 @@ def note_unenforced(
         missing.append("cpus")
     if not missing:
         return
+    from spoolctl.services.events import record_event  # the claim's: status need not load it
+
     worker_id, now = by
     detail = {
         "attempt": attempt_no,

@@ -14,6 +14,7 @@ from sqlalchemy import ColumnElement, Connection, Row, Select, func, select
 from spoolctl.db import codec
 from spoolctl.db.backends.base import HasTag
 from spoolctl.db.tables import attempts, job_events, jobs, workers
+from spoolctl.services import claim_limits
 from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
 
 JOB_JSON_FIELDS = ("argv", "tags", "env")
@@ -207,7 +208,6 @@ def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dic
         "recent_dead": recent_dead(conn, dead_limit),
         "workers": live_workers(conn, now),
         "orphans_unconfirmed": unconfirmed_orphans(conn),
-        "waiting_for_limits": waiting_for_limits(conn, now),
     }
 
 
@@ -217,14 +217,11 @@ WAITING_FOR_LIMITS_SHOWN = 20
 def waiting_for_limits(conn: Connection, now: float) -> list[int]:
     """Due queued jobs that require their --memory/--cpus to be enforced
     (--require-limits): only a worker whose cgroups can limit them claims
-    them. Oldest first, at most WAITING_FOR_LIMITS_SHOWN."""
+    them. Oldest first, at most WAITING_FOR_LIMITS_SHOWN. Served by the
+    partial index ix_jobs_needs_limits: it holds those jobs only."""
     rows = conn.execute(
         select(jobs.c.id)
-        .where(
-            jobs.c.state == JobState.QUEUED.value,
-            jobs.c.next_run_at <= now,
-            jobs.c.require_limits == 1,
-        )
+        .where(claim_limits.needs_limits(jobs), jobs.c.next_run_at <= now)
         .order_by(jobs.c.id)
         .limit(WAITING_FOR_LIMITS_SHOWN)
     )
