@@ -131,7 +131,7 @@ def _end_cgroups(cand: Candidate, cells: containment.Containment) -> str | None:
     the dead worker left in this worker's sites; None once all are gone.
     What is in a cgroup cannot have left it, setsid() or not."""
     recorded = cand.cgroup
-    if recorded and not containment.end_path(recorded, ORPHAN_WAIT_S):
+    if recorded and containment.end_path(recorded, ORPHAN_WAIT_S) is False:
         return f"cgroup {recorded.splitlines()[0]} still has processes after a kill"
     owner = cand.worker_identity
     if cand.worker_id is None or owner is None:

@@ -180,10 +180,15 @@ def end_dirs(directories: list[str], wait_s: float) -> bool:
     return all([cgroup.remove(d) for d in directories])
 
 
-def end_path(recorded: str, wait_s: float) -> bool:
+def end_path(recorded: str, wait_s: float) -> bool | None:
     """End a recorded attempt's cgroup (its row's path); True when nothing of
-    it runs any more and its directories are gone."""
+    it runs any more and its directories are gone, False when something still
+    runs, None when this process may not kill it (another user's cgroup: the
+    caller judges the attempt by its processes instead)."""
     directories = [line for line in recorded.splitlines() if line.strip()]
+    primary = directories[0] if directories else ""
+    if os.path.isdir(primary) and not os.access(os.path.join(primary, "cgroup.procs"), os.W_OK):
+        return None
     return end_dirs(directories, wait_s)
 
 
