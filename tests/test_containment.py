@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl.containment import hierarchy
+from spoolctl.containment import cgroup, hierarchy, sites
 from tests.helpers import (
     add_job,
     attempts_of,
@@ -28,6 +28,7 @@ from tests.helpers import (
     cli,
     job,
     pid_alive,
+    rows,
     start_worker,
     wait_for,
 )
@@ -224,3 +225,63 @@ def test_an_unprivileged_worker_runs_jobs_with_process_groups_and_says_so(
     caps = run_as_nobody(folder, "capabilities", "--json")
     mode = json.loads(caps.stdout)["data"]["containment"]
     assert mode["mode"] == "process_group" and mode["reason"], mode
+
+
+def v1_freezer_dir() -> str:
+    freezer = hierarchy.discover().v1.get("freezer")
+    if freezer is None:
+        pytest.fail("this machine has a v1 freezer hierarchy (the CI machine does)")
+    return freezer
+
+
+@pytest.mark.subprocess
+def test_without_cgroup_kill_a_frozen_cgroup_is_killed_whole(tmp_path: Path) -> None:
+    """The kill of kernels before cgroup.kill (and of a v1 freezer primary):
+    freeze, SIGKILL each process, thaw; a process that forks meanwhile cannot
+    run to escape, and nothing is left."""
+    root_required()
+    leaf = os.path.join(v1_freezer_dir(), f"spoolctl-test-{os.getpid()}")
+    os.mkdir(leaf)
+    try:
+        pidfile = tmp_path / "pid"
+        script = f"echo $$ > {leaf}/cgroup.procs; " + " ".join(
+            escaping(pidfile, ignore_term=True)[2:]
+        )
+        leader = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+        wait_for(pidfile.exists, 15, what="the child to start")
+        child = int(pidfile.read_text())
+        assert os.getsid(child) == child != leader.pid
+        assert not os.path.exists(os.path.join(leaf, "cgroup.kill"))
+        cgroup.kill(leaf)
+        assert cgroup.wait_empty(leaf, 5), "processes left in the killed cgroup"
+        assert leader.wait(timeout=5) == -signal.SIGKILL
+        wait_for(lambda: not pid_alive(child), 5, what="the escaped child to die")
+        assert cgroup.read(leaf, "freezer.state").strip() == "THAWED"
+    finally:
+        assert cgroup.remove(leaf, 5)
+
+
+@pytest.mark.subprocess
+def test_an_idle_workers_leftover_cgroup_directory_goes_when_it_is_buried(
+    tmp_path: Path,
+) -> None:
+    root_required()
+    db = tmp_path / "queue.db"
+    add_job(db, "true")
+    first = start_worker(db)
+    (row,) = wait_for(lambda: rows(db, "SELECT id, pid FROM workers"), 15, what="registration")
+    base = hierarchy.discover().v2
+    assert base is not None
+    left = os.path.join(base, "spoolctl", sites.tag(row["id"], row["pid"]))
+    wait_for(lambda: os.path.isdir(left), 15, what="the worker's cgroup directory")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    assert os.path.isdir(left), "a SIGKILLed worker leaves its directory"
+
+    second = start_worker(db)
+    try:
+        wait_for(lambda: not os.path.exists(left), 20, what="the dead worker's directory to go")
+    finally:
+        second.terminate()
+        second.wait(timeout=20)
+    assert rows(db, "SELECT state FROM workers WHERE id = ?", (row["id"],))[0]["state"] == "dead"
