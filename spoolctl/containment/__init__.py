@@ -203,7 +203,9 @@ class Containment:
     def for_worker(cls, worker_id: str) -> Containment:
         """Probe (make this worker's directories, prove a move) and decide."""
         status = choose(hierarchy.discover(), os.environ.get(ENV), worker_id, probe=True)
-        return cls(status, tag(worker_id, os.getpid()))
+        found = cls(status, tag(worker_id, os.getpid()))
+        found.remove_empty_leftovers()
+        return found
 
     @classmethod
     def none(cls) -> Containment:
@@ -231,7 +233,11 @@ class Containment:
         made: list[str] = []
         try:
             for _, directory in pairs:
-                cgroup.make(directory)
+                try:
+                    cgroup.make(directory)
+                except FileNotFoundError:  # its parent was removed as a leftover: again
+                    cgroup.make(os.path.dirname(directory))
+                    cgroup.make(directory)
                 made.append(directory)
         except OSError:
             for directory in made:
@@ -259,12 +265,47 @@ class Containment:
             clean = cgroup.remove(folder) and clean
         return clean
 
+    def remove_empty_leftovers(self) -> None:
+        """Remove the empty directories of workers on this machine whose
+        process is gone (a SIGKILLed worker that had no job, or whose jobs
+        ended): a worker's directory name ends with its pid. Anything with a
+        process in it is left to the reaper, which judges the job first."""
+        for site in self.status.sites:
+            top = os.path.join(site.base, "spoolctl")
+            try:
+                found = [e.path for e in os.scandir(top) if e.is_dir()]
+            except OSError:
+                continue
+            for folder in found:
+                if not _owner_gone(folder):
+                    continue
+                with suppress(OSError):
+                    for leaf in [e.path for e in os.scandir(folder) if e.is_dir()]:
+                        if not cgroup.populated(leaf):
+                            cgroup.remove(leaf, 0)
+                cgroup.remove(folder, 0)
+
     def close(self) -> None:
         """Remove this worker's own directories (empty once its jobs ended)."""
         for site in self.status.sites:
             with suppress(OSError):
                 cgroup.remove(os.path.join(site.tag_dir(self.tag), "probe"), 0)
             cgroup.remove(site.tag_dir(self.tag), 0)
+
+
+def _owner_gone(folder: str) -> bool:
+    """Whether the worker a directory is named after (its trailing pid) is
+    gone from this machine; False when the name carries no pid."""
+    tail = os.path.basename(folder).rsplit("-", 1)[-1]
+    if not tail.isdigit() or int(tail) == os.getpid():
+        return False
+    try:
+        os.kill(int(tail), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def report() -> Status:
