@@ -262,7 +262,7 @@ def test_without_cgroup_kill_a_frozen_cgroup_is_killed_whole(tmp_path: Path) -> 
 
 
 @pytest.mark.subprocess
-def test_an_idle_workers_leftover_cgroup_directory_goes_when_it_is_buried(
+def test_an_idle_dead_workers_leftover_cgroup_directory_is_removed(
     tmp_path: Path,
 ) -> None:
     root_required()
@@ -278,10 +278,13 @@ def test_an_idle_workers_leftover_cgroup_directory_goes_when_it_is_buried(
     first.wait(timeout=10)
     assert os.path.isdir(left), "a SIGKILLed worker leaves its directory"
 
-    second = start_worker(db)
+    second = start_worker(db)  # removes it as it starts (its owner is gone), or buries it
     try:
         wait_for(lambda: not os.path.exists(left), 20, what="the dead worker's directory to go")
+        state = "SELECT state FROM workers WHERE id = ?"
+        wait_for(lambda: rows(db, state, (row["id"],))[0]["state"] == "dead", 20,
+                 what="the dead worker to be buried")  # fmt: skip
     finally:
         second.terminate()
         second.wait(timeout=20)
-    assert rows(db, "SELECT state FROM workers WHERE id = ?", (row["id"],))[0]["state"] == "dead"
+    assert not os.path.exists(left)
