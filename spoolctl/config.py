@@ -238,6 +238,14 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "type": "flag",
         "default": "0",
     },
+    "SPOOLCTL_CGROUP": {
+        "description": "off keeps jobs in process groups; an absolute path names the cgroup "
+        "subtree (a delegated one) to make each attempt's cgroup in; auto (default) uses "
+        "the worker's own cgroup where it can",
+        "type": "text",
+        "read_by": ["work", "doctor", "capabilities"],
+        "default": "auto",
+    },
     "SPOOLCTL_TEST_CLOCK_SKEW": {
         "description": "test knob: seconds added to this machine's clock",
         "type": "seconds",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from spoolctl import procs
+from spoolctl import containment, procs
 from spoolctl.services import lease
 from spoolctl.services.reaper import Candidate, OrphanCheck
 
@@ -98,7 +98,9 @@ def fence(cand: Candidate) -> bool:
     return procs.is_same_process(cand.worker_identity, procs.WORKER_MARKER) is procs.Liveness.DEAD
 
 
-def end_orphan(cand: Candidate, *, same_machine: bool = True) -> OrphanCheck:
+def end_orphan(
+    cand: Candidate, *, same_machine: bool = True, cells: containment.Containment | None = None
+) -> OrphanCheck:
     """Kill what is left of the candidate's attempt and confirm it is gone.
 
     On this machine: the recorded process group (pid plus start time), then
@@ -108,6 +110,10 @@ def end_orphan(cand: Candidate, *, same_machine: bool = True) -> OrphanCheck:
     worker that cannot be probed (`same_machine` False) recorded pids mean
     nothing here: only token holders that happen to be visible are killed.
     """
+    if same_machine and cells is not None:
+        why = _end_cgroups(cand, cells)
+        if why is not None:
+            return OrphanCheck(False, None, None, why)
     if same_machine and cand.job_identity is not None and cand.job_pgid is not None:
         reason = procs.end_group(cand.job_identity, cand.job_pgid, ORPHAN_WAIT_S)
         if reason is not None:
@@ -118,6 +124,21 @@ def end_orphan(cand: Candidate, *, same_machine: bool = True) -> OrphanCheck:
     if same_machine and cand.attempt_started_at < procs.boot_time() - procs.START_TIME_TOLERANCE_S:
         return OrphanCheck(True)  # started before this machine booted: nothing of it runs
     return _end_token_holders(cand.token, cand.attempt_started_at, strict=same_machine)
+
+
+def _end_cgroups(cand: Candidate, cells: containment.Containment) -> str | None:
+    """End the attempt's cgroup (the path its row recorded) and every cgroup
+    the dead worker left in this worker's sites; None once all are gone.
+    What is in a cgroup cannot have left it, setsid() or not."""
+    recorded = cand.cgroup
+    if recorded and containment.end_path(recorded, ORPHAN_WAIT_S) is False:
+        return f"cgroup {recorded.splitlines()[0]} still has processes after a kill"
+    owner = cand.worker_identity
+    if cand.worker_id is None or owner is None:
+        return None
+    if not cells.sweep(cand.worker_id, owner.pid, ORPHAN_WAIT_S):
+        return f"the cgroups worker {cand.worker_id} left still have processes after a kill"
+    return None
 
 
 TOKEN_SCANS = 3

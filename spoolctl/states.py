@@ -43,6 +43,9 @@ class FailureReason(StrEnum):
     DEPENDENCY_FAILED = "dependency_failed"
     """A job it waited for ended dead or canceled (on the job only, never on
     an attempt: the job never ran)."""
+    OOM_KILLED = "oom_killed"
+    """The kernel's OOM killer ended the attempt in its cgroup (over the job's
+    --memory limit): a job-owned failure, retried like an exit."""
 
 
 class EventKind(StrEnum):
@@ -80,6 +83,10 @@ class EventKind(StrEnum):
     SCHEDULE_PAUSED = "schedule_paused"
     SCHEDULE_RESUMED = "schedule_resumed"
     SCHEDULE_REMOVED = "schedule_removed"
+    LIMITS_NOT_ENFORCED = "limits_not_enforced"
+    """A job with --memory or --cpus was claimed by a worker that cannot
+    enforce them (no cgroup, or no such controller): it runs without them;
+    detail names the attempt, the limits and why."""
 
 
 class Overlap(StrEnum):

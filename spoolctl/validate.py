@@ -52,6 +52,8 @@ LIMITS: dict[str, Any] = {
     "tail_bytes": {"min": 1, "max": 65_536},
     "wait_seconds": {"min": 0, "max": MAX_WAIT_S},
     "poll_interval_seconds": {"min_exclusive": 0, "max": 3600},
+    "memory_bytes": {"min": 1 << 20, "max": 1 << 50},
+    "cpus": {"min_exclusive": 0, "max": 1024},
 }
 
 
@@ -117,6 +119,34 @@ def timeout_seconds(raw: str) -> int:
         return int_in_range(raw, "timeout", 1, MAX_TIMEOUT_S)
     seconds = math.ceil(duration(raw, what="timeout"))
     return int_in_range(seconds, "timeout", 1, MAX_TIMEOUT_S)
+
+
+SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
+SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MEMORY_MIN, MEMORY_MAX = 1 << 20, 1 << 50
+
+
+def memory_size(raw: str) -> int:
+    """Bytes, or a size with a binary unit (512M, 1.5G, 64k; KiB/MB spellings
+    too, all powers of 1024), rounded down to a whole byte: 1 MiB .. 1 PiB."""
+    found = SIZE_RE.match(str(raw))
+    if found is None:
+        raise InvalidInput(f"memory must be a size like 512M or 2G, got {raw!r}", value=raw)
+    size = int(float(found.group(1)) * SIZE_UNITS[found.group(2).lower()])
+    if not MEMORY_MIN <= size <= MEMORY_MAX:
+        raise InvalidInput(f"memory must be 1M .. 1P, got {raw!r}", value=raw)
+    return size
+
+
+def cpus(raw: str) -> float:
+    """CPUs the job may use (a cgroup quota): a number > 0, at most 1024."""
+    try:
+        value = float(str(raw).strip())
+    except ValueError:
+        raise InvalidInput(f"cpus must be a number like 0.5 or 2, got {raw!r}") from None
+    if not (math.isfinite(value) and 0 < value <= 1024):
+        raise InvalidInput(f"cpus must be > 0 and at most 1024, got {raw!r}", value=raw)
+    return value
 
 
 def queue_name(raw: str) -> str:

@@ -15,6 +15,7 @@ import pytest
 
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from tests.helpers import Result, child_env, cli, inproc, rows, start_worker, wait_for
+from tests.test_migrations import ATTEMPTS_0005, JOBS_0005
 
 pytestmark = pytest.mark.subprocess
 
@@ -30,9 +31,13 @@ def revision_of(db: Path) -> str:
     return str(rows(db, "SELECT version_num FROM alembic_version")[0][0])
 
 
-EVERY_REVISIONS_COLUMNS = {"job_events": "id, job_id, at, event, worker_id, detail"}
+EVERY_REVISIONS_COLUMNS = {
+    "job_events": "id, job_id, at, event, worker_id, detail",
+    "jobs": JOBS_0005,
+    "attempts": ATTEMPTS_0005,
+}
 """Columns compared across revisions where a later one adds some (0005's
-job_events.seq, null on SQLite)."""
+job_events.seq, null on SQLite; 0007's cgroup, usage and limit columns)."""
 
 
 def contents(db: Path) -> dict[str, Any]:
@@ -330,13 +335,27 @@ OLD_RELEASE = (
     "claim.is_paused = lambda conn, queue: False; "
     "claim._TAKE_NEXT = type('OneByOne', (), {'all': lambda self, conn, params: []})(); "
     "outcome.release_dependents = lambda conn, job_id: []; "
+    "import os; os.environ['SPOOLCTL_CGROUP'] = 'off'; "
+    "from spoolctl.db.prepared import Prepared; "
+    "claim._CLAIMABLE_QUERY = claim._CLAIMABLE_QUERY.with_only_columns("
+    "*list(claim._CLAIMABLE_QUERY.selected_columns)[:5]); "
+    "claim._CLAIMABLE_QUERY._where_criteria = claim._CLAIMABLE_QUERY._where_criteria[:3]; "
+    "claim._CLAIMABLE = Prepared(claim._CLAIMABLE_QUERY); "
+    "from spoolctl.db import tables; from spoolctl.db.tables import jobs, attempts; "
+    "tables.metadata; "
+    "jobs.indexes -= {i for i in jobs.indexes if i.name == 'ix_jobs_needs_limits'}; "
+    "[t._columns.remove(t.c[n]) for t, n in ((jobs, 'memory_bytes'), (jobs, 'cpus'), "
+    "(jobs, 'require_limits'), (attempts, 'cgroup'), (attempts, 'peak_memory_bytes'), "
+    "(attempts, 'cpu_time_s'))]; "
     "import spoolctl.worker.firing as firing; firing.due_schedules = lambda conn, now: []; "
     "from spoolctl.cli import main; main(sys.argv[1:])"
 )
 """spoolctl as the release whose head was the oldest revision: the same code,
-except that it knows no later revision and never looks at the tables later
-revisions added (paused lanes, job dependencies, schedules): its claims take the one-by-one
-path (the one-statement claim reads the lanes table in SQL)."""
+except that it knows no later revision and never looks at the tables or
+columns later revisions added (paused lanes, job dependencies, schedules,
+0007's limits and cgroups): its claims take the one-by-one path (the one-statement
+claim reads the lanes table in SQL) without the limit columns, and it runs
+jobs without cgroups (whose path and usage 0007 records)."""
 
 
 def old_release(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.Popen[str]:

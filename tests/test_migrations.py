@@ -128,9 +128,25 @@ def populate(db: Path) -> None:
     conn.close()
 
 
-EVERY_REVISIONS_COLUMNS = {"job_events": "id, job_id, at, event, worker_id, detail"}
+JOBS_0005 = (
+    "id, argv, state, queue, priority, next_run_at, created_at, started_at, "
+    "finished_at, attempts, crashes, max_retries, max_crashes, timeout_seconds, "
+    "idempotency_key, tags, note, cwd, env, locked_by, locked_pid, locked_at, "
+    "heartbeat_at, last_exit_code, last_error, last_failure_reason"
+)
+ATTEMPTS_0005 = (
+    "id, job_id, attempt_no, worker_id, worker_pid, state, started_at, finished_at, "
+    "exit_code, error, failure_reason, stdout_path, stderr_path, job_pid, job_pgid, "
+    "job_started_at"
+)
+EVERY_REVISIONS_COLUMNS = {
+    "job_events": "id, job_id, at, event, worker_id, detail",
+    "jobs": JOBS_0005,
+    "attempts": ATTEMPTS_0005,
+}
 """Columns compared across revisions where a later one adds some (0005's
-job_events.seq stays null on SQLite: `unpositioned` checks it)."""
+job_events.seq stays null on SQLite: `unpositioned` checks it; 0007's
+cgroup, usage and limit columns start null)."""
 
 
 def contents(db: Path) -> dict[str, Any]:

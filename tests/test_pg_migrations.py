@@ -102,21 +102,48 @@ def tables(url: str) -> list[str]:
     return [r[0] for r in found]
 
 
-EVERY_REVISIONS_COLUMNS = {"job_events": "id, job_id, at, event, worker_id, detail"}
+JOBS_0005 = (
+    "id, argv, state, queue, priority, next_run_at, created_at, started_at, "
+    "finished_at, attempts, crashes, max_retries, max_crashes, timeout_seconds, "
+    "idempotency_key, tags, note, cwd, env, locked_by, locked_pid, locked_at, "
+    "heartbeat_at, last_exit_code, last_error, last_failure_reason"
+)
+ATTEMPTS_0005 = (
+    "id, job_id, attempt_no, worker_id, worker_pid, state, started_at, finished_at, "
+    "exit_code, error, failure_reason, stdout_path, stderr_path, job_pid, job_pgid, "
+    "job_started_at"
+)
+EVERY_REVISIONS_COLUMNS = {
+    "job_events": "id, job_id, at, event, worker_id, detail",
+    "jobs": JOBS_0005,
+    "attempts": ATTEMPTS_0005,
+}
 """Columns compared across revisions where a later one adds some (0005's
-job_events.seq, which starts equal to the id: `positions`)."""
+job_events.seq, which starts equal to the id: `positions`; 0007's
+cgroup, usage and limit columns start null)."""
 
 
 def contents(url: str) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every spoolctl table, ordered by its leading columns."""
     return {
         table: sorted(
-            query(url, f'SELECT {EVERY_REVISIONS_COLUMNS.get(table, "*")} FROM "{table}"'),
+            query(url, f'SELECT {compared_columns(url, table)} FROM "{table}"'),
             key=lambda r: (r[0], repr(r)),
         )
         for table in tables(url)
         if table != "alembic_version"
     }
+
+
+def compared_columns(url: str, table: str) -> str:
+    """EVERY_REVISIONS_COLUMNS' list for a spoolctl table; every column of a
+    table that merely shares its name (a database that is not a queue)."""
+    listed = EVERY_REVISIONS_COLUMNS.get(table)
+    if listed is None:
+        return "*"
+    present = {r[0] for r in query(url, "SELECT column_name FROM information_schema.columns "
+                                        f"WHERE table_name = '{table}'")}  # fmt: skip
+    return listed if all(c.strip() in present for c in listed.split(",")) else "*"
 
 
 def positions(url: str) -> list[tuple[Any, ...]]:

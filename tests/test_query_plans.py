@@ -263,17 +263,21 @@ CLAIM_PLAN = [
     "SEARCH jobs USING COVERING INDEX ix_jobs_state_id (state=? AND id=? AND rowid=?)",
     # the lane's first due jobs in claim order: the claim index's first
     # entries, then those few rows of the CTE (not a table) read back
-    "LIST SUBQUERY 2",
+    "LIST SUBQUERY 3",
     "CO-ROUTINE picked",
     "SEARCH pick USING COVERING INDEX ix_jobs_claim (state=? AND queue=?)",
+    # jobs that require limits this worker cannot enforce: the partial index
+    # of jobs that require limits (empty in the common case), read once
+    "LIST SUBQUERY 1",
+    "SEARCH needing USING INDEX ix_jobs_needs_limits (require_limits=? AND state=?)",
     "SCAN picked",
     # the lane's pause row: one primary-key lookup
-    "SCALAR SUBQUERY 3",
+    "SCALAR SUBQUERY 4",
     "SEARCH lanes USING INDEX sqlite_autoindex_lanes_1 (queue=?)",
     # each job's newest attempt (was it ended elsewhere?), then its number
-    "CORRELATED SCALAR SUBQUERY 4",
-    "SEARCH attempts USING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
     "CORRELATED SCALAR SUBQUERY 5",
+    "SEARCH attempts USING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
+    "CORRELATED SCALAR SUBQUERY 6",
     "SEARCH attempts USING COVERING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
 ]
 """The claim as one UPDATE ... RETURNING: every part a search by an index;

@@ -3,8 +3,10 @@
 The group kill itself is proven elsewhere: on timeout and for a job ignoring
 SIGTERM in tests/test_execute.py, on `cancel --running` and on a worker's
 second signal in tests/test_worker.py and tests/test_cli_steer.py. Here: a
-child that calls setsid() leaves the job's group and outlives the kill, just
-as docs/guarantees.md says, while an ordinary grandchild dies with the group.
+child that calls setsid() leaves the job's group and outlives the kill where
+the worker runs without cgroups (SPOOLCTL_CGROUP=off), just as
+docs/guarantees.md says, while an ordinary grandchild dies with the group.
+With a cgroup per attempt the same child dies: tests/test_containment.py.
 """
 
 from __future__ import annotations
@@ -51,8 +53,11 @@ def failure_mode_of_timeout_guarantee() -> str:
 def test_a_child_that_calls_setsid_escapes_the_timeout_kill_as_documented(
     db: Path, tmp_path: Path, escaped: Path
 ) -> None:
+    """Without containment (SPOOLCTL_CGROUP=off): with it, the same child dies
+    with its attempt (tests/test_containment.py)."""
     documented = failure_mode_of_timeout_guarantee()
     assert re.search(r"setsid\(\)", documented) and "escapes the kill" in documented
+    assert "SPOOLCTL_CGROUP=off" in documented
 
     queue = open_write(str(db))
     spec = JobSpec(argv=["sh", "-c", ESCAPER, "sh", str(tmp_path)], timeout_seconds=1,
@@ -60,7 +65,7 @@ def test_a_child_that_calls_setsid_escapes_the_timeout_kill_as_documented(
     job_id = queue.write(lambda conn: submit(conn, spec, time.time())).job_id
     queue.engine.dispose()
 
-    result = cli("work", "--drain", db=db, json=True)
+    result = cli("work", "--drain", db=db, json=True, env={"SPOOLCTL_CGROUP": "off"})
 
     assert result.exit_code == 0, result.stdout + result.stderr
     (attempt,) = attempts_of(db, job_id)

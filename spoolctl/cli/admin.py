@@ -113,8 +113,18 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
         )
         checks += location.driver.health_checks()
         checks.append(orphans_check(location.driver, checks))
+    checks.append(containment_check())
     checks.append(contract_check())
     return checks, location
+
+
+def containment_check() -> Check:
+    """Which containment a worker here would use, and why: passes either way
+    (process groups are the fallback, nothing fails without cgroups)."""
+    from spoolctl import containment
+
+    status = containment.report()
+    return Check("containment", "pass", status.line())
 
 
 def orphans_check(driver: Driver, checks: list[Check]) -> Check:

@@ -34,6 +34,9 @@ BATCH_FIELDS = {
     "env",
     "after_jobs",
     "after_jobs_any",
+    "memory",
+    "cpus",
+    "require_limits",
 }
 
 
@@ -80,6 +83,9 @@ BATCH_FLAG_FIELDS = {
     "queue": "queue",
     "note": "note",
     "cwd": "cwd",
+    "memory_bytes": "memory",
+    "cpus": "cpus",
+    "require_limits": "require_limits",
 }
 """add's parameter -> the batch line field it is the default of."""
 BATCH_LINE_MAX = 1 << 20
@@ -221,7 +227,22 @@ def spec_from_object(obj: Any, now: float) -> JobSpec:
         note=None if obj.get("note") is None else validate.note(_str(obj["note"])),
         cwd=None if obj.get("cwd") is None else validate.cwd(_str(obj["cwd"])),
         env=validate.env_map(_str_map(obj.get("env", {}), "env")),
+        **_limits(obj),
     )
+
+
+def _limits(obj: dict[str, Any]) -> dict[str, Any]:
+    """A line's memory, cpus and require_limits, by add's rules."""
+    found: dict[str, Any] = {}
+    if obj.get("memory") is not None:
+        found["memory_bytes"] = validate.memory_size(str(obj["memory"]))
+    if obj.get("cpus") is not None:
+        found["cpus"] = validate.cpus(str(obj["cpus"]))
+    if "require_limits" in obj:
+        if not isinstance(obj["require_limits"], bool):
+            raise InvalidInput("require_limits must be true or false")
+        found["require_limits"] = obj["require_limits"]
+    return found
 
 
 def _str(value: Any) -> str:

@@ -71,7 +71,7 @@ def brief_text() -> str:
 @verb("brief", examples=("spoolctl brief", "spoolctl brief --json"))
 @json_option
 def brief(as_json: bool) -> int:
-    """A compact usage summary for an automated caller (under 700 tokens)."""
+    """This summary, for programs: one line per verb (under 700 tokens)."""
     text = brief_text()
     data = {
         "text": text,
@@ -85,7 +85,7 @@ def brief(as_json: bool) -> int:
 @click.argument("topic", type=click.Choice(["guide"]))
 @json_option
 def robot_docs(topic: str, as_json: bool) -> int:
-    """A longer workflow guide for programs driving spoolctl."""
+    """A longer guide for programs: workflows (topic guide)."""
     from spoolctl.cli.guide import guide_sections
 
     sections = guide_sections()

@@ -120,6 +120,14 @@ def global_flags() -> dict[str, Any]:
     }
 
 
+def containment_data() -> dict[str, Any]:
+    """Which containment a worker started here now would get, and why (judged
+    without making a cgroup: access checks only)."""
+    from spoolctl import containment
+
+    return containment.report().as_dict()
+
+
 def capabilities_data() -> dict[str, Any]:
     verbs = verb_commands()
     return {
@@ -144,6 +152,7 @@ def capabilities_data() -> dict[str, Any]:
         "limits": published_limits(),
         "scheduling": scheduling(),
         "execution": EXECUTION,
+        "containment": containment_data(),
         "features": FEATURES,
         "output_modes": OUTPUT_MODES,
         "probe_vocabularies": PROBE_VOCABULARIES,

@@ -45,6 +45,8 @@ TIMEOUT = Rule("timeout", validate.timeout_seconds, {"min": 1, "max": validate.M
 KEY = Rule("key", validate.idempotency_key, validate.LIMITS["key"])
 NOTE = Rule("note", validate.note, validate.LIMITS["note"])
 CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
+MEMORY = Rule("size", validate.memory_size, validate.LIMITS["memory_bytes"])
+CPUS = Rule("cpus", validate.cpus, validate.LIMITS["cpus"])
 
 
 TIMEOUT_FLAG = click.option(
@@ -101,6 +103,22 @@ ENV_FLAG = click.option(
     multiple=True,
     help="K=V added to the job's environment (repeatable).",
 )
+MEMORY_FLAG = click.option(
+    "--memory",
+    "memory_bytes",
+    type=MEMORY,
+    default=None,
+    help="Memory limit of each attempt (512M, 2G) through its cgroup; over it, OOM-killed.",
+)
+CPUS_FLAG = click.option(
+    "--cpus", type=CPUS, default=None, help="CPU limit of each attempt (0.5, 2) through its cgroup."
+)
+REQUIRE_LIMITS_FLAG = click.option(
+    "--require-limits",
+    is_flag=True,
+    default=False,
+    help="Only a worker that can enforce --memory/--cpus claims the job.",
+)
 
 JOB_FLAGS = (
     TIMEOUT_FLAG,
@@ -112,6 +130,9 @@ JOB_FLAGS = (
     NOTE_FLAG,
     CWD_FLAG,
     ENV_FLAG,
+    MEMORY_FLAG,
+    CPUS_FLAG,
+    REQUIRE_LIMITS_FLAG,
 )
 """The job flags of `add` that `schedule add` takes too (its occurrences'
 job flags): one definition, so a flag added here reaches both."""
@@ -171,6 +192,9 @@ def job_flags(fn: F) -> F:
     help="Claimable only once this job ended, done, dead or canceled (repeatable); "
     "its failure never cancels this one.",
 )
+@MEMORY_FLAG
+@CPUS_FLAG
+@REQUIRE_LIMITS_FLAG
 @db_option
 @json_option
 def add(

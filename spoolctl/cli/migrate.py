@@ -95,7 +95,7 @@ def migrate(
     db: str | None,
     as_json: bool,
 ) -> int:
-    """Upgrade the queue database to this spoolctl's schema (the head).
+    """Upgrade the queue's schema: to this spoolctl's head revision.
 
     Before changing an existing SQLite file it writes a consistent backup
     beside it (`<db>.bak-<old revision>-<UTC time>`); on PostgreSQL the change

@@ -78,7 +78,7 @@ def output(
     db: str | None,
     as_json: bool,
 ) -> int:
-    """Captured stdout and stderr of a job's latest attempt (or of --attempt N).
+    """A job's captured stdout and stderr: its latest attempt's (or --attempt N's).
 
     --follow on a job that has no attempt yet waits for its first (a job that
     ends without one answers as without --follow, warning NO_ATTEMPTS_YET);

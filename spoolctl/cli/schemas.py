@@ -75,15 +75,20 @@ SHOW_JOB = obj({
     "max_crashes": opt(INT), "env": opt(str_map(STR)), "locked_by": opt(STR),
     "locked_pid": opt(INT), "locked_at": opt(NUM), "heartbeat_at": opt(NUM),
     "last_failure_reason": opt(STR),
-}, {"damaged": STR_LIST})  # fmt: skip
+}, {"damaged": STR_LIST, "memory_bytes": opt(INT), "cpus": opt(NUM),
+    "require_limits": opt(INT)})  # fmt: skip
 
 ATTEMPT = obj({
     "attempt_no": INT, "state": one_of(*AttemptState), "worker_id": STR, "worker_pid": INT,
     "started_at": NUM, "finished_at": opt(NUM), "exit_code": opt(INT), "error": opt(STR),
     "failure_reason": opt(one_of(*FailureReason)), "stdout_path": STR, "stderr_path": STR,
-}, {"signal": opt(INT)})  # fmt: skip
+}, {"signal": opt(INT), "cgroup": opt(STR), "peak_memory_bytes": opt(INT),
+    "cpu_time_s": opt(NUM)})  # fmt: skip
 """exit_code is null for a timed-out attempt (as in 0.4.11); `signal` is the
-signal that ended the job, when one did (15 for a timeout's SIGTERM)."""
+signal that ended the job, when one did (15 for a timeout's SIGTERM).
+`cgroup` is the attempt's cgroup directories, one a line (the first holds
+the kill), where its worker contained it; `peak_memory_bytes` and
+`cpu_time_s` what that cgroup measured."""
 
 EVENT = obj({
     "id": INT, "job_id": opt(INT), "at": NUM, "event": one_of(*EventKind),
@@ -211,7 +216,8 @@ DATA_SCHEMAS: dict[str, Schema] = {
                    "orphans_unconfirmed": arr(ORPHAN)},
                   {"paused_lanes": arr(PAUSED_LANE),
                    "schedules": obj({"count": INT, "next": {
-                       **obj({"name": STR, "at": NUM}), "type": ["object", "null"]}})}),
+                       **obj({"name": STR, "at": NUM}), "type": ["object", "null"]}}),
+                   "waiting_for_limits": arr(INT)}),
     "list": obj({"count": INT, "jobs": arr(LIST_JOB)}),
     "show": obj({"job": SHOW_JOB, "attempts": arr(ATTEMPT), "events": arr(EVENT)},
                 {"after_jobs": WAITS_FOR, "dependents": arr(INT)}),

@@ -32,6 +32,7 @@ def empty_status() -> dict[str, Any]:
         "orphans_unconfirmed": [],
         "paused_lanes": [],
         "schedules": {"count": 0, "next": None},
+        "waiting_for_limits": [],
     }
 
 
@@ -48,7 +49,7 @@ def empty_status() -> dict[str, Any]:
 @db_option
 @json_option
 def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bool) -> int:
-    """Counts per state and queue, recent dead jobs, live workers."""
+    """Counts per state and queue, dead jobs, live workers."""
     if watch:
         return watch_status(db, limit, interval)
     now = time.time()
@@ -73,6 +74,7 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
             query.status_summary(conn, now, dead_limit=limit), lanes.paused_lanes(conn)
         )
         data["schedules"] = schedules.summary(conn)
+        data["waiting_for_limits"] = query.waiting_for_limits(conn, now)
         return data
 
     return queue.read(read)
@@ -154,6 +156,10 @@ def status_text(data: dict[str, Any], now: float) -> str:
         lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))
     lines += orphans_text(data["orphans_unconfirmed"], now)
     lines += paused_text(data.get("paused_lanes", []), now)
+    waiting = data.get("waiting_for_limits") or []
+    if waiting:
+        listed = ", ".join(map(str, waiting))
+        lines += ["", f"waiting for a worker that can enforce their limits: job(s) {listed}"]
     return "\n".join(lines)
 
 
@@ -175,7 +181,7 @@ def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
 @db_option
 @json_option
 def workers(include_all: bool, db: str | None, as_json: bool) -> int:
-    """Workers with their queue, slots, running jobs and heartbeat age."""
+    """Workers and what they run: queue, slots, jobs, heartbeat age."""
     found = open_read(db)
     now = time.time() if found is None else found.now()
     rows, orphans, paused = (

@@ -49,7 +49,7 @@ def existing_queue(db: str | None, job_id: int) -> Queue:
 @db_option
 @json_option
 def retry(job_id: int, force: bool, with_dependents: bool, db: str | None, as_json: bool) -> int:
-    """Requeue a dead, failed or canceled job with a fresh budget (history kept).
+    """Requeue an ended job (dead, failed or canceled) with a fresh budget, history kept.
 
     A job submitted with --after-job goes back to waiting while a job it waits
     for is not done yet.

@@ -132,6 +132,7 @@ def work(
         prepare=lambda: prepare(queue_file.driver),
         on_wait=outage_notice(),
         on_log=json_lines if log_format == "json" else None,
+        on_containment=None if as_json else containment_notice,
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()
@@ -151,6 +152,12 @@ def json_lines(record: dict[str, Any]) -> None:
     reads lines as they come)."""
     sys.stderr.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stderr.flush()
+
+
+def containment_notice(status: Any) -> None:
+    """Said once, on stderr, as the worker starts: which containment its jobs
+    get, and why."""
+    click.echo(status.line(), err=True)
 
 
 def report_data(report: WorkReport, mode: str) -> dict[str, Any]:

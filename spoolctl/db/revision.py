@@ -31,6 +31,7 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0004_output_chunks",
     "0005_ledger_positions",
     "0006_schedules",
+    "0007_containment",
 )
 """Every revision this code knows, oldest first."""
 HEAD_REVISION = KNOWN_REVISIONS[-1]

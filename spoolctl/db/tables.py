@@ -54,6 +54,7 @@ Int = Integer().with_variant(BigInteger(), "postgresql")
 """Every integer column: SQLite's INTEGER is 64-bit, PostgreSQL's is not, so
 there it is BIGINT (timeouts, budgets and ids take the same range on both)."""
 
+NEEDS_LIMITS_WHERE = "require_limits = 1"
 ACTIVE_KEY_WHERE = "idempotency_key IS NOT NULL AND state IN ('queued', 'running', 'waiting')"
 """An idempotency key is unique among unfinished jobs, waiting ones included."""
 
@@ -94,6 +95,9 @@ jobs = Table(
     Column("last_exit_code", Int),
     Column("last_error", Text),
     Column("last_failure_reason", String(32)),
+    Column("memory_bytes", Int),
+    Column("cpus", Float),
+    Column("require_limits", Int),
     _one_of("state", JobState),
     _one_of("last_failure_reason", FailureReason, nullable=True),
     sqlite_autoincrement=True,
@@ -131,6 +135,9 @@ attempts = Table(
     Column("job_pid", Int),
     Column("job_pgid", Int),
     Column("job_started_at", Float),
+    Column("cgroup", Text),
+    Column("peak_memory_bytes", Int),
+    Column("cpu_time_s", Float),
     UniqueConstraint("job_id", "attempt_no"),
     _one_of("state", AttemptState),
     _one_of("failure_reason", FailureReason, nullable=True),
@@ -265,7 +272,8 @@ next slot together."""
 
 def _with_partial_indexes() -> MetaData:
     """The whole schema: the tables plus the partial unique index on active
-    idempotency keys, and PostgreSQL's two ledger indexes. Their
+    idempotency keys, the partial index of jobs that require their limits,
+    and PostgreSQL's two ledger indexes. Their
     `postgresql_where` makes SQLAlchemy import its whole PostgreSQL dialect
     (about 25 ms), which no verb needs to read or write rows: only DDL and
     schema comparisons (migrations, tests) use the index objects, so they are
@@ -277,6 +285,15 @@ def _with_partial_indexes() -> MetaData:
             unique=True,
             sqlite_where=text(ACTIVE_KEY_WHERE),
             postgresql_where=text(ACTIVE_KEY_WHERE),
+        )
+        # Jobs that only a worker able to enforce their limits may claim (the
+        # claim's check, `status`'s list): partial, empty in the common case.
+        Index(
+            "ix_jobs_needs_limits",
+            jobs.c.require_limits,
+            jobs.c.state,
+            sqlite_where=text(NEEDS_LIMITS_WHERE),
+            postgresql_where=text(NEEDS_LIMITS_WHERE),
         )
         # PostgreSQL's ledger positions: unique, and the events still without
         # one found without a scan. Each index leaves out the other's rows, so

@@ -29,11 +29,12 @@ from sqlalchemy import (
 )
 
 from spoolctl import layout
+from spoolctl.containment import NO_LIMITS, Limits
 from spoolctl.db import codec
 from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs, lanes
-from spoolctl.services import lingering
+from spoolctl.services import claim_limits, lingering
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.events import record_event
@@ -58,14 +59,18 @@ class Claim:
     stderr_path: str
     token: str = ""
     """SPOOLCTL_ATTEMPT_TOKEN: set in the job's environment before it is spawned."""
+    limits: Limits = NO_LIMITS
+    """The job's --memory and --cpus (enforced where the worker's cgroups can)."""
 
 
+_LIMIT_COLUMNS = (jobs.c.memory_bytes, jobs.c.cpus)
 _CLAIMABLE_QUERY = (
-    select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds)
+    select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds, *_LIMIT_COLUMNS)
     .where(
         jobs.c.state == JobState.QUEUED.value,
         jobs.c.queue == bindparam("queue"),
         jobs.c.next_run_at <= bindparam("now"),
+        claim_limits.enforceable(jobs, ""),
     )
     .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
     .limit(1)
@@ -114,6 +119,7 @@ _FIRST_DUE = (
         _PICK.c.state == JobState.QUEUED.value,
         _PICK.c.queue == bindparam("b_queue"),
         _PICK.c.next_run_at <= bindparam("b_now"),
+        claim_limits.enforceable(_PICK),
     )
     .order_by(_PICK.c.priority.desc(), _PICK.c.next_run_at, _PICK.c.id)
     .limit(bindparam("b_limit"))
@@ -170,6 +176,7 @@ _TAKE_NEXT = Prepared(
         jobs.c.timeout_seconds,
         jobs.c.priority,
         jobs.c.next_run_at,
+        *_LIMIT_COLUMNS,
         _LAST_NO,
     )
 )
@@ -222,6 +229,7 @@ def claim_up_to(
     slots: int | None,
     output_root: Path,
     now: float,
+    enforces: tuple[bool, bool] = (False, False),
 ) -> list[Claim]:
     """Claim up to `wanted` due jobs of `queue` (a worker's free slots), in
     claim order: priority (high first), then next_run_at, then id.
@@ -232,7 +240,8 @@ def claim_up_to(
     with the reason in its last_error, and the next job is tried. A job whose
     previous attempt was canceled or abandoned while its process still lives
     stays queued until that process is gone. Nothing is claimed from a paused
-    lane.
+    lane. A job that requires its limits is claimed only when `enforces`
+    (memory, cpu: what this worker's cgroups can limit) covers them.
 
     The common case is one statement for all of them (`_TAKE_NEXT`, which
     returns what each attempt needs), then each attempt's row and event.
@@ -240,8 +249,9 @@ def claim_up_to(
     if slots is not None:
         statements(conn).before_slot_count(conn, queue)
         wanted = min(wanted, slots - running_in_queue(conn, queue))
-    by = (worker_id, worker_pid, queue, output_root, now)
-    taken = {"b_queue": queue, "b_now": now, "b_worker": worker_id, "b_pid": worker_pid}
+    by = (worker_id, worker_pid, queue, output_root, now, enforces)
+    taken = {"b_queue": queue, "b_now": now, "b_worker": worker_id, "b_pid": worker_pid,
+             **claim_limits.binds(enforces)}  # fmt: skip
     claims: list[Claim] = []
     while len(claims) < wanted:
         asked = wanted - len(claims)
@@ -254,11 +264,11 @@ def claim_up_to(
                 _quarantine(conn, row.id, str(exc), now)
                 continue
             attempt_no = 1 if row.last_no is None else row.last_no + 1
-            claims.append(_begin_attempt(conn, row.id, attempt_no, decoded, by))
+            claims.append(_begin_attempt(conn, (row, attempt_no), decoded, by))
         if len(rows) < asked:
             break
     while len(claims) < wanted:
-        claim = _claim_slowly(conn, worker_id, worker_pid, queue, output_root, now)
+        claim = _claim_slowly(conn, by)
         if claim is None:
             break
         claims.append(claim)
@@ -266,6 +276,9 @@ def claim_up_to(
 
 
 _Decoded = tuple[list[str], dict[str, str], int, str | None]
+_By = tuple[str, int, str, Path, float, tuple[bool, bool]]
+"""Who claims and when: worker id, worker pid, queue, output root, now, and
+the limits (memory, cpu) the worker can enforce."""
 
 
 def _decode(row: Any) -> _Decoded:
@@ -278,18 +291,17 @@ def _decode(row: Any) -> _Decoded:
     )
 
 
-def _claim_slowly(
-    conn: Connection, worker_id: str, worker_pid: int, queue: str, output_root: Path, now: float
-) -> Claim | None:
+def _claim_slowly(conn: Connection, by: _By) -> Claim | None:
     """The claim when the first due job could not be taken in one statement:
     the lane is paused, it has nothing due, or its first job's previous
     attempt was ended elsewhere (checked here for a lingering process, in
     claim order, skipping such jobs one by one)."""
+    worker_id, worker_pid, queue, _, now, enforces = by
     if is_paused(conn, queue):
         return None
     skip: list[int] = []
     while True:
-        params = {"queue": queue, "now": now}
+        params = {"queue": queue, "now": now, **claim_limits.binds(enforces, "")}
         if skip:
             row = conn.execute(_claimable_skipping(skip), params).first()
         else:
@@ -308,20 +320,16 @@ def _claim_slowly(
         taken = {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
         _TAKE.execute(conn, taken)
         attempt_no = 1 if previous is None else previous.attempt_no + 1
-        return _begin_attempt(conn, row.id, attempt_no, decoded,
-                              (worker_id, worker_pid, queue, output_root, now))  # fmt: skip
+        return _begin_attempt(conn, (row, attempt_no), decoded, by)
 
 
-def _begin_attempt(
-    conn: Connection,
-    job_id: int,
-    attempt_no: int,
-    decoded: _Decoded,
-    by: tuple[str, int, str, Path, float],
-) -> Claim:
-    """The taken job's attempt row and its `claimed` event.
-    by: (worker id, worker pid, queue, output root, now)."""
-    worker_id, worker_pid, queue, output_root, now = by
+def _begin_attempt(conn: Connection, taken: tuple[Any, int], decoded: _Decoded, by: _By) -> Claim:
+    """The taken job's attempt row and its `claimed` event (and, when it has
+    limits this worker cannot enforce, `limits_not_enforced`).
+    taken: (the job's row, attempt number); by: who claims, and when."""
+    row, attempt_no = taken
+    job_id = row.id
+    worker_id, worker_pid, queue, output_root, now, enforces = by
     argv, env, timeout_seconds, cwd = decoded
     stdout_path, stderr_path = layout.attempt_paths(output_root, job_id, attempt_no)
     attempt_id = _INSERT_ATTEMPT.first(
@@ -339,6 +347,9 @@ def _begin_attempt(
     record_event(
         conn, job_id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": attempt_no}
     )
+    limits = claim_limits.limits_of(row)
+    if limits.any:
+        claim_limits.note_unenforced(conn, job_id, attempt_no, limits, enforces, (worker_id, now))
     return Claim(
         job_id=job_id,
         attempt_id=int(attempt_id),
@@ -351,6 +362,7 @@ def _begin_attempt(
         stdout_path=stdout_path,
         stderr_path=stderr_path,
         token=attempt_token(worker_id, int(attempt_id), now),
+        limits=limits,
     )
 
 

@@ -34,9 +34,10 @@ from typing import BinaryIO
 
 from sqlalchemy import Connection, bindparam, update
 
-from spoolctl import procs, spawn
+from spoolctl import containment, procs, spawn
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts
+from spoolctl.services import contained
 from spoolctl.services.claim import Claim
 from spoolctl.services.outcome import Outcome, signal_name, signal_of
 from spoolctl.states import FailureReason
@@ -107,6 +108,10 @@ class Execution:
     """While the leader's group outlives it: when the group gets its next signal."""
     group_check_at: float = 0.0
     outcome: Outcome | None = None
+    cell: containment.Cell | None = None
+    """The attempt's cgroup, where the worker contains its jobs."""
+    usage: containment.Usage | None = None
+    """What the cgroup measured, once the attempt is over."""
 
     def start(
         self,
@@ -114,17 +119,20 @@ class Execution:
         worker_id: str,
         now: float,
         spawner: spawn.Spawner | None = None,
+        cells: containment.Containment | None = None,
     ) -> None:
         """Open the output files and spawn; a failure is kept as the outcome.
         base_env: the worker's environment, encoded once (`encoded_environment`);
-        spawner: the process's own (`spawn.shared`) unless given."""
+        spawner: the process's own (`spawn.shared`) unless given; cells: the
+        worker's containment (None: process groups only)."""
         self.started_at = now
         self.deadline = now + self.claim.timeout_seconds
         self.record_spawn_at = now + SPAWN_RECORD_DELAY_S
         starter = spawner if spawner is not None else spawn.shared()
+        cell = None if cells is None else cells.cell(self.claim.attempt_id, self.claim.limits)
         try:
             out, err = open_output(self.claim.stdout_path, self.claim.stderr_path)
-            with out, err:
+            with out, err, contained.joined(cell) as inside:
                 self.proc = starter.start(
                     self.claim.argv,
                     cwd=self.claim.cwd,
@@ -134,7 +142,9 @@ class Execution:
                 )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             self.spawn_error = f"spawn failed: {exc}"
+            contained.kept(cell, False, self.claim)
             return
+        self.cell = contained.kept(cell, inside, self.claim)
         self.pidfd = _pidfd(self.proc.pid)
 
     @property
@@ -158,7 +168,8 @@ class Execution:
             self._leader_exited(now)
         if self.group_ends_at is not None and not self._group_ended(now):
             return None
-        self.outcome = self._outcome(self.returncode)
+        contained.close(self, 0.0)
+        self.outcome = contained.measured(self._outcome(self.returncode), self.cell, self.usage)
         return self.outcome
 
     @property
@@ -170,7 +181,10 @@ class Execution:
         nothing in the common case); a timeout's TERM already went out."""
         assert self.proc is not None
         if self.term_sent_at is None:
-            if not procs.signal_group(self.proc.pid, signal.SIGTERM):
+            left = procs.signal_group(self.proc.pid, signal.SIGTERM)
+            if self.cell is not None:  # what left the group is still in the cgroup
+                left = self.cell.signal(signal.SIGTERM) or left
+            if not left:
                 return
             self.term_sent_at = now
         if self.kill_sent:
@@ -182,7 +196,7 @@ class Execution:
     def _group_ended(self, now: float) -> bool:
         """Whether the leader's group is empty; escalates TERM -> KILL -> give up."""
         assert self.proc is not None and self.group_ends_at is not None
-        if not procs.group_running(self.proc.pid):
+        if not contained.left_running(self.proc.pid, self.cell):
             return True
         if now < self.group_ends_at:
             self.group_check_at = now + GROUP_POLL_S
@@ -224,10 +238,16 @@ class Execution:
         if self.proc is not None and self.term_sent_at is None:
             self.term_sent_at = now
             procs.signal_group(self.proc.pid, signal.SIGTERM)
+            if self.cell is not None:
+                self.cell.signal(signal.SIGTERM)
 
     def kill_now(self) -> None:
+        """SIGKILL the group, and the whole cgroup where the attempt has one
+        (which no setsid() leaves)."""
         if self.proc is not None:
             procs.signal_group(self.proc.pid, signal.SIGKILL)
+            if self.cell is not None:
+                self.cell.kill()
             self.kill_sent = True
             if self.term_sent_at is None:
                 self.term_sent_at = self.started_at
@@ -253,6 +273,7 @@ class Execution:
         if self.proc is not None:
             self.proc.wait()
             procs.wait_group_gone(self.proc.pid, GROUP_KILL_WAIT_S)
+        contained.close(self, GROUP_KILL_WAIT_S)
         self._close_pidfd()
 
     def _close_pidfd(self) -> None:
@@ -317,6 +338,17 @@ _RECORD_SPAWN = Prepared(
         job_started_at=bindparam("b_started"),
     )
 )
+_RECORD_CONTAINED = Prepared(
+    update(attempts)
+    .where(attempts.c.id == bindparam("b_id"))
+    .values(
+        job_pid=bindparam("b_pid"),
+        job_pgid=bindparam("b_pid"),
+        job_started_at=bindparam("b_started"),
+        cgroup=bindparam("b_cgroup"),
+    )
+)
+"""The same with the attempt's cgroup, for one its worker contained."""
 
 
 def record_spawn(conn: Connection, execution: Execution, started_at: float | None) -> None:
@@ -326,4 +358,8 @@ def record_spawn(conn: Connection, execution: Execution, started_at: float | Non
     if execution.proc is None:
         return
     params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid}
-    _RECORD_SPAWN.execute(conn, {**params, "b_started": started_at})
+    if execution.cell is None:
+        _RECORD_SPAWN.execute(conn, {**params, "b_started": started_at})
+        return
+    cgroup = {"b_cgroup": execution.cell.path}
+    _RECORD_CONTAINED.execute(conn, {**params, "b_started": started_at, **cgroup})

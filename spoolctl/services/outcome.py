@@ -11,7 +11,7 @@ import signal as signals
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Integer, bindparam, exists, func, select, update
+from sqlalchemy import Connection, Float, Integer, Text, bindparam, exists, func, select, update
 
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, jobs
@@ -38,6 +38,11 @@ class Outcome:
     signal: int | None = None
     """The signal that ended the job's leader, when one did: a timeout's
     SIGTERM, SIGKILL after the grace period, or a kill from outside."""
+    cgroup: str | None = None
+    """The attempt's cgroup directories (one a line) where it was contained."""
+    peak_memory_bytes: int | None = None
+    cpu_time_s: float | None = None
+    """What the cgroup measured (None: not contained, or not measured here)."""
 
     @property
     def succeeded(self) -> bool:
@@ -87,7 +92,13 @@ def record_outcome(
     common short job costs no statement of its own for it."""
     if outcome.reason is None:
         return record_success(
-            conn, job_id=job_id, attempt_id=attempt_id, worker_id=worker_id, now=now, pid=pid
+            conn,
+            job_id=job_id,
+            attempt_id=attempt_id,
+            worker_id=worker_id,
+            now=now,
+            pid=pid,
+            measured=outcome,
         )
     return record_failure(
         conn,
@@ -101,21 +112,33 @@ def record_outcome(
 
 
 _PID = bindparam("b_job_pid", type_=Integer)
-_FINISH_ATTEMPT = Prepared(
-    update(attempts)
-    .where(attempts.c.id == bindparam("b_id"), attempts.c.state == AttemptState.RUNNING.value)
-    .values(
-        state=bindparam("b_state"),
-        finished_at=bindparam("b_now"),
-        exit_code=bindparam("b_exit"),
-        error=bindparam("b_error"),
-        failure_reason=bindparam("b_reason"),
-        job_pid=func.coalesce(attempts.c.job_pid, _PID),
-        job_pgid=func.coalesce(attempts.c.job_pgid, _PID),
-    )
+_FINISHED: dict[str, Any] = {
+    "state": bindparam("b_state"),
+    "finished_at": bindparam("b_now"),
+    "exit_code": bindparam("b_exit"),
+    "error": bindparam("b_error"),
+    "failure_reason": bindparam("b_reason"),
+    "job_pid": func.coalesce(attempts.c.job_pid, _PID),
+    "job_pgid": func.coalesce(attempts.c.job_pgid, _PID),
+}
+_RUNNING_ATTEMPT = (
+    attempts.c.id == bindparam("b_id"),
+    attempts.c.state == AttemptState.RUNNING.value,
 )
+_FINISH_ATTEMPT = Prepared(update(attempts).where(*_RUNNING_ATTEMPT).values(**_FINISHED))
 """The attempt's end, and its process (leader of its own group) if the
 spawn record had not stored it yet."""
+_FINISH_CONTAINED = Prepared(
+    update(attempts)
+    .where(*_RUNNING_ATTEMPT)
+    .values(
+        **_FINISHED,
+        cgroup=func.coalesce(attempts.c.cgroup, bindparam("b_cgroup", type_=Text)),
+        peak_memory_bytes=bindparam("b_peak", type_=Integer),
+        cpu_time_s=bindparam("b_cpu", type_=Float),
+    )
+)
+"""The same for an attempt its worker contained: its cgroup and usage too."""
 _ATTEMPT_STILL_RUNS = exists().where(
     attempts.c.id == bindparam("b_attempt"), attempts.c.state == AttemptState.RUNNING.value
 )
@@ -152,20 +175,26 @@ def _finish_attempt(
     outcome: Outcome | None,
     now: float,
     pid: int | None,
+    measured: Outcome | None = None,
 ) -> None:
+    """measured: where the cgroup path and usage come from (the outcome)."""
     reason = None if outcome is None or outcome.reason is None else outcome.reason.value
-    _FINISH_ATTEMPT.execute(
-        conn,
-        {
-            "b_id": attempt_id,
-            "b_state": state.value,
-            "b_now": now,
-            "b_exit": 0 if outcome is None else outcome.exit_code,
-            "b_error": None if outcome is None else outcome.error,
-            "b_reason": reason,
-            "b_job_pid": pid,
-        },
-    )
+    measured = measured or outcome
+    params = {
+        "b_id": attempt_id,
+        "b_state": state.value,
+        "b_now": now,
+        "b_exit": 0 if outcome is None else outcome.exit_code,
+        "b_error": None if outcome is None else outcome.error,
+        "b_reason": reason,
+        "b_job_pid": pid,
+    }
+    if measured is None or measured.cgroup is None:
+        _FINISH_ATTEMPT.execute(conn, params)
+        return
+    usage = {"b_cgroup": measured.cgroup, "b_peak": measured.peak_memory_bytes,
+             "b_cpu": measured.cpu_time_s}  # fmt: skip
+    _FINISH_CONTAINED.execute(conn, {**params, **usage})
 
 
 def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -> Any:
@@ -181,6 +210,7 @@ def record_success(
     worker_id: str,
     now: float,
     pid: int | None = None,
+    measured: Outcome | None = None,
 ) -> JobState | None:
     """The attempt succeeded and the job is done, if this worker still owns both
     (a stale outcome of a canceled attempt never touches a job the same worker
@@ -188,7 +218,7 @@ def record_success(
     owned = {"b_id": job_id, "b_worker": worker_id, "b_attempt": attempt_id, "b_now": now}
     if _MARK_DONE.execute(conn, owned).rowcount != 1:
         return None
-    _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now, pid)
+    _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now, pid, measured)
     record_event(conn, job_id, EventKind.SUCCEEDED, now, worker_id=worker_id)
     release_dependents(conn, job_id)
     return JobState.DONE

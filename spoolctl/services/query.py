@@ -14,6 +14,7 @@ from sqlalchemy import ColumnElement, Connection, Row, Select, func, select
 from spoolctl.db import codec
 from spoolctl.db.backends.base import HasTag
 from spoolctl.db.tables import attempts, job_events, jobs, workers
+from spoolctl.services import claim_limits
 from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
 
 JOB_JSON_FIELDS = ("argv", "tags", "env")
@@ -208,6 +209,23 @@ def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dic
         "workers": live_workers(conn, now),
         "orphans_unconfirmed": unconfirmed_orphans(conn),
     }
+
+
+WAITING_FOR_LIMITS_SHOWN = 20
+
+
+def waiting_for_limits(conn: Connection, now: float) -> list[int]:
+    """Due queued jobs that require their --memory/--cpus to be enforced
+    (--require-limits): only a worker whose cgroups can limit them claims
+    them. Oldest first, at most WAITING_FOR_LIMITS_SHOWN. Served by the
+    partial index ix_jobs_needs_limits: it holds those jobs only."""
+    rows = conn.execute(
+        select(jobs.c.id)
+        .where(claim_limits.needs_limits(jobs), jobs.c.next_run_at <= now)
+        .order_by(jobs.c.id)
+        .limit(WAITING_FOR_LIMITS_SHOWN)
+    )
+    return [int(r.id) for r in rows]
 
 
 def event_detail(raw: str | None) -> dict[str, Any]:

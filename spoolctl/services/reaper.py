@@ -56,6 +56,8 @@ class Candidate:
     attempt_started_at: float | None = None
     token: str | None = None
     """The attempt's SPOOLCTL_ATTEMPT_TOKEN, carried by all its processes."""
+    cgroup: str | None = None
+    """The attempt's cgroup directories, one a line, where it had one."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ def _candidate(conn: Connection, row: Any, skew: float = 0.0) -> Candidate:
             attempts.c.job_started_at,
             attempts.c.worker_id,
             attempts.c.started_at,
+            attempts.c.cgroup,
         )
         .where(attempts.c.job_id == row.id, attempts.c.state == AttemptState.RUNNING.value)
         .order_by(attempts.c.attempt_no.desc())
@@ -141,6 +144,7 @@ def _candidate(conn: Connection, row: Any, skew: float = 0.0) -> Candidate:
         locked_at=_local(row.locked_at, skew),
         attempt_started_at=None if attempt is None else _local(attempt.started_at, skew),
         token=_token_of(attempt),
+        cgroup=None if attempt is None else attempt.cgroup,
     )
 
 

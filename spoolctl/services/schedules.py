@@ -23,7 +23,7 @@ from spoolctl.states import CatchUp, EventKind, Overlap
 
 JOB_FIELDS = (
     "argv", "queue", "priority", "timeout_seconds", "max_retries", "max_crashes", "tags",
-    "note", "cwd", "env",
+    "note", "cwd", "env", "memory_bytes", "cpus", "require_limits",
 )  # fmt: skip
 """The JobSpec fields a schedule keeps for its occurrences."""
 UPCOMING = 3

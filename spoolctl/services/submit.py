@@ -60,6 +60,11 @@ class JobSpec:
     (--after-job-any)."""
     after_lines_any: tuple[int, ...] = ()
     """In a batch: the same, as positions of earlier specs."""
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    """The job's limits (--memory, --cpus), set through its attempt's cgroup."""
+    require_limits: bool = False
+    """Only a worker that can enforce the limits claims the job."""
 
     def row(self, now: float) -> dict[str, Any]:
         return {
@@ -77,7 +82,19 @@ class JobSpec:
             "note": self.note,
             "cwd": self.cwd,
             "env": codec.dumps(self.env),
+            **self.limit_columns(),
         }
+
+    def limit_columns(self) -> dict[str, Any]:
+        """The limit columns a job with limits sets (one without writes none)."""
+        found: dict[str, Any] = {}
+        if self.memory_bytes is not None:
+            found["memory_bytes"] = self.memory_bytes
+        if self.cpus is not None:
+            found["cpus"] = self.cpus
+        if self.require_limits:
+            found["require_limits"] = 1
+        return found
 
 
 @dataclass(frozen=True)
@@ -151,6 +168,8 @@ def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list
 def _insert_many(conn: Connection, rows: list[dict[str, Any]], now: float) -> list[int]:
     if not rows:
         return []
+    keys = set().union(*rows)  # a batch where some jobs have limits: every row names them
+    rows = [row if len(row) == len(keys) else {k: row.get(k) for k in keys} for row in rows]
     result = conn.execute(insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows)
     ids = [int(job_id) for job_id in result.scalars()]
     conn.execute(

@@ -52,6 +52,7 @@ def retire(shift: Shift) -> None:
         execution.kill_now()
         execution.wait_blocking()
     shift.running.clear()
+    shift.cells.close()
     if shift.db_gone:
         return
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from spoolctl import outage
+from spoolctl import containment, outage
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import ChangeWatch
 from spoolctl.db.engine import read_tx
@@ -49,6 +49,7 @@ class Worker:
         prepare: Callable[[], None] = lambda: None,
         on_wait: outage.OutageListener | None = None,
         on_log: LogSink | None = None,
+        on_containment: Callable[[containment.Status], None] | None = None,
     ) -> None:
         worker_id = options.worker_id or default_worker_id()
         self.shift = shift = Shift(queue, options, timing, worker_id, WorkReport(worker_id),
@@ -57,6 +58,8 @@ class Worker:
         self.prepare = prepare
         """Makes the schema usable (run before registering; may need the server)."""
         self.on_wait = on_wait
+        self.on_containment = on_containment
+        """Told once, as the worker starts to serve, which containment its jobs get."""
         """Told when the worker starts waiting for the server, and when it got through."""
         self.signals = Signals()
         self.reaping = Reaping(shift.engine, timing, worker_id, shift.boot_id, shift.hostname,
@@ -91,6 +94,9 @@ class Worker:
             # its jobs as worker crashes; before others may requeue (the whole).
             shift.guard = shift.queue.driver.lease_guard(hang * GUARD_FENCE_SHARE)
         try:
+            shift.cells = self.reaping.cells = containment.Containment.for_worker(shift.worker_id)
+            if self.on_containment is not None:
+                self.on_containment(shift.cells.status)
             try:
                 self._loop(watch)
             finally:

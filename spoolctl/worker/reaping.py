@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from spoolctl import liveness
+from spoolctl import containment, liveness
 from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx, write_quietly
 from spoolctl.errors import Locked, Unreachable
@@ -32,6 +32,8 @@ class Reaping:
     lock_wait_s: float | None = None
     log: Callable[[dict[str, Any]], None] | None = None
     """Told of each reap and each orphan left unconfirmed (`work --log-format json`)."""
+    cells: containment.Containment | None = None
+    """This worker's containment: it ends a dead worker's cgroups on this machine."""
     deferred: dict[int, float] = field(default_factory=dict)
     """Job id -> when to judge it again: an owner found alive, or an orphan
     whose end could not be confirmed, is looked at once per heartbeat interval,
@@ -79,7 +81,7 @@ class Reaping:
             self._defer(cand, now)
             return
         same_machine = verdict is not liveness.Verdict.LEASE_EXPIRED
-        check = liveness.end_orphan(cand, same_machine=same_machine)
+        check = liveness.end_orphan(cand, same_machine=same_machine, cells=self.cells)
         if not check.gone:
             self._defer(cand, now)
             if write_quietly(self.engine, partial(self._flag, cand, check), self.lock_wait_s):
@@ -133,3 +135,6 @@ class Reaping:
         if dead:
             bury = partial(reaper.bury_workers, rows=dead, now=now)
             write_quietly(self.engine, bury, self.lock_wait_s)
+        for row in dead:  # the empty cgroup directories a dead worker left on this machine
+            if self.cells is not None:
+                self.cells.sweep(row.id, row.pid, liveness.ORPHAN_WAIT_S)

@@ -98,6 +98,7 @@ class Settler:
             slots=shift.options.slots,
             output_root=shift.queue.output_root,
             now=now,
+            enforces=shift.cells.enforces,
         )
         self.exhausted = len(claims) < wanted
         if self.exhausted:
@@ -123,7 +124,7 @@ class Settler:
         shift.report.claimed += 1
         execution = execute.Execution(claim, shift.free_slot())
         with shift.report.timings.spawn:
-            execution.start(self.job_env, shift.worker_id, now)
+            execution.start(self.job_env, shift.worker_id, now, cells=shift.cells)
         shift.running[claim.job_id] = execution
         if shift.log is not None:
             shift.log({

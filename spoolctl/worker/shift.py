@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from spoolctl import procs
+from spoolctl import containment, procs
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import LeaseGuard, OutputWriter
 from spoolctl.db.engine import HeldConnection
@@ -82,6 +82,9 @@ class Shift:
     """The queue file was deleted or replaced: write nothing more."""
     held: HeldConnection = field(init=False)
     """The connection of the claim-and-record transactions, one per job."""
+    cells: containment.Containment = field(default_factory=containment.Containment.none)
+    """Where this worker contains its attempts (a cgroup each, where it can):
+    probed when it starts to serve (`Worker.run`), process groups until then."""
 
     def __post_init__(self) -> None:
         self.held = HeldConnection(self.queue.engine)

@@ -1,0 +1,77 @@
+"""An attempt's cgroup around its spawn and its end (`execute.Execution`'s
+containment part): joining it for the spawn, the memory limit once the
+worker has left, what is left running, what it measured, removing it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from spoolctl import containment, procs
+from spoolctl.services.claim import Claim
+from spoolctl.services.outcome import Outcome
+from spoolctl.states import FailureReason
+
+if TYPE_CHECKING:
+    from spoolctl.services.execute import Execution
+
+
+@contextmanager
+def joined(cell: containment.Cell | None) -> Iterator[bool]:
+    """The worker inside the attempt's cgroup for its spawn (False: not)."""
+    if cell is None:
+        yield False
+        return
+    with cell.joined() as inside:
+        yield inside
+
+
+def kept(cell: containment.Cell | None, inside: bool, claim: Claim) -> containment.Cell | None:
+    """The cell a spawned job is in, its memory limit now set (after the
+    worker left it); one the job is not in (a failed spawn, a failed move:
+    the job then runs as where cgroups are missing) is removed."""
+    if cell is None:
+        return None
+    if not inside:
+        cell.close(0)
+        return None
+    if claim.limits.memory_bytes is not None:
+        cell.limit_memory(claim.limits.memory_bytes)
+    return cell
+
+
+def left_running(pgid: int, cell: containment.Cell | None) -> bool:
+    """Whether anything of the attempt still runs: in its cgroup (which no
+    setsid() leaves) or in its leader's process group."""
+    if cell is not None and cell.populated():
+        return True
+    return procs.group_running(pgid)
+
+
+def close(execution: Execution, wait_s: float) -> None:
+    """Read what the cgroup measured, then kill what is left and remove it."""
+    cell = execution.cell
+    if cell is not None and not cell.closed:
+        execution.usage = cell.usage()
+        cell.close(wait_s)
+
+
+def measured(
+    outcome: Outcome, cell: containment.Cell | None, usage: containment.Usage | None
+) -> Outcome:
+    """The outcome with the attempt's cgroup path and what it measured; a
+    failure after the kernel's OOM killer struck in the cgroup says so."""
+    if cell is None:
+        return outcome
+    usage = usage or containment.Usage()
+    if usage.oom_kills and outcome.reason is FailureReason.PROCESS_EXIT:
+        error = f"out of memory: OOM-killed in its cgroup ({outcome.error})"
+        outcome = replace(outcome, reason=FailureReason.OOM_KILLED, error=error)
+    return replace(
+        outcome,
+        cgroup=cell.path,
+        peak_memory_bytes=usage.peak_memory_bytes,
+        cpu_time_s=None if usage.cpu_time_s is None else round(usage.cpu_time_s, 6),
+    )
