@@ -44,6 +44,7 @@ class _Snapshot:
         yield from total_metrics(self.snapshot)
         yield from window_metrics(self.snapshot)
         yield from ledger_metrics(self.snapshot)
+        yield from schedule_metrics(self.snapshot)
 
 
 def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
@@ -185,6 +186,22 @@ def ledger_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         "How long the longest-open writing transaction has been open (PostgreSQL; 0: none).",
         value=0.0 if writer is None else writer,
     )
+
+
+def schedule_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
+    upcoming = GaugeMetricFamily(
+        "spoolctl_schedule_next_fire_timestamp_seconds",
+        "When the schedule's next slot falls due (Unix time); a worker fires it then.",
+        labels=["schedule"],
+    )
+    paused = GaugeMetricFamily(
+        "spoolctl_schedule_paused", "1 if the schedule is paused, else 0.", labels=["schedule"]
+    )
+    for name, next_fire_at, is_paused in snap.schedules:
+        upcoming.add_metric([name], next_fire_at)
+        paused.add_metric([name], 1.0 if is_paused else 0.0)
+    yield upcoming
+    yield paused
 
 
 def _bound(bound: float) -> str:

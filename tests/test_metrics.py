@@ -6,6 +6,7 @@ what to install; a warm scrape reads through indexes only."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
@@ -103,6 +104,24 @@ def test_the_exposition_says_what_the_queue_holds(db: Db) -> None:
     assert types["spoolctl_jobs"] == "gauge"
     ledger = ("spoolctl_ledger_unnumbered_events", ())
     assert (ledger in samples) is is_postgres(db), "the ledger's lag exists on PostgreSQL only"
+
+
+@pytest.mark.both_backends
+def test_each_schedule_shows_its_next_fire_time_and_whether_it_is_paused(db: Db) -> None:
+    add_job(db, "true")
+    for args in (("nightly", "--cron", "0 3 * * *"), ("hourly", "--every", "1h")):
+        added = run_quiet("schedule", "add", "--db", str(db), "--json", *args, "--", "true")
+        assert added.exit_code == 0, added.stdout + added.stderr
+    assert run_quiet("schedule", "pause", "--db", str(db), "hourly").exit_code == 0
+    listed = run_quiet("schedule", "list", "--db", str(db), "--json")
+    expected = {s["name"]: s for s in json.loads(listed.stdout)["data"]["schedules"]}
+    samples, types = scrape(db)
+    assert types["spoolctl_schedule_next_fire_timestamp_seconds"] == "gauge"
+    nightly = samples[("spoolctl_schedule_next_fire_timestamp_seconds", (("schedule", "nightly"),))]
+    assert nightly == pytest.approx(expected["nightly"]["next_fire_at"])
+    assert time.time() < nightly <= time.time() + 86400
+    assert samples[("spoolctl_schedule_paused", (("schedule", "nightly"),))] == 0
+    assert samples[("spoolctl_schedule_paused", (("schedule", "hourly"),))] == 1
 
 
 def test_live_workers_their_attempts_and_free_slots(db: Path) -> None:

@@ -13,13 +13,14 @@ or bounded by the attempts' primary key (the recent window).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, func, select
 
 from spoolctl.db.backends import statements
 from spoolctl.db.tables import attempts, jobs, lanes, workers
+from spoolctl.services import schedules as schedule_facts
 from spoolctl.services.query import queue_summary, unconfirmed_orphans
 from spoolctl.services.totals import EndedTotals
 from spoolctl.states import AttemptState, JobState, WorkerState
@@ -80,6 +81,8 @@ class MetricsSnapshot:
     pickups: Histogram
     ledger_lag: dict[str, Any] | None = None
     window_s: float = WINDOW_S
+    schedules: list[tuple[str, float, bool]] = field(default_factory=list)
+    """(name, next fire time, paused) of each schedule."""
 
 
 def empty_snapshot(now: float) -> MetricsSnapshot:
@@ -115,6 +118,7 @@ def collect(
         durations=histogram(recent_durations(conn, now), DURATION_BUCKETS_S),
         pickups=histogram(recent_pickups(conn, now), PICKUP_BUCKETS_S),
         ledger_lag=statements(conn).ledger_lag(conn),
+        schedules=schedule_facts.fire_times(conn),
     )
 
 

@@ -210,6 +210,17 @@ def occurrences(conn: Connection, schedule_id: int, limit: int = RECENT) -> list
     ]  # fmt: skip
 
 
+def fire_times(conn: Connection) -> list[tuple[str, float, bool]]:
+    """(name, next fire time, paused) of every schedule, by name: what
+    `metrics` exports (one scan of a table of a few rows)."""
+    rows = conn.execute(
+        select(schedules.c.name, schedules.c.next_fire_at, schedules.c.paused_at).order_by(
+            schedules.c.name
+        )
+    ).all()
+    return [(str(r.name), float(r.next_fire_at), r.paused_at is not None) for r in rows]
+
+
 def summary(conn: Connection) -> dict[str, Any]:
     """For `status`: how many schedules, and the next one due."""
     count = conn.execute(select(func.count()).select_from(schedules)).scalar() or 0
