@@ -249,3 +249,27 @@ def test_every_is_anchored_at_starting_and_never_fires_before_it_was_added(
     first, second, third = data["upcoming"]
     assert (first - start) % 600 == 0 and time.time() - 1 <= first <= time.time() + 600
     assert (second, third) == (first + 600, first + 1200)
+
+
+@pytest.mark.parametrize("verb", ["schedule pause", "schedule resume", "schedule remove",
+                                  "schedule run"])  # fmt: skip
+def test_a_verb_naming_a_schedule_of_a_missing_queue_creates_no_queue(
+    tmp_path: Path, capsys: Any, verb: str
+) -> None:
+    result = inproc(verb, "--db", str(tmp_path / "q.db"), "--json", "nightly", capsys=capsys)
+    assert code_of(result) == "NOT_FOUND"
+    assert "no queue exists" in envelope(result)["errors"][0]["message"]
+    assert list(tmp_path.iterdir()) == [], "nothing is created for a verb that finds nothing"
+
+
+def test_a_schedule_keeps_the_limits_of_add_for_its_occurrences(
+    tmp_path: Path, capsys: Any
+) -> None:
+    db = str(tmp_path / "q.db")
+    added = inproc("schedule add", "--db", db, "--json", "capped", "--every", "1h",
+                   "--memory", "64M", "--cpus", "0.5", "--require-limits", "--", "true",
+                   capsys=capsys)  # fmt: skip
+    assert envelope(added)["ok"], added.stdout
+    ran = envelope(inproc("schedule run", "--db", db, "--json", "capped", capsys=capsys))
+    row = job(db, ran["data"]["job_id"])
+    assert (row["memory_bytes"], row["cpus"], row["require_limits"]) == (64 << 20, 0.5, 1)

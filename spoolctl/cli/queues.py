@@ -6,7 +6,7 @@ from spoolctl.cli.render import Reply
 from spoolctl.config import resolve_db
 from spoolctl.db.backends.base import Driver, Synchronous
 from spoolctl.db.queue import Queue, open_for_read, open_for_write
-from spoolctl.errors import NotFound
+from spoolctl.errors import NotFound, SpoolError
 
 NO_QUEUE = "NO_QUEUE"
 
@@ -23,6 +23,16 @@ def open_write(db_flag: str | None, *, synchronous: Synchronous = "NORMAL") -> Q
 def open_read(db_flag: str | None) -> Queue | None:
     """None when no queue exists there yet: read-only verbs never create one."""
     return open_for_read(driver_of(db_flag))
+
+
+def open_existing_write(db_flag: str | None, missing: SpoolError) -> Queue:
+    """The queue for a change to something in it (a job, a schedule): where
+    no queue exists, `missing` is raised and none is created for it."""
+    found = open_read(db_flag)
+    if found is None:
+        raise missing
+    found.dispose()
+    return open_write(db_flag)
 
 
 def nowhere(db_flag: str | None) -> str:
@@ -44,3 +54,8 @@ def warn_no_queue(reply: Reply, db_flag: str | None) -> Reply:
 def no_job(job_id: int, db_flag: str | None) -> NotFound:
     """NOT_FOUND for a job asked of a queue that does not exist."""
     return NotFound(f"no job {job_id}: {nowhere(db_flag)}", job_id=job_id)
+
+
+def no_schedule(name: str, db_flag: str | None) -> NotFound:
+    """NOT_FOUND for a schedule asked of a queue that does not exist."""
+    return NotFound(f"no schedule named {name!r}: {nowhere(db_flag)}", name=name)

@@ -20,7 +20,14 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import nowhere, open_read, open_write, warn_no_queue
+from spoolctl.cli.queues import (
+    no_schedule,
+    nowhere,
+    open_existing_write,
+    open_read,
+    open_write,
+    warn_no_queue,
+)
 from spoolctl.cli.render import Reply, emit
 from spoolctl.errors import InvalidInput, MissingRequired, NotFound
 from spoolctl.services import schedules, slots
@@ -186,7 +193,7 @@ def schedule_show(name: str, db: str | None, as_json: bool) -> int:
 @json_option
 def schedule_pause(name: str, reason: str | None, db: str | None, as_json: bool) -> int:
     """Stop a schedule firing (its running jobs go on); undo with resume."""
-    queue = open_write(db)
+    queue = open_existing_write(db, no_schedule(name, db))
     now = queue.now()
     data = queue.write(lambda conn: schedules.pause(conn, name, reason, now))
     word = "paused" if data["changed"] else "was already paused"
@@ -199,7 +206,7 @@ def schedule_pause(name: str, reason: str | None, db: str | None, as_json: bool)
 @json_option
 def schedule_resume(name: str, db: str | None, as_json: bool) -> int:
     """Let a paused schedule fire again, from its next slot after now."""
-    queue = open_write(db)
+    queue = open_existing_write(db, no_schedule(name, db))
     now = queue.now()
     data = queue.write(lambda conn: schedules.resume(conn, name, now))
     word = "resumed" if data["changed"] else "was not paused"
@@ -213,7 +220,7 @@ def schedule_resume(name: str, db: str | None, as_json: bool) -> int:
 @json_option
 def schedule_remove(name: str, db: str | None, as_json: bool) -> int:
     """Delete a schedule; the jobs it made stay (a running one finishes)."""
-    queue = open_write(db)
+    queue = open_existing_write(db, no_schedule(name, db))
     now = queue.now()
     data = queue.write(lambda conn: schedules.remove(conn, name, now))
     return emit(Reply(data, text=f"schedule {shown(name)} removed"), as_json)
@@ -228,7 +235,7 @@ def schedule_run(name: str, db: str | None, as_json: bool) -> int:
     """Submit one occurrence of a schedule now (its slots are unchanged)."""
     from spoolctl.services.firing import run_now
 
-    queue = open_write(db, synchronous="FULL")
+    queue = open_existing_write(db, no_schedule(name, db))
     now = queue.now()
     data = queue.write(lambda conn: run_now(conn, name, now))
     return emit(Reply(data, text=f"Added job {data['job_id']} for schedule {shown(name)}"),

@@ -7,7 +7,7 @@ from dataclasses import asdict
 import click
 
 from spoolctl.cli.options import JOB_ID, Duration, StateList, db_option, json_option, verb
-from spoolctl.cli.queues import no_job, open_read, open_write
+from spoolctl.cli.queues import no_job, open_existing_write, open_read, open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import SafetyBlock
@@ -21,11 +21,7 @@ KILL_ASYNC = "the owning worker kills the job's process group at its next heartb
 
 def existing_queue(db: str | None, job_id: int) -> Queue:
     """The queue for a change to one job; a missing queue is not created for it."""
-    found = open_read(db)
-    if found is None:
-        raise no_job(job_id, db)
-    found.dispose()
-    return open_write(db)
+    return open_existing_write(db, no_job(job_id, db))
 
 
 @verb(
