@@ -46,6 +46,8 @@ ENDED_KEYS = {
     "duration_s",
     "job_state",
 }
+CONTAINMENT_KEYS = {"event", "at", "worker_id", "mode", "reason", "kill", "cgroup_root",
+                    "memory_limit", "cpu_limit"}  # fmt: skip
 REAPED_KEYS = {
     "event",
     "at",
@@ -81,7 +83,10 @@ def test_each_attempt_start_and_end_is_one_json_line(db: Path) -> None:
     bad = add_job(db, "sh", "-c", "exit 3", max_retries=0)
     proc = drain(db, "--log-format", "json")
     assert proc.returncode == 0, proc.stderr
-    logged = records(proc.stderr)
+    said, *logged = records(proc.stderr)
+    assert said["event"] == "containment" and set(said) == CONTAINMENT_KEYS, said
+    assert said["mode"] in ("cgroup", "process_group") and said["reason"]
+    assert "containment:" not in proc.stderr, "no human line among the JSON ones"
     assert [(r["event"], r["job_id"]) for r in logged] == [
         ("attempt_started", ok),
         ("attempt_ended", ok),
@@ -97,7 +102,7 @@ def test_each_attempt_start_and_end_is_one_json_line(db: Path) -> None:
     failed = logged[3]
     assert failed["result"] == "process_exit" and failed["exit_code"] == 3
     assert failed["failure_reason"] == "process_exit" and failed["job_state"] == "dead"
-    assert {r["worker_id"] for r in logged} == {started["worker_id"]}
+    assert {r["worker_id"] for r in [said, *logged]} == {started["worker_id"]}
     assert started["attempt_id"] == attempts_of(db, ok)[0]["id"]
 
 
@@ -133,4 +138,5 @@ def test_every_logged_key_is_documented() -> None:
     text = (REPO / "docs" / "monitoring.md").read_text()
     section = text.split("## Worker logs for machines", 1)[1].split("\n## ", 1)[0]
     documented = set(re.findall(r"^\| `(\w+)` \|", section, re.MULTILINE))
-    assert STARTED_KEYS | ENDED_KEYS | REAPED_KEYS | {"pid", "reason"} <= documented
+    logged = STARTED_KEYS | ENDED_KEYS | REAPED_KEYS | CONTAINMENT_KEYS | {"pid", "reason"}
+    assert logged <= documented, sorted(logged - documented)

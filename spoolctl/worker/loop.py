@@ -58,9 +58,10 @@ class Worker:
         self.prepare = prepare
         """Makes the schema usable (run before registering; may need the server)."""
         self.on_wait = on_wait
-        self.on_containment = on_containment
-        """Told once, as the worker starts to serve, which containment its jobs get."""
         """Told when the worker starts waiting for the server, and when it got through."""
+        self.on_containment = on_containment
+        """Told once, as the worker starts to serve, which containment its jobs get
+        (with a log sink, the sink gets it as a `containment` record instead)."""
         self.signals = Signals()
         self.reaping = Reaping(shift.engine, timing, worker_id, shift.boot_id, shift.hostname,
                                shift.clock, LOCK_SLICE_S, log=on_log)  # fmt: skip
@@ -73,6 +74,13 @@ class Worker:
         ]  # fmt: skip
         """Run in this order after each claim pass, while writes may go on."""
         self._watch: ChangeWatch | None = None
+
+    def _tell_containment(self, status: containment.Status) -> None:
+        if self.shift.log is not None:
+            self.shift.log({"event": "containment", "at": time.time(),
+                            "worker_id": self.shift.worker_id, **status.as_dict()})  # fmt: skip
+        elif self.on_containment is not None:
+            self.on_containment(status)
 
     @property
     def worker_id(self) -> str:
@@ -95,8 +103,7 @@ class Worker:
             shift.guard = shift.queue.driver.lease_guard(hang * GUARD_FENCE_SHARE)
         try:
             shift.cells = self.reaping.cells = containment.Containment.for_worker(shift.worker_id)
-            if self.on_containment is not None:
-                self.on_containment(shift.cells.status)
+            self._tell_containment(shift.cells.status)
             try:
                 self._loop(watch)
             finally:
