@@ -6,7 +6,7 @@ from spoolctl.cli.render import Reply
 from spoolctl.config import resolve_db
 from spoolctl.db.backends.base import Driver, Synchronous
 from spoolctl.db.queue import Queue, open_for_read, open_for_write
-from spoolctl.errors import NotFound, SpoolError
+from spoolctl.errors import NotFound
 
 NO_QUEUE = "NO_QUEUE"
 
@@ -25,12 +25,12 @@ def open_read(db_flag: str | None) -> Queue | None:
     return open_for_read(driver_of(db_flag))
 
 
-def open_existing_write(db_flag: str | None, missing: SpoolError) -> Queue:
-    """The queue for a change to something in it (a job, a schedule): where
-    no queue exists, `missing` is raised and none is created for it."""
+def open_existing_write(db_flag: str | None) -> Queue | None:
+    """The queue for a change to something in it (a job, a schedule), opened
+    for writing; None where no queue exists: none is created for it."""
     found = open_read(db_flag)
     if found is None:
-        raise missing
+        return None
     found.dispose()
     return open_write(db_flag)
 

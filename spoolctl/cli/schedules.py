@@ -29,6 +29,7 @@ from spoolctl.cli.queues import (
     warn_no_queue,
 )
 from spoolctl.cli.render import Reply, emit
+from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, MissingRequired, NotFound
 from spoolctl.services import schedules, slots
 from spoolctl.services.submit import JobSpec
@@ -184,6 +185,14 @@ def schedule_show(name: str, db: str | None, as_json: bool) -> int:
     return emit(Reply(data, text="\n".join(lines)), as_json)
 
 
+def existing_queue(db: str | None, name: str) -> Queue:
+    """The queue for a change to one schedule; a missing queue is not created."""
+    queue = open_existing_write(db)
+    if queue is None:
+        raise no_schedule(name, db)
+    return queue
+
+
 @verb("schedule pause", mutates=True, examples=("spoolctl schedule pause nightly --reason x",))
 @click.argument("name", type=QueueName())
 @click.option(
@@ -193,7 +202,7 @@ def schedule_show(name: str, db: str | None, as_json: bool) -> int:
 @json_option
 def schedule_pause(name: str, reason: str | None, db: str | None, as_json: bool) -> int:
     """Stop a schedule firing (its running jobs go on); undo with resume."""
-    queue = open_existing_write(db, no_schedule(name, db))
+    queue = existing_queue(db, name)
     now = queue.now()
     data = queue.write(lambda conn: schedules.pause(conn, name, reason, now))
     word = "paused" if data["changed"] else "was already paused"
@@ -206,7 +215,7 @@ def schedule_pause(name: str, reason: str | None, db: str | None, as_json: bool)
 @json_option
 def schedule_resume(name: str, db: str | None, as_json: bool) -> int:
     """Let a paused schedule fire again, from its next slot after now."""
-    queue = open_existing_write(db, no_schedule(name, db))
+    queue = existing_queue(db, name)
     now = queue.now()
     data = queue.write(lambda conn: schedules.resume(conn, name, now))
     word = "resumed" if data["changed"] else "was not paused"
@@ -220,7 +229,7 @@ def schedule_resume(name: str, db: str | None, as_json: bool) -> int:
 @json_option
 def schedule_remove(name: str, db: str | None, as_json: bool) -> int:
     """Delete a schedule; the jobs it made stay (a running one finishes)."""
-    queue = open_existing_write(db, no_schedule(name, db))
+    queue = existing_queue(db, name)
     now = queue.now()
     data = queue.write(lambda conn: schedules.remove(conn, name, now))
     return emit(Reply(data, text=f"schedule {shown(name)} removed"), as_json)
@@ -235,7 +244,7 @@ def schedule_run(name: str, db: str | None, as_json: bool) -> int:
     """Submit one occurrence of a schedule now (its slots are unchanged)."""
     from spoolctl.services.firing import run_now
 
-    queue = open_existing_write(db, no_schedule(name, db))
+    queue = existing_queue(db, name)
     now = queue.now()
     data = queue.write(lambda conn: run_now(conn, name, now))
     return emit(Reply(data, text=f"Added job {data['job_id']} for schedule {shown(name)}"),

@@ -21,7 +21,10 @@ KILL_ASYNC = "the owning worker kills the job's process group at its next heartb
 
 def existing_queue(db: str | None, job_id: int) -> Queue:
     """The queue for a change to one job; a missing queue is not created for it."""
-    return open_existing_write(db, no_job(job_id, db))
+    queue = open_existing_write(db)
+    if queue is None:
+        raise no_job(job_id, db)
+    return queue
 
 
 @verb(
