@@ -32,6 +32,7 @@ from spoolctl.db.tables import metadata
 from spoolctl.db.url import masked
 from tests.helpers import Result, child_env, inproc, wait_for
 from tests.pg_server import libpq_url
+from tests.test_migrations import ATTEMPTS_0005, JOBS_0005
 
 FIRST = KNOWN_REVISIONS[0]
 CATALOG = {
@@ -102,17 +103,6 @@ def tables(url: str) -> list[str]:
     return [r[0] for r in found]
 
 
-JOBS_0005 = (
-    "id, argv, state, queue, priority, next_run_at, created_at, started_at, "
-    "finished_at, attempts, crashes, max_retries, max_crashes, timeout_seconds, "
-    "idempotency_key, tags, note, cwd, env, locked_by, locked_pid, locked_at, "
-    "heartbeat_at, last_exit_code, last_error, last_failure_reason"
-)
-ATTEMPTS_0005 = (
-    "id, job_id, attempt_no, worker_id, worker_pid, state, started_at, finished_at, "
-    "exit_code, error, failure_reason, stdout_path, stderr_path, job_pid, job_pgid, "
-    "job_started_at"
-)
 EVERY_REVISIONS_COLUMNS = {
     "job_events": "id, job_id, at, event, worker_id, detail",
     "jobs": JOBS_0005,
