@@ -146,6 +146,19 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                     "",
                 ]
             )
+        for n in DB_CLIENTS:
+            cells = []
+            for backend_name in pg.BACKENDS:
+                arm = [x for x in b["samples"] if x.get("arm") == f"{backend_name} {n} clients"]
+                if not arm or "client_cpu_ms_per_job" not in arm[0]:
+                    cells.append("-")
+                    continue
+                client = sum(x["client_cpu_ms_per_job"] for x in arm) / len(arm)
+                server = sum(x["server_cpu_ms_per_job"] for x in arm) / len(arm)
+                busy = sum(x["cores_busy"] for x in arm) / len(arm)
+                cells.append(f"{client:.2f} + {server:.2f} ms; {busy:.1f} cores")
+            out.append([f"  db-only {n} clients: CPU per job (clients + server)", *cells,
+                        "", "", ""])  # fmt: skip
         growth = b["growth_1_to_16"]
         out.append(
             [
@@ -227,8 +240,10 @@ def _db_arm(backend: Backend, clients: int, scratch: Path) -> Callable[[], Sampl
                 assert proc.stdout is not None
                 if proc.stdout.readline().strip() != "ready":
                     raise BenchError("a database-only client failed before its window")
+            srv = getattr(backend, "srv", None)  # PostgreSQL: the server's CPU too
+            server_before = 0.0 if srv is None else srv.server_cpu_s()
             start_at = time.time() + DB_START_DELAY_S
-            counts = []
+            counts, client_cpu = [], 0.0
             for proc in procs:
                 assert proc.stdin is not None
                 proc.stdin.write(f"{start_at}\n")
@@ -237,10 +252,22 @@ def _db_arm(backend: Backend, clients: int, scratch: Path) -> Callable[[], Sampl
                 out, _ = proc.communicate(timeout=120)
                 if proc.returncode != 0:
                     raise BenchError(f"a database-only client failed ({proc.returncode})")
-                counts.append(json.loads(out)["jobs"])
+                told = json.loads(out)
+                counts.append(told["jobs"])
+                client_cpu += told["cpu_s"]
+            server_cpu = 0.0 if srv is None else srv.server_cpu_s() - server_before
         finally:
             queue.close()
-        return {"value": sum(counts) / DB_WINDOW_S, "per_client": counts}
+        jobs = max(1, sum(counts))
+        per_job_ms = 1000 * (client_cpu + server_cpu) / jobs
+        return {
+            "value": sum(counts) / DB_WINDOW_S,
+            "per_client": counts,
+            "client_cpu_ms_per_job": 1000 * client_cpu / jobs,
+            "server_cpu_ms_per_job": 1000 * server_cpu / jobs,
+            "cpu_bound_jobs_per_s": (os.cpu_count() or 1) * 1000 / per_job_ms,
+            "cores_busy": (client_cpu + server_cpu) / DB_WINDOW_S,
+        }
 
     return run
 
@@ -264,6 +291,7 @@ def client(db: str) -> None:
         print("ready", flush=True)
         start_at = float(sys.stdin.readline())
         time.sleep(max(0.0, start_at - time.time()))
+        cpu_before = time.process_time()
         deadline = start_at + DB_WINDOW_S
         while time.time() < deadline:
             with conn.begin():
@@ -279,8 +307,9 @@ def client(db: str) -> None:
             previous = taken[0] if taken else None
             if previous is None:
                 raise SystemExit("fleet client: the queue ran dry; fill more jobs")
+    cpu_s = time.process_time() - cpu_before
     queue.dispose()
-    print(json.dumps({"jobs": done}))
+    print(json.dumps({"jobs": done, "cpu_s": cpu_s}))
 
 
 if __name__ == "__main__":
