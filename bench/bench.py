@@ -150,6 +150,11 @@ def main(argv: list[str]) -> int:
         "mode": "quick" if args.quick else "default",
         "plan": plan.__dict__,
         "machine": machine(),
+        "kept_env": {  # SPOOLCTL_* knobs BENCH_KEEP_ENV passed to both sides on purpose
+            k: os.environ[k]
+            for k in os.environ.get("BENCH_KEEP_ENV", "").split(",")
+            if k.strip() and k in os.environ
+        },
         "filesystems": [t.facts() for t in found],
         "filesystems_skipped": skipped,
         "results": results,

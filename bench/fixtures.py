@@ -57,8 +57,12 @@ IMPLS = (OURS, REF)
 
 
 def clean_env() -> dict[str, str]:
-    """The caller's environment without SPOOLCTL_* knobs, so defaults apply."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOOLCTL_")}
+    """The caller's environment without SPOOLCTL_* knobs, so defaults apply,
+    except those named in BENCH_KEEP_ENV (comma-separated), which a run can
+    set on purpose: `BENCH_KEEP_ENV=SPOOLCTL_CGROUP SPOOLCTL_CGROUP=off`
+    measures ours uncontained (the reference ignores the variable)."""
+    keep = {name.strip() for name in os.environ.get("BENCH_KEEP_ENV", "").split(",")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPOOLCTL_") or k in keep}
     env["LC_ALL"] = "C"
     return env
 
