@@ -334,7 +334,7 @@ OLD_RELEASE = (
     "import spoolctl.services.claim as claim, spoolctl.services.outcome as outcome; "
     "claim.is_paused = lambda conn, queue: False; "
     "claim._TAKE_NEXT = type('OneByOne', (), {'all': lambda self, conn, params: []})(); "
-    "outcome.release_dependents = lambda conn, job_id: []; "
+    "outcome.release_dependents_of = lambda conn, parents: []; "
     "import os; os.environ['SPOOLCTL_CGROUP'] = 'off'; "
     "from spoolctl.db.prepared import Prepared; "
     "claim._CLAIMABLE_QUERY = claim._CLAIMABLE_QUERY.with_only_columns("

@@ -32,12 +32,12 @@ from spoolctl import layout
 from spoolctl.containment import NO_LIMITS, Limits
 from spoolctl.db import codec
 from spoolctl.db.backends import statements
-from spoolctl.db.prepared import Prepared
+from spoolctl.db.prepared import Prepared, PreparedFor, item_bind, item_binds
 from spoolctl.db.tables import attempts, jobs, lanes
 from spoolctl.services import claim_limits, lingering
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.services.dependencies import cancel_dependents
-from spoolctl.services.events import record_event
+from spoolctl.services.events import event_row, record_event, record_events
 from spoolctl.services.lanes import is_paused
 from spoolctl.services.lingering import attempt_token
 from spoolctl.states import AttemptState, EventKind, JobState
@@ -96,20 +96,32 @@ _TAKE = Prepared(
     .values(**_TAKEN)
 )
 
-_INSERT_ATTEMPT = Prepared(
-    insert(attempts)
-    .values(
-        job_id=bindparam("b_job"),
-        attempt_no=bindparam("b_no"),
-        worker_id=bindparam("b_worker"),
-        worker_pid=bindparam("b_pid"),
-        state=AttemptState.RUNNING.value,
-        started_at=bindparam("b_now"),
-        stdout_path=bindparam("b_stdout"),
-        stderr_path=bindparam("b_stderr"),
+
+def _insert_attempts(n: int) -> Any:
+    """n attempts' rows, each returning its id with its job's."""
+    return (
+        insert(attempts)
+        .values(
+            [
+                {
+                    "job_id": bindparam(item_bind("b_job", i)),
+                    "attempt_no": bindparam(item_bind("b_no", i)),
+                    "worker_id": bindparam("b_worker"),
+                    "worker_pid": bindparam("b_pid"),
+                    "state": AttemptState.RUNNING.value,
+                    "started_at": bindparam("b_now"),
+                    "stdout_path": bindparam(item_bind("b_stdout", i)),
+                    "stderr_path": bindparam(item_bind("b_stderr", i)),
+                }
+                for i in range(n)
+            ]
+        )
+        .returning(attempts.c.id, attempts.c.job_id)
     )
-    .returning(attempts.c.id)
-)
+
+
+_INSERT_ATTEMPTS = PreparedFor(_insert_attempts)
+"""The attempts of everything one pass claimed: one statement."""
 
 
 _PICK = jobs.alias("pick")
@@ -257,14 +269,15 @@ def claim_up_to(
         asked = wanted - len(claims)
         rows = _TAKE_NEXT.all(conn, {**taken, "b_limit": asked})
         rows.sort(key=lambda row: (-row.priority, row.next_run_at, row.id))
+        sound: list[_Taken] = []
         for row in rows:
             try:
                 decoded = _decode(row)
             except codec.DamagedValue as exc:
                 _quarantine(conn, row.id, str(exc), now)
                 continue
-            attempt_no = 1 if row.last_no is None else row.last_no + 1
-            claims.append(_begin_attempt(conn, (row, attempt_no), decoded, by))
+            sound.append((row, 1 if row.last_no is None else row.last_no + 1, decoded))
+        claims += _begin_attempts(conn, sound, by)
         if len(rows) < asked:
             break
     while len(claims) < wanted:
@@ -320,50 +333,46 @@ def _claim_slowly(conn: Connection, by: _By) -> Claim | None:
         taken = {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
         _TAKE.execute(conn, taken)
         attempt_no = 1 if previous is None else previous.attempt_no + 1
-        return _begin_attempt(conn, (row, attempt_no), decoded, by)
+        return _begin_attempts(conn, [(row, attempt_no, decoded)], by)[0]
 
 
-def _begin_attempt(conn: Connection, taken: tuple[Any, int], decoded: _Decoded, by: _By) -> Claim:
-    """The taken job's attempt row and its `claimed` event (and, when it has
-    limits this worker cannot enforce, `limits_not_enforced`).
-    taken: (the job's row, attempt number); by: who claims, and when."""
-    row, attempt_no = taken
-    job_id = row.id
+_Taken = tuple[Any, int, _Decoded]
+"""A taken job: its row, its new attempt's number, its decoded command."""
+
+
+def _begin_attempts(conn: Connection, taken: list[_Taken], by: _By) -> list[Claim]:
+    """The taken jobs' attempt rows (one statement) and their `claimed` events
+    (one driver call), in the order given; and for a job with limits this
+    worker cannot enforce, `limits_not_enforced`. by: who claims, and when."""
+    if not taken:
+        return []
     worker_id, worker_pid, queue, output_root, now, enforces = by
-    argv, env, timeout_seconds, cwd = decoded
-    stdout_path, stderr_path = layout.attempt_paths(output_root, job_id, attempt_no)
-    attempt_id = _INSERT_ATTEMPT.first(
-        conn,
-        {
-            "b_job": job_id,
-            "b_no": attempt_no,
-            "b_worker": worker_id,
-            "b_pid": worker_pid,
-            "b_now": now,
-            "b_stdout": stdout_path,
-            "b_stderr": stderr_path,
-        },
-    ).id
-    record_event(
-        conn, job_id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": attempt_no}
-    )
-    limits = claim_limits.limits_of(row)
-    if limits.any:
-        claim_limits.note_unenforced(conn, job_id, attempt_no, limits, enforces, (worker_id, now))
-    return Claim(
-        job_id=job_id,
-        attempt_id=int(attempt_id),
-        attempt_no=attempt_no,
-        argv=argv,
-        cwd=cwd,
-        env=env,
-        timeout_seconds=timeout_seconds,
-        queue=queue,
-        stdout_path=stdout_path,
-        stderr_path=stderr_path,
-        token=attempt_token(worker_id, int(attempt_id), now),
-        limits=limits,
-    )
+    paths = [layout.attempt_paths(output_root, row.id, no) for row, no, _ in taken]
+    items = [
+        {"b_job": row.id, "b_no": no, "b_stdout": stdout, "b_stderr": stderr}
+        for (row, no, _), (stdout, stderr) in zip(taken, paths, strict=True)
+    ]
+    params = {**item_binds(items), "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
+    made = {r.job_id: int(r.id) for r in _INSERT_ATTEMPTS.of(len(taken)).all(conn, params)}
+    record_events(conn, [
+        event_row(row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": no})
+        for row, no, _ in taken
+    ])  # fmt: skip
+    claims = []
+    for (row, attempt_no, decoded), (stdout_path, stderr_path) in zip(taken, paths, strict=True):
+        argv, env, timeout_seconds, cwd = decoded
+        attempt_id = made[row.id]
+        limits = claim_limits.limits_of(row)
+        if limits.any:
+            who = (worker_id, now)
+            claim_limits.note_unenforced(conn, row.id, attempt_no, limits, enforces, who)
+        claims.append(Claim(
+            job_id=row.id, attempt_id=attempt_id, attempt_no=attempt_no, argv=argv, cwd=cwd,
+            env=env, timeout_seconds=timeout_seconds, queue=queue, stdout_path=stdout_path,
+            stderr_path=stderr_path, token=attempt_token(worker_id, attempt_id, now),
+            limits=limits,
+        ))  # fmt: skip
+    return claims
 
 
 def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None:

@@ -14,7 +14,7 @@ when a job with such parents becomes queued its env gets SPOOLCTL_PARENTS
 (`12:dead,13:done`: every parent and how it ended).
 
 Every function runs inside the caller's transaction: the transition functions
-(record_success, requeue_or_dead, dead_letter, cancel, the claim's
+(record_successes, requeue_or_dead, dead_letter, cancel, the claim's
 quarantine, requeue) call these so a state change and its consequences for
 dependents commit together.
 """
@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
 from spoolctl.db import codec
-from spoolctl.db.prepared import Prepared
+from spoolctl.db.prepared import Prepared, PreparedFor, item_bind
 from spoolctl.db.tables import job_dependencies, jobs
 from spoolctl.errors import Conflict, NotFound
 from spoolctl.services.events import record_event
@@ -135,14 +135,22 @@ def failure_values(parent: int, parent_state: str, now: float) -> dict[str, Any]
     }
 
 
-_WAITING_CHILDREN = Prepared(
-    select(job_dependencies.c.job_id, job_dependencies.c.any_end)
-    .join(jobs, jobs.c.id == job_dependencies.c.job_id)
-    .where(
-        job_dependencies.c.after_job_id == bindparam("b_parent"),
-        jobs.c.state == JobState.WAITING.value,
+def _waiting_children_of(n: int) -> Any:
+    """The waiting jobs that depend on any of n parents."""
+    return (
+        select(job_dependencies.c.job_id, job_dependencies.c.any_end)
+        .join(jobs, jobs.c.id == job_dependencies.c.job_id)
+        .where(
+            job_dependencies.c.after_job_id.in_(
+                [bindparam(item_bind("b_parent", i)) for i in range(n)]
+            ),
+            jobs.c.state == JobState.WAITING.value,
+        )
+        .order_by(job_dependencies.c.job_id)
     )
-)
+
+
+_WAITING_CHILDREN = PreparedFor(_waiting_children_of)
 _UNMET_PARENT = Prepared(
     select(job_dependencies.c.after_job_id)
     .join(jobs, jobs.c.id == job_dependencies.c.after_job_id)
@@ -172,7 +180,7 @@ _RELEASE = Prepared(
 
 def _waiting_children(conn: Connection, parent: int, *, any_end: bool = False) -> list[int]:
     """Children waiting for `parent` to be done (any_end: to end at all)."""
-    rows = _WAITING_CHILDREN.all(conn, {"b_parent": parent})
+    rows = _WAITING_CHILDREN.of(1).all(conn, {item_bind("b_parent", 0): parent})
     return [row.job_id for row in rows if bool(row.any_end) == any_end]
 
 
@@ -180,11 +188,21 @@ def release_dependents(conn: Connection, parent: int, *, any_end_only: bool = Fa
     """`parent` is done (any_end_only: ended otherwise): its waiting dependents
     whose parents are now all met become queued. One indexed lookup when
     nothing waits for it."""
-    released = []
-    for row in _WAITING_CHILDREN.all(conn, {"b_parent": parent}):
-        if any_end_only and not row.any_end:
-            continue
+    return release_dependents_of(conn, [parent], any_end_only=any_end_only)
+
+
+def release_dependents_of(
+    conn: Connection, parents: Sequence[int], *, any_end_only: bool = False
+) -> list[int]:
+    """`release_dependents` for several parents: one lookup for all of them."""
+    if not parents:
+        return []
+    lookup = {item_bind("b_parent", i): parent for i, parent in enumerate(parents)}
+    released: list[int] = []
+    for row in _WAITING_CHILDREN.of(len(parents)).all(conn, lookup):
         child = row.job_id
+        if (any_end_only and not row.any_end) or child in released:
+            continue
         if _UNMET_PARENT.first(conn, {"b_child": child}) is None:
             _RELEASE.execute(conn, {"b_child": child})
             if _HAS_ANY_PARENT.first(conn, {"b_child": child}) is not None:

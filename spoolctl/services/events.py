@@ -6,12 +6,13 @@ ids out of order (PostgreSQL), readers give events their positions
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert
 
 from spoolctl.db import codec
-from spoolctl.db.prepared import Prepared
+from spoolctl.db.prepared import Prepared, PreparedFor, item_bind, item_binds
 from spoolctl.db.tables import job_events
 from spoolctl.states import EventKind
 
@@ -26,6 +27,37 @@ _INSERT_EVENT = Prepared(
 )
 
 
+def _insert_events(n: int) -> Any:
+    """n events in one multi-row VALUES (their ids ascend in the order given)."""
+    binds = {"job_id": "b_job", "at": "b_at", "event": "b_event", "worker_id": "b_worker",
+             "detail": "b_detail"}  # fmt: skip
+    rows: list[dict[str, Any]] = [
+        {column: bindparam(item_bind(b, i)) for column, b in binds.items()} for i in range(n)
+    ]
+    return insert(job_events).values(rows)
+
+
+_INSERT_EVENTS = PreparedFor(_insert_events)
+
+
+def event_row(
+    job_id: int | None,
+    event: EventKind,
+    at: float,
+    *,
+    worker_id: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One event's values, as `record_event` and `record_events` bind them."""
+    return {
+        "b_job": job_id,
+        "b_at": at,
+        "b_event": event.value,
+        "b_worker": worker_id,
+        "b_detail": None if detail is None else codec.dumps(detail),
+    }
+
+
 def record_event(
     conn: Connection,
     job_id: int | None,
@@ -35,13 +67,10 @@ def record_event(
     worker_id: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    _INSERT_EVENT.execute(
-        conn,
-        {
-            "b_job": job_id,
-            "b_at": at,
-            "b_event": event.value,
-            "b_worker": worker_id,
-            "b_detail": None if detail is None else codec.dumps(detail),
-        },
-    )
+    _INSERT_EVENT.execute(conn, event_row(job_id, event, at, worker_id=worker_id, detail=detail))
+
+
+def record_events(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Several events (`event_row`s) in one statement, in the order given."""
+    if rows:
+        _INSERT_EVENTS.of(len(rows)).execute(conn, item_binds(rows))

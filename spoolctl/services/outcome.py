@@ -8,16 +8,17 @@ being reaped, canceled or force-retried) changes nothing.
 from __future__ import annotations
 
 import signal as signals
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Float, Integer, Text, bindparam, exists, func, select, update
 
-from spoolctl.db.prepared import Prepared
+from spoolctl.db.prepared import Prepared, PreparedFor, item_bind, item_binds
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services.deadletter import RELEASE_LOCK, requeue_or_dead
-from spoolctl.services.dependencies import release_dependents
-from spoolctl.services.events import record_event
+from spoolctl.services.dependencies import release_dependents_of
+from spoolctl.services.events import event_row, record_event, record_events
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
 SUCCEEDED = "succeeded"
@@ -74,6 +75,20 @@ def exit_label(exit_code: int | None, signal: int | None) -> str | None:
     return None if signal is None else signal_name(signal)
 
 
+@dataclass(frozen=True)
+class Ending:
+    """One attempt's end, as its worker records it. pid: the job's process
+    when its spawn was not recorded yet (it ended within the spawn-record
+    delay), stored on the attempt with its end, so the common short job costs
+    no statement of its own for it."""
+
+    job_id: int
+    attempt_id: int
+    attempt_no: int
+    outcome: Outcome
+    pid: int | None = None
+
+
 def record_outcome(
     conn: Connection,
     *,
@@ -85,30 +100,30 @@ def record_outcome(
     now: float,
     pid: int | None = None,
 ) -> JobState | None:
-    """Record the end of an attempt; None if this worker no longer owns it.
+    """Record the end of an attempt; None if this worker no longer owns it."""
+    ending = Ending(job_id, attempt_id, attempt_no, outcome, pid)
+    return record_outcomes(conn, [ending], worker_id=worker_id, now=now)[0]
 
-    pid: the job's process when its spawn was not recorded yet (it ended
-    within the spawn-record delay), stored on the attempt with its end, so the
-    common short job costs no statement of its own for it."""
-    if outcome.reason is None:
-        return record_success(
-            conn,
-            job_id=job_id,
-            attempt_id=attempt_id,
-            worker_id=worker_id,
-            now=now,
-            pid=pid,
-            measured=outcome,
-        )
-    return record_failure(
-        conn,
-        job_id=job_id,
-        attempt=(attempt_id, attempt_no),
-        worker_id=worker_id,
-        outcome=outcome,
-        now=now,
-        pid=pid,
-    )
+
+def record_outcomes(
+    conn: Connection, endings: Sequence[Ending], *, worker_id: str, now: float
+) -> list[JobState | None]:
+    """Record the ends of a worker's attempts, each job's state after it (None
+    where this worker no longer owns it) in the order given. The successes are
+    recorded together, a statement per table for all of them; a failure's
+    retry or dead-letter is decided one by one."""
+    successes = [e for e in endings if e.outcome.succeeded]
+    done = iter(record_successes(conn, successes, worker_id=worker_id, now=now))
+    states: list[JobState | None] = []
+    for e in endings:
+        if e.outcome.succeeded:
+            states.append(JobState.DONE if next(done) else None)
+            continue
+        attempt = (e.attempt_id, e.attempt_no)
+        state = record_failure(conn, job_id=e.job_id, attempt=attempt, worker_id=worker_id,
+                               outcome=e.outcome, now=now, pid=e.pid)  # fmt: skip
+        states.append(state)
+    return states
 
 
 _PID = bindparam("b_job_pid", type_=Integer)
@@ -153,31 +168,52 @@ running: checked first, so the attempt update that follows cannot miss."""
 _OWNED_JOB = Prepared(select(jobs).where(*_OWNED).with_for_update())
 """FOR UPDATE (PostgreSQL; SQLite's write lock already covers it): the row stays
 as read until the failure is recorded, whoever else wants to change it."""
-_MARK_DONE = Prepared(
-    update(jobs)
-    .where(*_OWNED)
-    .values(
-        **RELEASE_LOCK,
-        state=JobState.DONE.value,
-        finished_at=bindparam("b_now"),
-        last_exit_code=0,
-        last_error=None,
-        last_failure_reason=None,
+
+
+def _mark_done(n: int) -> Any:
+    """n jobs done, those this worker still owns with their attempt running."""
+    job_ids: list[Any] = [bindparam(item_bind("b_id", i)) for i in range(n)]
+    attempt_ids: list[Any] = [bindparam(item_bind("b_attempt", i)) for i in range(n)]
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id.in_(job_ids),
+            jobs.c.state == JobState.RUNNING.value,
+            jobs.c.locked_by == bindparam("b_worker"),
+            exists().where(
+                attempts.c.job_id == jobs.c.id,
+                attempts.c.id.in_(attempt_ids),
+                attempts.c.state == AttemptState.RUNNING.value,
+            ),
+        )
+        .values(
+            **RELEASE_LOCK,
+            state=JobState.DONE.value,
+            finished_at=bindparam("b_now"),
+            last_exit_code=0,
+            last_error=None,
+            last_failure_reason=None,
+        )
+        .returning(jobs.c.id)
     )
-)
-"""Built once: recording an outcome binds values instead of rebuilding statements."""
 
 
-def _finish_attempt(
-    conn: Connection,
+_MARK_DONE = PreparedFor(_mark_done)
+"""Built once per batch size: recording outcomes binds values instead of
+rebuilding statements."""
+
+
+def _finish_params(
     attempt_id: int,
     state: AttemptState,
     outcome: Outcome | None,
     now: float,
     pid: int | None,
     measured: Outcome | None = None,
-) -> None:
-    """measured: where the cgroup path and usage come from (the outcome)."""
+) -> tuple[bool, dict[str, Any]]:
+    """The values of `_FINISH_ATTEMPT` (False) or, for an attempt its worker
+    contained, of `_FINISH_CONTAINED` (True). measured: where the cgroup path
+    and usage come from (the outcome)."""
     reason = None if outcome is None or outcome.reason is None else outcome.reason.value
     measured = measured or outcome
     params = {
@@ -190,11 +226,18 @@ def _finish_attempt(
         "b_job_pid": pid,
     }
     if measured is None or measured.cgroup is None:
-        _FINISH_ATTEMPT.execute(conn, params)
-        return
+        return False, params
     usage = {"b_cgroup": measured.cgroup, "b_peak": measured.peak_memory_bytes,
              "b_cpu": measured.cpu_time_s}  # fmt: skip
-    _FINISH_CONTAINED.execute(conn, {**params, **usage})
+    return True, {**params, **usage}
+
+
+def _finish_attempts(conn: Connection, finished: Sequence[tuple[bool, dict[str, Any]]]) -> None:
+    """`_finish_params` results, a driver call per statement for all of them."""
+    for contained, statement in ((False, _FINISH_ATTEMPT), (True, _FINISH_CONTAINED)):
+        rows = [params for is_contained, params in finished if is_contained is contained]
+        if rows:
+            statement.execute_many(conn, rows)
 
 
 def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -> Any:
@@ -202,26 +245,37 @@ def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -
     return _OWNED_JOB.first(conn, params)
 
 
-def record_success(
-    conn: Connection,
-    *,
-    job_id: int,
-    attempt_id: int,
-    worker_id: str,
-    now: float,
-    pid: int | None = None,
-    measured: Outcome | None = None,
-) -> JobState | None:
-    """The attempt succeeded and the job is done, if this worker still owns both
-    (a stale outcome of a canceled attempt never touches a job the same worker
-    claimed again)."""
-    owned = {"b_id": job_id, "b_worker": worker_id, "b_attempt": attempt_id, "b_now": now}
-    if _MARK_DONE.execute(conn, owned).rowcount != 1:
-        return None
-    _finish_attempt(conn, attempt_id, AttemptState.SUCCEEDED, None, now, pid, measured)
-    record_event(conn, job_id, EventKind.SUCCEEDED, now, worker_id=worker_id)
-    release_dependents(conn, job_id)
-    return JobState.DONE
+def record_successes(
+    conn: Connection, endings: Sequence[Ending], *, worker_id: str, now: float
+) -> list[bool]:
+    """These attempts succeeded and their jobs are done, where this worker still
+    owns both (a stale outcome of a canceled attempt never touches a job the
+    same worker claimed again); returns, for each, whether it was recorded.
+    One statement per table for all of them: the jobs, the attempts, the
+    events, the dependents waiting for them."""
+    if not endings:
+        return []
+    batch: list[int] = []
+    again: list[int] = []  # a job named twice (never in practice): after the others
+    for i, e in enumerate(endings):
+        (again if any(endings[b].job_id == e.job_id for b in batch) else batch).append(i)
+    items = [{"b_id": endings[i].job_id, "b_attempt": endings[i].attempt_id} for i in batch]
+    params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
+    done = {int(row.id) for row in _MARK_DONE.of(len(batch)).all(conn, params)}
+    recorded = [endings[i] for i in batch if endings[i].job_id in done]
+    _finish_attempts(conn, [
+        _finish_params(e.attempt_id, AttemptState.SUCCEEDED, None, now, e.pid, e.outcome)
+        for e in recorded
+    ])  # fmt: skip
+    record_events(conn, [
+        event_row(e.job_id, EventKind.SUCCEEDED, now, worker_id=worker_id) for e in recorded
+    ])  # fmt: skip
+    release_dependents_of(conn, [e.job_id for e in recorded])
+    flags = [i in batch and endings[i].job_id in done for i in range(len(endings))]
+    later = record_successes(conn, [endings[i] for i in again], worker_id=worker_id, now=now)
+    for i, flag in zip(again, later, strict=True):
+        flags[i] = flag
+    return flags
 
 
 def record_failure(
@@ -251,7 +305,7 @@ def record_failure(
     attempt_state = AttemptState.TIMED_OUT if timed_out else AttemptState.FAILED
     if crashed:
         attempt_state = AttemptState.ABANDONED
-    _finish_attempt(conn, attempt_id, attempt_state, outcome, now, pid)
+    _finish_attempts(conn, [_finish_params(attempt_id, attempt_state, outcome, now, pid)])
     record_event(
         conn,
         job_id,

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from spoolctl.services import claim as claiming
 from spoolctl.services import due, execute
-from spoolctl.services.outcome import Outcome, record_outcome
+from spoolctl.services.outcome import Ending, Outcome, record_outcomes
 from spoolctl.states import JobState
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
@@ -42,7 +42,7 @@ class Settler:
         try:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
                 self._store_last_output(conn, ended)
-                states = [self._settle(conn, e, o, now) for e, o in ended]
+                states = self._settle(conn, ended, now)
                 scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
                 stale = self.reaping.stale(conn, now, shift.running) if scan else []
                 claims = [] if stale else self._claim_in(conn, now, wanted)
@@ -69,23 +69,21 @@ class Settler:
             ids = [execution.claim.attempt_id for execution, _ in ended]
             self.shift.output.copy(conn, ids, final=True)
 
-    def _settle(
-        self, conn: Connection, execution: execute.Execution, outcome: Outcome, now: float
-    ) -> JobState | None:
-        unrecorded = execution.pid if not execution.spawn_recorded else None
-        state = record_outcome(
-            conn,
-            job_id=execution.claim.job_id,
-            attempt_id=execution.claim.attempt_id,
-            attempt_no=execution.claim.attempt_no,
-            worker_id=self.shift.worker_id,
-            outcome=outcome,
-            now=now,
-            pid=unrecorded,
-        )
-        if state is None and unrecorded is not None:
-            execute.record_spawn(conn, execution, None)  # not ours: the pid is kept all the same
-        return state
+    def _settle(self, conn: Connection, ended: Ended, now: float) -> list[JobState | None]:
+        """Record the ended attempts together. A job whose spawn was not
+        recorded yet has its pid stored with its end; where the attempt is no
+        longer ours, the pid is kept on it all the same."""
+        endings = [
+            Ending(execution.claim.job_id, execution.claim.attempt_id,
+                   execution.claim.attempt_no, outcome,
+                   None if execution.spawn_recorded else execution.pid)
+            for execution, outcome in ended
+        ]  # fmt: skip
+        states = record_outcomes(conn, endings, worker_id=self.shift.worker_id, now=now)
+        for (execution, _), ending, state in zip(ended, endings, states, strict=True):
+            if state is None and ending.pid is not None:
+                execute.record_spawn(conn, execution, None)
+        return states
 
     def _claim_in(self, conn: Connection, now: float, wanted: int) -> list[claiming.Claim]:
         shift = self.shift
