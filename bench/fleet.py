@@ -8,10 +8,11 @@
 - fleet:db: the capacity a larger fleet would see, without a process
   spawned: N clients (1, 2, 4, 8, 16, 32 processes), each running the real
   claim and outcome code (`services.claim.claim_up_to`,
-  `services.outcome.record_outcome`) in a loop of one transaction per job
-  that records the previous job's success and claims the next, as a
-  worker's settle pass does. jobs/s over a fixed window, both backends
-  interleaved.
+  `services.outcome.record_outcomes`) in a loop of write transactions that
+  each record the previous claims' successes and claim as many again, as a
+  worker's settle pass does: one job per transaction (a worker with one
+  slot), and SLOTS per transaction (a worker whose slots all ended in one
+  pass). jobs/s over a fixed window, both backends interleaved.
 
 Each sample is a fresh queue (a database copied from the template, or a
 fresh file) filled with enough due jobs for the sample.
@@ -40,6 +41,8 @@ FLEET_SIZES = (1, 2, 4, 8)
 SLOTS = 8
 JOB_S = 0.05
 DB_CLIENTS = (1, 2, 4, 8, 16, 32)
+DB_BATCHES = (1, SLOTS)
+"""Jobs each database-only transaction records and claims."""
 DB_WINDOW_S = 2.0
 DB_FILL = 25_000
 """Due jobs in each database-only queue: more than one SQLite writer claims in the window."""
@@ -134,47 +137,41 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
         out.append([f"fleet:drain: {d['error'][:100]}", "ERROR", "", "", "", ""])
     b = results.get("fleet:db")
     if b is not None and "error" not in b:
-        out.append(["== database only (claim + outcome, no spawn)", "", "", "", "", ""])
-        for n in DB_CLIENTS:
-            out.append(
-                [
-                    f"db-only {n} clients: jobs/s",
-                    pg._cell(b["arms"].get(f"pg {n} clients", {})),
-                    pg._cell(b["arms"].get(f"sqlite {n} clients", {})),
-                    "",
-                    "",
-                    "",
-                ]
-            )
-        for n in DB_CLIENTS:
-            cells = []
-            for backend_name in ("pg", "sqlite"):  # the table's columns, in their order
-                arm = [x for x in b["samples"] if x.get("arm") == f"{backend_name} {n} clients"]
-                if not arm or "client_cpu_ms_per_job" not in arm[0]:
-                    cells.append("-")
-                    continue
-                client = sum(x["client_cpu_ms_per_job"] for x in arm) / len(arm)
-                server = sum(x["server_cpu_ms_per_job"] for x in arm) / len(arm)
-                busy = sum(x["cores_busy"] for x in arm) / len(arm)
-                cells.append(f"{client:.2f} + {server:.2f} ms; {busy:.1f} cores")
-            out.append([f"  db-only {n} clients: CPU per job (clients + server)", *cells,
-                        "", "", ""])  # fmt: skip
-        growth = b["growth_1_to_16"]
-        out.append(
-            [
-                "db-only growth, 16 clients / 1",
-                _times(growth.get("pg")),
-                _times(growth.get("sqlite")),
-                "",
-                ">= 5x (PostgreSQL)",
-                "",
-            ]
-        )
+        for batch in DB_BATCHES:
+            out += _db_rows(b, batch)
     elif b is not None:
         out.append([f"fleet:db: {b['error'][:100]}", "ERROR", "", "", "", ""])
     for name in ("fleet:drain", "fleet:db"):
         for arm, text in (results.get(name) or {}).get("errors", {}).items():
             out.append([f"{name} / {arm}: {text[:90]}", "ERROR", "", "", "", ""])
+    return out
+
+
+def _db_rows(b: dict[str, Any], batch: int) -> list[list[str]]:
+    """The database-only rows of one batch size: jobs/s, CPU per job, growth."""
+    out = [[f"== database only (claim + outcome, no spawn), {batch} job(s) per transaction",
+            "", "", "", "", ""]]  # fmt: skip
+    for n in DB_CLIENTS:
+        pg_cell, sqlite_cell = (pg._cell(b["arms"].get(_db_name(x, n, batch), {}))
+                                for x in ("pg", "sqlite"))  # fmt: skip
+        out.append([f"db-only {n} clients: jobs/s", pg_cell, sqlite_cell, "", "", ""])
+    for n in DB_CLIENTS:
+        cells = []
+        for backend_name in ("pg", "sqlite"):  # the table's columns, in their order
+            name = _db_name(backend_name, n, batch)
+            arm = [x for x in b["samples"] if x.get("arm") == name]
+            if not arm or "client_cpu_ms_per_job" not in arm[0]:
+                cells.append("-")
+                continue
+            client = sum(x["client_cpu_ms_per_job"] for x in arm) / len(arm)
+            server = sum(x["server_cpu_ms_per_job"] for x in arm) / len(arm)
+            busy = sum(x["cores_busy"] for x in arm) / len(arm)
+            cells.append(f"{client:.2f} + {server:.2f} ms; {busy:.1f} cores")
+        out.append([f"  db-only {n} clients: CPU per job (clients + server)", *cells,
+                    "", "", ""])  # fmt: skip
+    growth = b["growth_1_to_16" if batch == 1 else "growth_1_to_16_batched"]
+    out.append(["db-only growth, 16 clients / 1", _times(growth.get("pg")),
+                _times(growth.get("sqlite")), "", ">= 5x (PostgreSQL)", ""])  # fmt: skip
     return out
 
 
@@ -190,7 +187,8 @@ def database_only(plan: Plan, disk: Target) -> dict[str, Any]:
     cpu_before = srv.server_cpu_s()
     with workdir("fleet-db", disk.root) as scratch:
         arms = [
-            Arm(f"{b} {n} clients", _db_arm(by_name[b], n, scratch))
+            Arm(_db_name(b, n, batch), _db_arm(by_name[b], n, batch, scratch))
+            for batch in DB_BATCHES
             for n in DB_CLIENTS
             for b in pg.BACKENDS
         ]
@@ -201,14 +199,18 @@ def database_only(plan: Plan, disk: Target) -> dict[str, Any]:
         "server": srv.facts,
         "arms": arms_out,
         "growth_1_to_16": {
-            b: _growth(arms_out, f"{b} 1 clients", f"{b} 16 clients") for b in pg.BACKENDS
+            b: _growth(arms_out, _db_name(b, 1, 1), _db_name(b, 16, 1)) for b in pg.BACKENDS
+        },
+        "growth_1_to_16_batched": {
+            b: _growth(arms_out, _db_name(b, 1, SLOTS), _db_name(b, 16, SLOTS)) for b in pg.BACKENDS
         },
         "errors": records.errors,
         "samples": records.samples,
         "server_cpu_s": srv.server_cpu_s() - cpu_before,
-        "method": f"N client processes, each in a loop of one write transaction per job "
-        "(record_outcome of its previous job as done, then claim_up_to 1), started together "
-        f"and counted over the same {DB_WINDOW_S:g} s window; no job process is spawned.",
+        "method": f"N client processes, each in a loop of write transactions that record its "
+        "previous claims as done (record_outcomes) and claim as many again (claim_up_to), "
+        f"1 or {SLOTS} jobs per transaction, started together and counted over the same "
+        f"{DB_WINDOW_S:g} s window; no job process is spawned.",
     }
 
 
@@ -219,15 +221,19 @@ def _growth(arms: dict[str, Any], one: str, many: str) -> float | None:
     return float(b["median"] / a["median"])
 
 
-def _db_arm(backend: Backend, clients: int, scratch: Path) -> Callable[[], Sample]:
+def _db_name(backend: str, clients: int, batch: int) -> str:
+    return f"{backend} {clients} clients" + ("" if batch == 1 else f" x{batch}")
+
+
+def _db_arm(backend: Backend, clients: int, batch: int, scratch: Path) -> Callable[[], Sample]:
     def run() -> Sample:
-        d = fresh_dir(f"fleetdb-{backend.name}-{clients}", scratch)
+        d = fresh_dir(f"fleetdb-{backend.name}-{clients}-{batch}", scratch)
         queue = backend.queue(OURS, d)
         try:
             queue.fill(DB_FILL, time.time())
             procs = [
                 subprocess.Popen(
-                    [str(OURS.python), str(HERE / "fleet.py"), "client", queue.db],
+                    [str(OURS.python), str(HERE / "fleet.py"), "client", queue.db, str(batch)],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     text=True,
@@ -272,19 +278,20 @@ def _db_arm(backend: Backend, clients: int, scratch: Path) -> Callable[[], Sampl
     return run
 
 
-def client(db: str) -> None:
+def client(db: str, batch: int) -> None:
     """One database-only client (run under ours' interpreter): connects, says
-    `ready`, reads the window's start from stdin, then claims, records done
-    and claims the next until the window closes; prints the jobs recorded."""
+    `ready`, reads the window's start from stdin, then in each transaction
+    records its previous `batch` claims as done and claims `batch` more until
+    the window closes; prints the jobs recorded."""
     from spoolctl.db.backends import locate
     from spoolctl.db.queue import open_for_write
     from spoolctl.services.claim import claim_up_to
-    from spoolctl.services.outcome import Outcome, record_outcome
+    from spoolctl.services.outcome import Ending, Outcome, record_outcomes
 
     queue = open_for_write(locate(db, Path.cwd(), "bench"))
     me = f"bench-db-{os.getpid()}"
     done = 0
-    previous = None
+    previous: list[Any] = []
     with queue.engine.connect() as conn:
         conn.exec_driver_sql("SELECT 1").all()
         conn.rollback()
@@ -296,16 +303,13 @@ def client(db: str) -> None:
         while time.time() < deadline:
             with conn.begin():
                 now = time.time()
-                if previous is not None:
-                    record_outcome(conn, job_id=previous.job_id, attempt_id=previous.attempt_id,
-                                   attempt_no=previous.attempt_no, worker_id=me,
-                                   outcome=Outcome(0, None), now=now, pid=os.getpid())  # fmt: skip
-                    done += 1
-                taken = claim_up_to(conn, 1, worker_id=me, worker_pid=os.getpid(),
-                                    queue="default", slots=None,
-                                    output_root=queue.output_root, now=now)  # fmt: skip
-            previous = taken[0] if taken else None
-            if previous is None:
+                endings = [Ending(c.job_id, c.attempt_id, c.attempt_no, Outcome(0, None),
+                                  os.getpid()) for c in previous]  # fmt: skip
+                done += sum(1 for s in record_outcomes(conn, endings, worker_id=me, now=now) if s)
+                previous = claim_up_to(conn, batch, worker_id=me, worker_pid=os.getpid(),
+                                       queue="default", slots=None,
+                                       output_root=queue.output_root, now=now)  # fmt: skip
+            if not previous:
                 raise SystemExit("fleet client: the queue ran dry; fill more jobs")
     cpu_s = time.process_time() - cpu_before
     queue.dispose()
@@ -314,4 +318,4 @@ def client(db: str) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["client"]:
-        client(sys.argv[2])
+        client(sys.argv[2], int(sys.argv[3]))
