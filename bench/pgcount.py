@@ -1,18 +1,30 @@
-"""Statements and round trips per job on PostgreSQL, counted by the server.
+"""Statements and round trips per job on PostgreSQL: the statements counted
+by the server, the round trips on the wire.
 
-    .venv/bin/python bench/pgcount.py [--jobs 200] [--concurrency 1] [--out FILE.json]
+    .venv/bin/python bench/pgcount.py [--jobs 200] [--concurrency 1,8] [--out FILE.json]
 
 Starts a private server (devtools' FAST profile: what is counted does not
-depend on fsync), makes a queue with `spoolctl migrate`, adds JOBS `true`
-jobs, turns on `log_statement = all` for that database only, and drains it
-with one `spoolctl work --drain`. Every statement the server ran for the
-worker's sessions (the worker's own and its lease guard's) is then read from
-the server's log. Without pipeline mode each logged statement is one round
-trip between the worker and the server (BEGIN and COMMIT included: psycopg
-sends each on its own), so the count per job is the round trips per job.
-Prints and writes the totals per job, by first keyword and by session, and
-the most frequent statement shapes (literals and parameters replaced by ?).
-bench/sqlcount.py counts the same on SQLite.
+depend on fsync) and, for each concurrency given, a fresh database: makes a
+queue with `spoolctl migrate`, adds JOBS `true` jobs, turns on
+`log_statement = all` for that database only, and drains it with one
+`spoolctl work --drain --concurrency C`.
+
+Two counts, because they differ. Statements: every statement the server ran
+for the worker's sessions, read from the server's log. Round trips: the
+worker connects through `bench/pgwire.py`'s loopback relay (with
+`sslmode=disable`, so the relay can read the protocol), which counts how
+often a client starts sending after the server has answered, that is, how
+often it waits for the server. Without pipelining each statement is one round
+trip (BEGIN and COMMIT included: psycopg sends each on its own), but
+psycopg's `executemany` pipelines its statements: N logged INSERTs, one round
+trip. The relay also counts the messages the worker sent by type (Parse,
+Bind, Execute, Sync, Query...): a prepared statement skips its Parse.
+Migrate and add connect directly; they are not counted.
+
+Prints and writes (a list, one entry per concurrency) the totals per job, by
+first keyword and by session, the round trips and messages, and the most
+frequent statement shapes (literals and parameters replaced by ?).
+bench/sqlcount.py counts statements on SQLite.
 """
 
 from __future__ import annotations
@@ -28,13 +40,29 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pgwire import Relay, Session
+from sqlalchemy.engine import make_url
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from devtools.pg_server import FAST, start_private_server  # noqa: E402
+from devtools.pg_server import FAST, PgServer, start_private_server  # noqa: E402
 
 LINE = re.compile(r"\[(\d+)\] LOG:  (?:statement|execute [^:]*): (.*)")
 SHAPE = re.compile(r"'(?:[^']|'')*'|\$\d+|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b", re.IGNORECASE)
+MESSAGE_NAMES = {
+    "P": "Parse",
+    "B": "Bind",
+    "D": "Describe",
+    "E": "Execute",
+    "S": "Sync",
+    "H": "Flush",
+    "C": "Close",
+    "Q": "Query",
+    "X": "Terminate",
+    "p": "Password/SASL",
+}
+"""Frontend message types by name, for the report (others keep their letter)."""
 
 
 def _spoolctl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -46,26 +74,18 @@ def _spoolctl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def count(jobs: int, concurrency: int, folder: Path) -> dict[str, Any]:
-    server = start_private_server(folder, FAST)
-    try:
-        url = server.create_database("counted")
-        _spoolctl("migrate", "--db", url, "--json", cwd=folder)
-        batch = folder / "jobs.ndjson"
-        batch.write_text('{"argv": ["true"]}\n' * jobs)
-        _spoolctl("add", "--db", url, "--batch", str(batch), "--json", cwd=folder)
-        with server.connect(autocommit=True) as admin:
-            admin.execute("ALTER DATABASE counted SET log_statement = 'all'")
-        log = Path(server.root) / "server.log"
-        start = log.stat().st_size
-        out = _spoolctl("work", "--db", url, "--drain", "--json",
-                        "--concurrency", str(concurrency), cwd=folder).stdout  # fmt: skip
-        executed = json.loads(out)["data"]["executed"]
-        with log.open("rb") as file:
-            file.seek(start)
-            text = file.read().decode("utf-8", "replace")
-    finally:
-        server.stop()
+def relayed_url(url: str, relay: Relay) -> str:
+    """url with the relay in place of the server, in the clear (the relay
+    reads the protocol, which TLS would hide)."""
+    parsed = make_url(url)
+    query = {**parsed.query, "sslmode": "disable"}
+    moved = parsed.set(host=relay.host, port=relay.port, query=query)
+    return str(moved.render_as_string(hide_password=False))
+
+
+def statements(text: str, jobs: int) -> dict[str, Any]:
+    """The statements of a slice of the server's log, per job, by kind, by
+    session (server process) and by shape."""
     shapes: collections.Counter[str] = collections.Counter()
     sessions: collections.Counter[str] = collections.Counter()
     for match in LINE.finditer(text):
@@ -77,9 +97,6 @@ def count(jobs: int, concurrency: int, folder: Path) -> dict[str, Any]:
     for shape, n in shapes.items():
         by_kind[shape.split(" ", 1)[0].upper()] += n
     return {
-        "jobs": jobs,
-        "executed": executed,
-        "concurrency": concurrency,
         "statements": total,
         "statements_per_job": round(total / jobs, 2),
         "by_kind_per_job": {k: round(n / jobs, 2) for k, n in by_kind.most_common()},
@@ -88,15 +105,81 @@ def count(jobs: int, concurrency: int, folder: Path) -> dict[str, Any]:
     }
 
 
+def round_trips(sessions: list[Session], jobs: int) -> dict[str, Any]:
+    """The relay's counts: round trips per job and per connection (start-up
+    and authentication apart too), and the client's messages per job."""
+    if any(session.opaque for session in sessions):
+        raise SystemExit("pgcount: a worker connection negotiated encryption; the relay is blind")
+    total = sum(session.round_trips for session in sessions)
+    messages: collections.Counter[str] = collections.Counter()
+    for session in sessions:
+        messages.update(session.client_messages)
+    return {
+        "round_trips": total,
+        "round_trips_per_job": round(total / jobs, 2),
+        "round_trips_by_session": sorted((s.round_trips for s in sessions), reverse=True),
+        "startup_round_trips": sum(session.startup_round_trips for session in sessions),
+        "client_messages_per_job": {
+            MESSAGE_NAMES.get(kind, kind): round(n / jobs, 2) for kind, n in messages.most_common()
+        },
+    }
+
+
+def count(server: PgServer, name: str, jobs: int, concurrency: int, folder: Path) -> dict[str, Any]:
+    """One drain of a fresh database `name` on server, counted both ways."""
+    folder.mkdir()
+    url = server.create_database(name)
+    _spoolctl("migrate", "--db", url, "--json", cwd=folder)
+    batch = folder / "jobs.ndjson"
+    batch.write_text('{"argv": ["true"]}\n' * jobs)
+    _spoolctl("add", "--db", url, "--batch", str(batch), "--json", cwd=folder)
+    with server.connect(autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {name} SET log_statement = 'all'")
+    assert server.root is not None, "a private server: its log is in its root"
+    log = Path(server.root) / "server.log"
+    start = log.stat().st_size
+    with Relay(server.host, server.port) as relay:
+        out = _spoolctl("work", "--db", relayed_url(url, relay), "--drain", "--json",
+                        "--concurrency", str(concurrency), cwd=folder).stdout  # fmt: skip
+    with log.open("rb") as file:
+        file.seek(start)
+        text = file.read().decode("utf-8", "replace")
+    return {
+        "jobs": jobs,
+        "executed": json.loads(out)["data"]["executed"],
+        "concurrency": concurrency,
+        **statements(text, jobs),
+        **round_trips(relay.sessions, jobs),
+    }
+
+
+def _concurrencies(text: str) -> list[int]:
+    """--concurrency 1,8: each a drain of its own, in that order."""
+    try:
+        levels = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of numbers: {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"each concurrency must be at least 1: {text!r}")
+    return levels
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--concurrency", type=_concurrencies, default=[1])
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        result = count(args.jobs, args.concurrency, Path(tmp))
-    text = json.dumps(result, indent=1)
+        server = start_private_server(Path(tmp), FAST)
+        try:
+            results = [
+                count(server, f"counted{i}", args.jobs, level, Path(tmp) / f"run{i}")
+                for i, level in enumerate(args.concurrency)
+            ]
+        finally:
+            server.stop()
+    text = json.dumps(results, indent=1)
     print(text)
     if args.out is not None:
         args.out.write_text(text)
