@@ -26,7 +26,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 
 from spoolctl.db import codec
 from spoolctl.db.prepared import Prepared, PreparedFor, item_bind
@@ -133,6 +143,15 @@ def failure_values(parent: int, parent_state: str, now: float) -> dict[str, Any]
         "last_failure_reason": FailureReason.DEPENDENCY_FAILED.value,
         "last_error": f"dependency failed: job {parent} is {parent_state}",
     }
+
+
+AWAITED: ColumnElement[Any] = literal_column(
+    "(EXISTS (SELECT 1 FROM job_dependencies WHERE job_dependencies.after_job_id = jobs.id))"
+).label("awaited")
+"""For a RETURNING clause over jobs: whether any job depends on this one (by
+the after_job_id index), so that a pass looks for dependents to release only
+where there are some. Written out: SQLAlchemy renders RETURNING columns
+unqualified on SQLite."""
 
 
 def _waiting_children_of(n: int) -> Any:

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Float, Integer, Text, bindparam, exists, func
 
 from spoolctl.db.prepared import Prepared, PreparedFor, item_bind, item_binds
 from spoolctl.db.tables import attempts, jobs
+from spoolctl.services import dependencies
 from spoolctl.services.deadletter import RELEASE_LOCK, requeue_or_dead
 from spoolctl.services.dependencies import release_dependents_of
 from spoolctl.services.events import event_row, record_event, record_events
@@ -194,7 +195,7 @@ def _mark_done(n: int) -> Any:
             last_error=None,
             last_failure_reason=None,
         )
-        .returning(jobs.c.id)
+        .returning(jobs.c.id, dependencies.AWAITED)
     )
 
 
@@ -251,8 +252,9 @@ def record_successes(
     """These attempts succeeded and their jobs are done, where this worker still
     owns both (a stale outcome of a canceled attempt never touches a job the
     same worker claimed again); returns, for each, whether it was recorded.
-    One statement per table for all of them: the jobs, the attempts, the
-    events, the dependents waiting for them."""
+    One statement per table for all of them: the jobs (which also says which
+    have dependents), the attempts, the events, and where some job depends on
+    one of them, the dependents waiting."""
     if not endings:
         return []
     batch: list[int] = []
@@ -261,7 +263,9 @@ def record_successes(
         (again if any(endings[b].job_id == e.job_id for b in batch) else batch).append(i)
     items = [{"b_id": endings[i].job_id, "b_attempt": endings[i].attempt_id} for i in batch]
     params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
-    done = {int(row.id) for row in _MARK_DONE.of(len(batch)).all(conn, params)}
+    marked = _MARK_DONE.of(len(batch)).all(conn, params)
+    done = {int(row.id) for row in marked}
+    awaited = [int(row.id) for row in marked if row.awaited]
     recorded = [endings[i] for i in batch if endings[i].job_id in done]
     _finish_attempts(conn, [
         _finish_params(e.attempt_id, AttemptState.SUCCEEDED, None, now, e.pid, e.outcome)
@@ -270,7 +274,7 @@ def record_successes(
     record_events(conn, [
         event_row(e.job_id, EventKind.SUCCEEDED, now, worker_id=worker_id) for e in recorded
     ])  # fmt: skip
-    release_dependents_of(conn, [e.job_id for e in recorded])
+    release_dependents_of(conn, awaited)
     flags = [i in batch and endings[i].job_id in done for i in range(len(endings))]
     later = record_successes(conn, [endings[i] for i in again], worker_id=worker_id, now=now)
     for i, flag in zip(again, later, strict=True):
