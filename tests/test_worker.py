@@ -255,6 +255,31 @@ def test_a_spawn_record_lost_to_a_busy_lock_is_retried_until_it_lands(
     assert attempt["job_pid"] is not None and attempt["job_started_at"] is not None
 
 
+def test_a_due_spawn_record_rides_with_the_next_pass(
+    db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy worker's spawn records go with the pass that records another
+    job's end, not in a transaction of their own: with the record's own
+    transaction held off for good, the long job's start time still lands
+    while it runs (a pid stored with the outcome would come without one)."""
+    long_id = add_job(db, "sleep", "1")
+    short_id = add_job(db, "sleep", "0.05")
+    monkeypatch.setattr(execute, "SPAWN_RECORD_ALONE_S", 3600.0)
+    queue = open_write(str(db))
+    options = WorkerOptions(mode="drain", concurrency=2)
+    worker = Worker(queue, options, Timing(0.2, 1.0, 600.0))
+    try:
+        worker.run()
+    finally:
+        queue.engine.dispose()
+
+    (long_attempt,) = attempts_of(db, long_id)
+    (short_attempt,) = attempts_of(db, short_id)
+    assert (long_attempt["state"], short_attempt["state"]) == ("succeeded", "succeeded")
+    assert long_attempt["job_pid"] is not None and long_attempt["job_started_at"] is not None
+    assert short_attempt["job_started_at"] is None  # it ended before any pass to ride with
+
+
 def test_the_worker_row_is_registered_heartbeats_and_stops(db: Db) -> None:
     add_job(db, "true")  # creates the queue file, in a lane the worker does not serve
     worker = start_worker(db, "--worker-id", "w-beat", "--queue", "lane")

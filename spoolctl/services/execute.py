@@ -50,8 +50,16 @@ GROUP_POLL_S = 0.02
 """How often a group whose leader has exited is looked at until it is empty."""
 SPAWN_RECORD_DELAY_S = 0.005
 """A job that ends sooner has its pid recorded with its outcome, in one
-transaction; a longer one gets it recorded on its own after this delay (by
-then the kernel has finished the exec, so reading its start time is cheap)."""
+transaction; a longer one gets it recorded after this delay (by then the
+kernel has finished the exec, so reading its start time is cheap), with the
+next pass that writes anyway (`SPAWN_RECORD_ALONE_S`)."""
+SPAWN_RECORD_ALONE_S = 0.1
+"""How long a due spawn record waits for a pass to ride with before it is
+written in a transaction of its own. A busy worker's passes come every few
+milliseconds, so its records ride along instead of costing a commit each;
+until one lands, the attempt token in the job's environment is what lets a
+reaper find the job should this worker die (the spawn-window guarantee does
+not rest on the record)."""
 OUTPUT_DIR_MODE = 0o700
 
 
@@ -349,6 +357,14 @@ _RECORD_CONTAINED = Prepared(
     )
 )
 """The same with the attempt's cgroup, for one its worker contained."""
+
+
+def record_spawns(conn: Connection, executions: list[Execution]) -> None:
+    """`record_spawn` for each, with the start time read now (None for a job
+    that has ended meanwhile)."""
+    for execution in executions:
+        pid = execution.pid
+        record_spawn(conn, execution, None if pid is None else procs.process_start_time(pid))
 
 
 def record_spawn(conn: Connection, execution: Execution, started_at: float | None) -> None:

@@ -5,11 +5,11 @@ the lease fence, which only drives the jobs' processes, never does."""
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from sqlalchemy import Connection
 
-from spoolctl import procs
 from spoolctl.db.engine import write_quietly, write_tx
 from spoolctl.errors import StorageFault
 from spoolctl.services import execute, heartbeat, lease, reaper
@@ -137,36 +137,31 @@ class ReapPass:
 
 
 class SpawnRecords:
-    """Store the pid and start time of jobs that outlived the short delay.
-    Retried on every pass until it lands: without it a reaper could not kill
-    the job's group should this worker die, and the job could run twice at
-    once."""
+    """Store the pid and start time of jobs that outlived the short delay,
+    where no settle pass took them along (`Settler`): alone once the oldest
+    has waited `SPAWN_RECORD_ALONE_S`, then every due one with it. Retried on
+    every pass until it lands: it is what lets a reaper kill the job's group
+    by its recorded identity should this worker die (the attempt token covers
+    the time before)."""
 
     def __init__(self, shift: Shift) -> None:
         self.shift = shift
 
-    def _unrecorded(self) -> list[execute.Execution]:
-        return [
-            e for e in self.shift.running.values() if e.proc is not None and not e.spawn_recorded
-        ]
-
     def due_at(self) -> float:
-        due = [e.record_spawn_at for e in self._unrecorded()]
-        return self.shift.db_due(min(due)) if due else NEVER
+        waiting = self.shift.spawns_unrecorded(math.inf, 0.0)
+        if not waiting:
+            return NEVER
+        oldest = min(e.started_at for e in waiting)
+        return self.shift.db_due(oldest + execute.SPAWN_RECORD_ALONE_S)
 
     def run(self, now: float) -> None:
-        due = [e for e in self._unrecorded() if now >= e.record_spawn_at]
-        if not due:
+        if not self.shift.spawns_unrecorded(now, execute.SPAWN_RECORD_ALONE_S):
             return
-
-        def record(conn: Connection) -> None:
-            for execution in due:
-                pid = execution.pid
-                started = None if pid is None else procs.process_start_time(pid)
-                execute.record_spawn(conn, execution, started)
-
+        due = self.shift.spawns_unrecorded(now, execute.SPAWN_RECORD_DELAY_S)
         with self.shift.report.timings.db:
-            landed = write_quietly(self.shift.engine, record, LOCK_SLICE_S)
+            landed = write_quietly(
+                self.shift.engine, lambda conn: execute.record_spawns(conn, due), LOCK_SLICE_S
+            )
         if landed:
             for execution in due:
                 execution.spawn_recorded = True

@@ -43,6 +43,8 @@ class Settler:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
                 self._store_last_output(conn, ended)
                 states = self._settle(conn, ended, now)
+                riding = self._spawns_riding(ended, now)
+                execute.record_spawns(conn, riding)
                 scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
                 stale = self.reaping.stale(conn, now, shift.running) if scan else []
                 claims = [] if stale else self._claim_in(conn, now, wanted)
@@ -52,6 +54,8 @@ class Settler:
             return []
         shift.backoff.ok()
         shift.output.landed()
+        for execution in riding:
+            execution.spawn_recorded = True
         for (execution, outcome), state in zip(ended, states, strict=True):
             shift.finished_one(execution, outcome, state)
         if scan:
@@ -60,6 +64,13 @@ class Settler:
             self.reaping.reap(stale, now)
             claims = self._claim_only(now, wanted)
         return claims
+
+    def _spawns_riding(self, ended: Ended, now: float) -> list[execute.Execution]:
+        """The due spawn records of jobs still running: they ride with this
+        pass instead of costing a transaction of their own."""
+        over = {execution.claim.job_id for execution, _ in ended}
+        due = self.shift.spawns_unrecorded(now, execute.SPAWN_RECORD_DELAY_S)
+        return [e for e in due if e.claim.job_id not in over]
 
     def _store_last_output(self, conn: Connection, ended: Ended) -> None:
         """An ended attempt's remaining output is stored (where the writer

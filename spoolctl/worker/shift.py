@@ -119,6 +119,15 @@ class Shift:
                 found.append((execution, outcome))
         return found
 
+    def spawns_unrecorded(self, now: float, after_s: float) -> list[execute.Execution]:
+        """Running jobs spawned at least `after_s` ago whose spawn record has
+        not landed."""
+        return [
+            e
+            for e in self.running.values()
+            if e.proc is not None and not e.spawn_recorded and now >= e.started_at + after_s
+        ]
+
     def finished_one(
         self, execution: execute.Execution, outcome: Outcome | None, state: JobState | None
     ) -> None:
