@@ -57,6 +57,13 @@ PASS_BUDGET_BYTES = 1 << 20
 everything up to the cap), so one pass stays a short transaction."""
 
 
+ROWS_PER_INSERT = 1000
+"""Chunks stored by one multi-row INSERT: a pass's chunks (two empty ones
+for each ended attempt with no output) cost the server one statement, not
+one each, and a long final copy stays far below PostgreSQL's 65,535 bind
+parameters per statement."""
+
+
 def cap_bytes() -> int:
     """`SPOOLCTL_PG_OUTPUT_CAP`: a whole number of bytes from 1 to MAX_CAP_BYTES."""
     raw = os.environ.get(CAP_ENV, "")
@@ -136,8 +143,8 @@ class OutputCopier:
                 new_rows, staged[name] = _chunk_rows(aid, name, start, self.cap, final)
                 rows += new_rows
             self._staged[aid] = staged
-        if rows:
-            conn.execute(insert(output_chunks), rows)
+        for first in range(0, len(rows), ROWS_PER_INSERT):
+            conn.execute(insert(output_chunks).values(rows[first : first + ROWS_PER_INSERT]))
 
     def landed(self) -> None:
         """The transaction of the last `copy` committed."""
