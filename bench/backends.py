@@ -213,7 +213,8 @@ class PgQueue:
 
     def server_counters(self) -> dict[str, float]:
         """Commits, rollbacks and WAL bytes so far (the database's, the server's
-        WAL), to tell how much work a drain asked of the server. The counts of
+        WAL) and the server's CPU (all its processes: the server is the
+        benchmark's own), to tell how much work a drain asked of the server. The counts of
         backends that have exited are complete; they include the few statements
         of this query's own connection."""
         with self.srv.connect(autocommit=True) as conn:
@@ -223,7 +224,8 @@ class PgQueue:
                 "FROM pg_stat_database WHERE datname = %s",
                 (self.name,),
             ).fetchone()
-        return {"commits": float(row[0]), "rollbacks": float(row[1]), "wal_bytes": float(row[2])}
+        return {"commits": float(row[0]), "rollbacks": float(row[1]), "wal_bytes": float(row[2]),
+                "server_cpu_ms": 1000 * self.srv.server_cpu_s()}  # fmt: skip
 
     def connections(self) -> dict[str, int]:
         rows = (

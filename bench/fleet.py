@@ -133,6 +133,10 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                     "",
                 ]
             )
+        for k in FLEET_SIZES:
+            out.append([f"  fleet {k} x {SLOTS}: CPU per job (workers and jobs + server)",
+                        *(_drain_cpu(d, f"{b} {k}x{SLOTS}") for b in ("pg", "sqlite")),
+                        "", "", ""])  # fmt: skip
     elif d is not None:
         out.append([f"fleet:drain: {d['error'][:100]}", "ERROR", "", "", "", ""])
     b = results.get("fleet:db")
@@ -145,6 +149,16 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
         for arm, text in (results.get(name) or {}).get("errors", {}).items():
             out.append([f"{name} / {arm}: {text[:90]}", "ERROR", "", "", "", ""])
     return out
+
+
+def _drain_cpu(d: dict[str, Any], arm: str) -> str:
+    """The arm's mean CPU per job: its workers with their jobs, and the server."""
+    found = [x for x in d["samples"] if x.get("arm") == arm and "workers_cpu_ms_per_job" in x]
+    if not found:
+        return "-"
+    workers = sum(x["workers_cpu_ms_per_job"] for x in found) / len(found)
+    server = sum(x.get("server_cpu_ms_per_job", 0.0) for x in found) / len(found)
+    return f"{workers:.2f} + {server:.2f} ms"
 
 
 def _db_rows(b: dict[str, Any], batch: int) -> list[list[str]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import resource
 import signal
 import subprocess
 import threading
@@ -100,7 +101,9 @@ def drain_once(
     try:
         queue.fill(jobs, time.time())
         before = queue.server_counters()
+        cpu_before = _children_cpu_s()
         wall, datas, peak_mb = _run_drain(impl, queue, d, workers, extra, during)
+        workers_cpu_s = _children_cpu_s() - cpu_before
         done = queue.count("done")
         after = queue.server_counters()
     finally:
@@ -115,6 +118,7 @@ def drain_once(
         "workers": workers,
         "executed": sum(data["executed"] for data in datas),
         "peak_rss_mb": peak_mb,
+        "workers_cpu_ms_per_job": 1000 * workers_cpu_s / jobs,
         **{f"{k}_per_job": (after[k] - before[k]) / jobs for k in before},
     }
     if all("timings" in data for data in datas):  # ours since issue 23; the reference never
@@ -122,6 +126,13 @@ def drain_once(
         sample["timings"] = timings
         sample["per_job_ms"] = per_job_ms(timings, wall, workers, jobs)
     return sample
+
+
+def _children_cpu_s() -> float:
+    """CPU of this process's reaped children so far: a drain's workers, and
+    their jobs (each worker reaps its own)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 TIMING_KEYS = ("db_s", "spawn_s", "wall_s", "jobs")
