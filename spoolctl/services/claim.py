@@ -341,8 +341,8 @@ _Taken = tuple[Any, int, _Decoded]
 
 
 def _begin_attempts(conn: Connection, taken: list[_Taken], by: _By) -> list[Claim]:
-    """The taken jobs' attempt rows (one statement) and their `claimed` events
-    (one driver call), in the order given; and for a job with limits this
+    """The taken jobs' attempt rows and their `claimed` events (a statement
+    each for all of them), in the order given; and for a job with limits this
     worker cannot enforce, `limits_not_enforced`. by: who claims, and when."""
     if not taken:
         return []

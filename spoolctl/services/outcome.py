@@ -259,8 +259,10 @@ def record_successes(
         return []
     batch: list[int] = []
     again: list[int] = []  # a job named twice (never in practice): after the others
+    seen: set[int] = set()
     for i, e in enumerate(endings):
-        (again if any(endings[b].job_id == e.job_id for b in batch) else batch).append(i)
+        (again if e.job_id in seen else batch).append(i)
+        seen.add(e.job_id)
     items = [{"b_id": endings[i].job_id, "b_attempt": endings[i].attempt_id} for i in batch]
     params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
     marked = _MARK_DONE.of(len(batch)).all(conn, params)
@@ -275,7 +277,8 @@ def record_successes(
         event_row(e.job_id, EventKind.SUCCEEDED, now, worker_id=worker_id) for e in recorded
     ])  # fmt: skip
     release_dependents_of(conn, awaited)
-    flags = [i in batch and endings[i].job_id in done for i in range(len(endings))]
+    first = set(batch)
+    flags = [i in first and endings[i].job_id in done for i in range(len(endings))]
     later = record_successes(conn, [endings[i] for i in again], worker_id=worker_id, now=now)
     for i, flag in zip(again, later, strict=True):
         flags[i] = flag
