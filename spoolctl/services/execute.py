@@ -109,7 +109,6 @@ class Execution:
     spawn_error: str | None = None
     pidfd: int | None = None
     spawn_recorded: bool = False
-    record_spawn_at: float = 0.0
     returncode: int | None = None
     """The leader's exit status, once it has exited."""
     group_ends_at: float | None = None
@@ -135,7 +134,6 @@ class Execution:
         worker's containment (None: process groups only)."""
         self.started_at = now
         self.deadline = now + self.claim.timeout_seconds
-        self.record_spawn_at = now + SPAWN_RECORD_DELAY_S
         starter = spawner if spawner is not None else spawn.shared()
         cell = None if cells is None else cells.cell(self.claim.attempt_id, self.claim.limits)
         try:
