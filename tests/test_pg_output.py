@@ -335,6 +335,59 @@ def test_a_failed_pass_loses_nothing_and_stores_nothing_twice(
     assert [(o, d, t) for o, d, t in stored] == [(0, b"a" * 100, 0), (100, b"b" * 50, 0)]
 
 
+@pytest.mark.parametrize("prune", ["before", "during"])
+def test_an_attempt_pruned_underneath_is_forgotten_without_a_failed_pass(
+    pg_queue: str, tmp_path: Path, prune: str
+) -> None:
+    """A prune that deleted an attempt before the copier's pass, or that is
+    deleting it while the pass runs (the pass waits on the row, then finds it
+    gone), leaves that attempt's chunks out and the copier forgets it; the
+    other attempt of the pass is stored, and nothing fails."""
+    spool = tmp_path / "worker-host"
+    jobs = [add(pg_queue, spool, "true") for _ in range(2)]
+    data_of(spoolctl("work", "--db", pg_queue, "--drain", "--json", spool=spool))
+    gone, kept = (
+        int(sql(pg_queue, "SELECT id FROM attempts WHERE job_id = %s", (job,))[0][0])
+        for job in jobs
+    )
+    copier = OutputCopier(cap=1000)
+    for aid in (gone, kept):
+        out = tmp_path / f"out-{aid}"
+        out.write_bytes(b"x" * 10)
+        copier.track(aid, {"stdout": str(out), "stderr": str(tmp_path / "none")})
+    sql(pg_queue, "DELETE FROM output_chunks RETURNING id")
+    deleter = psycopg.connect(libpq_url(pg_queue))
+    deleter.execute("DELETE FROM attempts WHERE id = %s", (gone,))
+    if prune == "before":
+        deleter.commit()
+    queue_file = open_for_write(driver_of(pg_queue))
+    errors: list[BaseException] = []
+
+    def copy() -> None:
+        try:
+            with queue_file.engine.begin() as conn:
+                copier.copy(conn, [gone, kept], final=True)
+            copier.landed()
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    try:
+        copying = threading.Thread(target=copy)
+        copying.start()
+        if prune == "during":
+            copying.join(timeout=0.5)
+            assert copying.is_alive(), "the pass waits for the deleting transaction"
+            deleter.commit()
+        copying.join(timeout=30)
+        assert not copying.is_alive() and errors == []
+    finally:
+        deleter.close()
+        queue_file.dispose()
+    assert copier.behind() == []
+    stored = sql(pg_queue, 'SELECT attempt_id, stream, "offset", data FROM output_chunks')
+    assert [(a, s, o, bytes(d)) for a, s, o, d in stored] == [(kept, "stdout", 0, b"x" * 10)]
+
+
 def test_a_sqlite_queue_stores_no_chunks(tmp_path: Path) -> None:
     db = tmp_path / "spool" / "queue.db"
     job = add(str(db), tmp_path, "echo", "hi")

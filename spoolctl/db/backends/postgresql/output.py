@@ -38,11 +38,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Integer,
+    LargeBinary,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from spoolctl.config import ENV_VARS
 from spoolctl.config import OUTPUT_CAP_ENV as CAP_ENV
 from spoolctl.db.backends.base import STREAMS
+from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, output_chunks
 from spoolctl.errors import InvalidInput
 
@@ -58,10 +72,9 @@ everything up to the cap), so one pass stays a short transaction."""
 
 
 ROWS_PER_INSERT = 1000
-"""Chunks stored by one multi-row INSERT: a pass's chunks (two empty ones
-for each ended attempt with no output) cost the server one statement, not
-one each, and a long final copy stays far below PostgreSQL's 65,535 bind
-parameters per statement."""
+"""Chunks stored by one statement (`_STORE`): a pass's chunks (two empty
+ones for each ended attempt with no output) cost the server one statement,
+not one each, and a long final copy is sent in bounded messages."""
 
 
 def cap_bytes() -> int:
@@ -123,16 +136,11 @@ class OutputCopier:
     def copy(self, conn: Connection, attempt_ids: Iterable[int], *, final: bool = False) -> None:
         """Store the new bytes of these attempts (final: all of them up to the
         cap, else at most PASS_BUDGET_BYTES per stream). The copier advances
-        only when the caller reports the commit with `landed()`."""
+        only when the caller reports the commit with `landed()`. A pass with
+        nothing new to store sends no statement."""
         wanted = [aid for aid in attempt_ids if aid in self._attempts]
-        if not wanted:
-            return
-        existing = _lock_existing(conn, wanted)
         rows: list[dict[str, Any]] = []
         for aid in wanted:
-            if aid not in existing:  # pruned underneath: its chunks could not be stored
-                self.forget(aid)
-                continue
             attempt = self._attempts[aid]
             staged = {}
             for name, stream in attempt.streams.items():
@@ -143,8 +151,12 @@ class OutputCopier:
                 new_rows, staged[name] = _chunk_rows(aid, name, start, self.cap, final)
                 rows += new_rows
             self._staged[aid] = staged
+        stored: set[int] = set()
         for first in range(0, len(rows), ROWS_PER_INSERT):
-            conn.execute(insert(output_chunks).values(rows[first : first + ROWS_PER_INSERT]))
+            stored |= _store(conn, rows[first : first + ROWS_PER_INSERT])
+        for aid in {row["attempt_id"] for row in rows} - stored:
+            self._staged.pop(aid, None)  # pruned underneath: its chunks could not be stored
+            self.forget(aid)
 
     def landed(self) -> None:
         """The transaction of the last `copy` committed."""
@@ -178,15 +190,37 @@ def _size(path: str) -> int:
         return 0
 
 
-def _lock_existing(conn: Connection, attempt_ids: list[int]) -> set[int]:
-    """The attempts that still exist, share-locked so that no prune deletes
-    one before its chunks commit (a chunk of a deleted attempt is refused)."""
-    query = (
-        select(attempts.c.id)
-        .where(attempts.c.id.in_(attempt_ids))
-        .with_for_update(read=True, key_share=True)
-    )
-    return {int(row.id) for row in conn.execute(query)}
+_COLUMNS = ("attempt_id", "stream", "offset", "data", "truncated")
+_TYPES = {"attempt_id": BigInteger, "stream": Text, "offset": Integer, "data": LargeBinary,
+          "truncated": Integer}  # fmt: skip
+_NEW = (
+    func.unnest(*(cast(bindparam(f"c_{name}"), ARRAY(_TYPES[name])) for name in _COLUMNS))
+    .table_valued(*_COLUMNS)
+    .render_derived(name="new")
+)
+_LIVE = (
+    select(attempts.c.id)
+    .where(attempts.c.id == any_(cast(bindparam("c_ids"), ARRAY(BigInteger))))
+    .with_for_update(read=True, key_share=True)
+)
+_STORE = Prepared(
+    insert(output_chunks)
+    .from_select(_COLUMNS, select(*_NEW.c).where(_NEW.c.attempt_id.in_(_LIVE)))
+    .returning(output_chunks.c.attempt_id)
+)
+"""Chunks of any number of attempts in one prepared statement (its columns
+as arrays), stored only for attempts that still exist: those are
+share-locked first, so no prune deletes one before its chunks commit (a
+prune that got there first leaves its chunks out, and the copier forgets
+it). Row locks are taken before the foreign keys are checked, at the
+statement's end."""
+
+
+def _store(conn: Connection, rows: list[dict[str, Any]]) -> set[int]:
+    """Store the chunk rows; the attempts whose chunks were stored."""
+    params = {f"c_{name}": [row[name] for row in rows] for name in _COLUMNS}
+    params["c_ids"] = sorted({row["attempt_id"] for row in rows})
+    return {int(found[0]) for found in _STORE.execute(conn, params).fetchall()}
 
 
 def _stored_stream(conn: Connection, attempt_id: int, name: str, stream: _Stream) -> _Stream:
