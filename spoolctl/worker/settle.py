@@ -105,7 +105,7 @@ class Settler:
             worker_pid=shift.identity.pid,
             queue=shift.options.queue,
             slots=shift.options.slots,
-            output_root=shift.queue.output_root,
+            output_root=shift.output_root,
             now=now,
             enforces=shift.cells.enforces,
         )

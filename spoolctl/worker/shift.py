@@ -8,6 +8,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -82,12 +83,16 @@ class Shift:
     """The queue file was deleted or replaced: write nothing more."""
     held: HeldConnection = field(init=False)
     """The connection of the claim-and-record transactions, one per job."""
+    output_root: Path = field(init=False)
+    """Where this worker's attempts write their output files: fixed as it
+    starts (the driver works it out from the environment and the URL)."""
     cells: containment.Containment = field(default_factory=containment.Containment.none)
     """Where this worker contains its attempts (a cgroup each, where it can):
     probed when it starts to serve (`Worker.run`), process groups until then."""
 
     def __post_init__(self) -> None:
         self.held = HeldConnection(self.queue.engine)
+        self.output_root = self.queue.output_root
 
     @property
     def engine(self) -> Engine:
