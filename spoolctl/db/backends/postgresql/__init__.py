@@ -31,7 +31,7 @@ The package: this module (the driver, its engines, the statements that
 differ), `url` (parsing, masking), `errors` (translation), `watch` (the
 server's clock, LISTEN/NOTIFY), `output` (the stored copy), `health`
 (doctor's checks), `ledger` (the readers' numbering), `limits` (time-outs,
-set per transaction). Nothing here is
+set per transaction), `pipeline` (statements sent with the next one). Nothing here is
 imported unless `--db` names a PostgreSQL URL.
 """
 
@@ -51,6 +51,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
+from spoolctl.db.backends.postgresql import pipeline
 from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
 from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_lag, ledger_reader
 from spoolctl.db.backends.postgresql.limits import (
@@ -112,6 +113,7 @@ def make_engine(
         hide_parameters=True,
     )
     engine.update_execution_options(spoolctl_display=masked(url))
+    pipeline.install(engine)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
