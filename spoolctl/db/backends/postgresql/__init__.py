@@ -130,22 +130,23 @@ def make_engine(
         options = conn.get_execution_options()
         if options.get(CLOCK_ONLY_OPTION, False):
             return  # a clock reading touches no table: any schema (or none) will do
-        # One round trip: the transaction's settings and the revision check.
+        # One round trip: the BEGIN, the transaction's settings and the revision check.
         bounds: dict[str, str] = conn.connection.info[BOUNDS_OPTION]
         writable = write or options.get(LEDGER_OPTION, False)
+        opening: list[tuple[str, dict[str, Any] | None]] = []
         if writable and not options.get(READ_ONLY_OPTION, False):
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
             ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
             setting = setting_sql({"lock_timeout": ms, **bounds})
             params: dict[str, Any] | None = {"lock_timeout": ms, **bounds}
         else:
-            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            opening.append(("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", None))
             setting = setting_sql(bounds)
             params = dict(bounds)
         if expected_revision is None:
-            conn.exec_driver_sql(setting, params)
+            pipeline.opening(conn, [*opening, (setting, params)])
             return
-        found = _revision_with(conn, setting, params)
+        found = _revision_with(conn, opening, setting, params)
         if found != expected_revision:
             raise RevisionMismatch(
                 f"schema revision changed underneath: expected {expected_revision}, found {found}",
@@ -168,12 +169,18 @@ def require_driver() -> None:
         ) from None
 
 
-def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None) -> str | None:
-    """Run the transaction's setting statement and read the revision in the
-    same round trip; None when there is no alembic_version table (the failed
-    transaction is rolled back when the connection returns to the pool)."""
+def _revision_with(
+    conn: Connection,
+    opening: list[tuple[str, dict[str, Any] | None]],
+    setting: str,
+    params: dict[str, Any] | None,
+) -> str | None:
+    """Run the transaction's opening statements and its setting statement,
+    and read the revision in the same round trip; None when there is no
+    alembic_version table (the failed transaction is rolled back when the
+    connection returns to the pool)."""
     try:
-        row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1)", params).first()
+        row = pipeline.opening(conn, [*opening, (f"{setting}, ({_VERSION_SQL} LIMIT 1)", params)])
         found = None if row is None else row[-1]
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table

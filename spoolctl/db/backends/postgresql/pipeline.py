@@ -1,6 +1,7 @@
 """Deferred statements on PostgreSQL (`prepared.Prepared.defer`): sent in one
 psycopg pipeline with the connection's next statement, or just before its
-commit, instead of each waiting for its own answer.
+commit, instead of each waiting for its own answer. And a transaction's
+opening statements (`opening`): sent with the BEGIN psycopg puts before them.
 
 Each connection of an engine gets its own `Pipeline` (`install`). Every
 statement SQLAlchemy runs on it, and the commit, send what is deferred
@@ -75,3 +76,24 @@ def install(engine: Engine) -> None:
 def _pipeline(conn: Connection) -> Pipeline:
     found: Pipeline = conn.info[DEFERRED]
     return found
+
+
+def opening(conn: Connection, statements: list[tuple[str, dict[str, Any] | None]]) -> Any:
+    """Run a transaction's first statements in one round trip with the BEGIN
+    psycopg sends before them (instead of one for the BEGIN, and one each);
+    the last one's first row. Errors come as SQLAlchemy's, as from
+    `exec_driver_sql`."""
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    driver: Any = conn.connection.driver_connection
+    cursors = [driver.cursor() for _ in statements]
+    try:
+        with driver.pipeline():
+            for cursor, (sql, params) in zip(cursors, statements, strict=True):
+                cursor.execute(sql, params)
+        return cursors[-1].fetchone()
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(
+            statements[-1][0], None, exc, psycopg.Error, hide_parameters=True, dialect=conn.dialect
+        ) from exc
