@@ -33,8 +33,6 @@ PACKAGE = Path(spoolctl.__file__).parent
 ALLOWED: dict[tuple[str, str], str] = {
     ("db/tables.py", "AttributeError"): "module __getattr__: Python's protocol for a missing name",
     ("db/backends/postgresql/errors.py", "DBAPIError"): "wraps psycopg's own error to translate it",
-    ("db/backends/postgresql/pipeline.py", "DBAPIError.instance"): "wraps psycopg's error as "
-                                    "exec_driver_sql would: translate_errors judges it",
     ("db/backends/postgresql/errors.py", "translated"): "returns the translated public error",
     ("db/codec.py", "DamagedValue"): "caught by every reader of a stored value (hostile rows)",
     ("db/backends/sqlite/engine.py", "RevisionMismatch"): "caught by Queue: the public error",

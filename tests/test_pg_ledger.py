@@ -44,10 +44,7 @@ def queue(pg_url: str) -> Iterator[Queue]:
 
 
 def event(conn: Any, n: int, **detail: Any) -> None:
-    """Write an event now: its insert is deferred (`Prepared.defer`), and the
-    next statement sends it, so its id is drawn before the transaction goes on."""
     record_event(conn, 1, EventKind.PAUSED, time.time(), detail={"n": n, **detail})
-    conn.exec_driver_sql("SELECT 1")
 
 
 def page(engine: Engine, since: int, limit: int = 0) -> Page:

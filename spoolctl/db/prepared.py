@@ -7,14 +7,6 @@ the same SQL on the sqlite3 cursor, and a job runs a dozen statements. The
 statement runs inside the caller's SQLAlchemy transaction (the same driver
 connection, after the engine's BEGIN IMMEDIATE), so atomicity is unchanged.
 Only plain column types are selected (no result processors are needed).
-
-A statement whose results nobody reads (an event, an attempt's end) may be
-deferred: where the driver pipelines (PostgreSQL), it is sent with the
-connection's next statement, or just before its commit, in one round trip;
-elsewhere it runs at once. Statements still run in the order they were
-issued, inside the same transaction, so nothing a later statement reads and
-nothing a commit makes durable differs; a deferred statement's error comes
-with the statement it was sent with.
 """
 
 from __future__ import annotations
@@ -22,25 +14,11 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from sqlalchemy import Connection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
-
-DEFERRED = "spoolctl_deferred"
-"""Key of a connection's `info`: its `Deferring`, where its driver pipelines."""
-
-
-class Deferring(Protocol):
-    """A connection's deferred statements (its driver's: `postgresql.pipeline`)."""
-
-    def add(self, sql: str, values: Any, many: bool) -> None:
-        """Send this statement with the next one."""
-
-    def send(self, driver_conn: Any, last: Callable[[], Any] | None = None) -> Any:
-        """Send what was deferred (and last's statement with it, in one round
-        trip); returns what last returns."""
 
 
 @dataclass(frozen=True)
@@ -70,60 +48,25 @@ class Prepared:
 
     def execute(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
         """Run on the driver cursor; returns that cursor (rowcount, rows)."""
-        sql, values = self._bound(conn, params)
-        driver = conn.connection.driver_connection
-        cursor = driver.cursor()  # type: ignore[union-attr]
-        deferred: Deferring | None = conn.info.get(DEFERRED)
-        if deferred is None:
-            cursor.execute(sql, values)
+        compiled = self._compiled.get(type(conn.dialect)) or self._compile(conn)
+        values = compiled.defaults if not params else {**compiled.defaults, **params}
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        if compiled.order is None:
+            cursor.execute(compiled.sql, values)
         else:
-            deferred.send(driver, lambda: cursor.execute(sql, values))
+            cursor.execute(compiled.sql, [values[name] for name in compiled.order])
         return cursor
 
     def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run once per parameter set, in one driver call: psycopg sends them
         all in one pipeline (one round trip), sqlite3 loops in C."""
-        sql, values = self._bound_many(conn, rows)
-        driver = conn.connection.driver_connection
-        cursor = driver.cursor()  # type: ignore[union-attr]
-        deferred: Deferring | None = conn.info.get(DEFERRED)
-        if deferred is None:
-            cursor.executemany(sql, values)
-        else:
-            deferred.send(driver, lambda: cursor.executemany(sql, values))
-
-    def defer(self, conn: Connection, params: Mapping[str, Any] | None = None) -> None:
-        """`execute`, sent with the connection's next statement where its
-        driver pipelines (module docstring); for a statement whose results
-        nobody reads."""
-        deferred: Deferring | None = conn.info.get(DEFERRED)
-        if deferred is None:
-            self.execute(conn, params)
-        else:
-            deferred.add(*self._bound(conn, params), many=False)
-
-    def defer_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
-        """`execute_many`, deferred as `defer` is."""
-        deferred: Deferring | None = conn.info.get(DEFERRED)
-        if deferred is None:
-            self.execute_many(conn, rows)
-        else:
-            deferred.add(*self._bound_many(conn, rows), many=True)
-
-    def _bound(self, conn: Connection, params: Mapping[str, Any] | None) -> tuple[str, Any]:
-        """The SQL for conn's dialect and params as its driver takes them."""
         compiled = self._compiled.get(type(conn.dialect)) or self._compile(conn)
-        values = compiled.defaults if not params else {**compiled.defaults, **params}
-        if compiled.order is None:
-            return compiled.sql, values
-        return compiled.sql, [values[name] for name in compiled.order]
-
-    def _bound_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> tuple[str, Any]:
-        compiled = self._compiled.get(type(conn.dialect)) or self._compile(conn)
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         values = [{**compiled.defaults, **row} for row in rows]
         if compiled.order is None:
-            return compiled.sql, values
-        return compiled.sql, [[v[name] for name in compiled.order] for v in values]
+            cursor.executemany(compiled.sql, values)
+        else:
+            cursor.executemany(compiled.sql, [[v[name] for name in compiled.order] for v in values])
 
     def first(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
         """The first row as a named tuple (attribute access by column), or None.

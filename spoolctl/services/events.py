@@ -67,11 +67,10 @@ def record_event(
     worker_id: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    _INSERT_EVENT.defer(conn, event_row(job_id, event, at, worker_id=worker_id, detail=detail))
+    _INSERT_EVENT.execute(conn, event_row(job_id, event, at, worker_id=worker_id, detail=detail))
 
 
 def record_events(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Several events (`event_row`s) in one statement, in the order given
-    (deferred: `Prepared.defer`)."""
+    """Several events (`event_row`s) in one statement, in the order given."""
     if rows:
-        _INSERT_EVENTS.of(len(rows)).defer(conn, item_binds(rows))
+        _INSERT_EVENTS.of(len(rows)).execute(conn, item_binds(rows))

@@ -373,7 +373,7 @@ def record_spawn(conn: Connection, execution: Execution, started_at: float | Non
         return
     params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid}
     if execution.cell is None:
-        _RECORD_SPAWN.defer(conn, {**params, "b_started": started_at})
+        _RECORD_SPAWN.execute(conn, {**params, "b_started": started_at})
         return
     cgroup = {"b_cgroup": execution.cell.path}
-    _RECORD_CONTAINED.defer(conn, {**params, "b_started": started_at, **cgroup})
+    _RECORD_CONTAINED.execute(conn, {**params, "b_started": started_at, **cgroup})

@@ -238,7 +238,7 @@ def _finish_attempts(conn: Connection, finished: Sequence[tuple[bool, dict[str, 
     for contained, statement in ((False, _FINISH_ATTEMPT), (True, _FINISH_CONTAINED)):
         rows = [params for is_contained, params in finished if is_contained is contained]
         if rows:
-            statement.defer_many(conn, rows)
+            statement.execute_many(conn, rows)
 
 
 def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -> Any:

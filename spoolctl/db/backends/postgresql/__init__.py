@@ -31,7 +31,7 @@ The package: this module (the driver, its engines, the statements that
 differ), `url` (parsing, masking), `errors` (translation), `watch` (the
 server's clock, LISTEN/NOTIFY), `output` (the stored copy), `health`
 (doctor's checks), `ledger` (the readers' numbering), `limits` (time-outs,
-set per transaction), `pipeline` (statements sent with the next one). Nothing here is
+set per transaction). Nothing here is
 imported unless `--db` names a PostgreSQL URL.
 """
 
@@ -51,7 +51,6 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
-from spoolctl.db.backends.postgresql import pipeline
 from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
 from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_lag, ledger_reader
 from spoolctl.db.backends.postgresql.limits import (
@@ -113,7 +112,6 @@ def make_engine(
         hide_parameters=True,
     )
     engine.update_execution_options(spoolctl_display=masked(url))
-    pipeline.install(engine)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, record: Any) -> None:
@@ -130,23 +128,22 @@ def make_engine(
         options = conn.get_execution_options()
         if options.get(CLOCK_ONLY_OPTION, False):
             return  # a clock reading touches no table: any schema (or none) will do
-        # One round trip: the BEGIN, the transaction's settings and the revision check.
+        # One round trip: the transaction's settings and the revision check.
         bounds: dict[str, str] = conn.connection.info[BOUNDS_OPTION]
         writable = write or options.get(LEDGER_OPTION, False)
-        opening: list[tuple[str, dict[str, Any] | None]] = []
         if writable and not options.get(READ_ONLY_OPTION, False):
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
             ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
             setting = setting_sql({"lock_timeout": ms, **bounds})
             params: dict[str, Any] | None = {"lock_timeout": ms, **bounds}
         else:
-            opening.append(("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY", None))
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             setting = setting_sql(bounds)
             params = dict(bounds)
         if expected_revision is None:
-            pipeline.opening(conn, [*opening, (setting, params)])
+            conn.exec_driver_sql(setting, params)
             return
-        found = _revision_with(conn, opening, setting, params)
+        found = _revision_with(conn, setting, params)
         if found != expected_revision:
             raise RevisionMismatch(
                 f"schema revision changed underneath: expected {expected_revision}, found {found}",
@@ -169,18 +166,12 @@ def require_driver() -> None:
         ) from None
 
 
-def _revision_with(
-    conn: Connection,
-    opening: list[tuple[str, dict[str, Any] | None]],
-    setting: str,
-    params: dict[str, Any] | None,
-) -> str | None:
-    """Run the transaction's opening statements and its setting statement,
-    and read the revision in the same round trip; None when there is no
-    alembic_version table (the failed transaction is rolled back when the
-    connection returns to the pool)."""
+def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None) -> str | None:
+    """Run the transaction's setting statement and read the revision in the
+    same round trip; None when there is no alembic_version table (the failed
+    transaction is rolled back when the connection returns to the pool)."""
     try:
-        row = pipeline.opening(conn, [*opening, (f"{setting}, ({_VERSION_SQL} LIMIT 1)", params)])
+        row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1)", params).first()
         found = None if row is None else row[-1]
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
