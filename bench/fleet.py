@@ -44,7 +44,7 @@ DB_CLIENTS = (1, 2, 4, 8, 16, 32)
 DB_BATCHES = (1, SLOTS)
 """Jobs each database-only transaction records and claims."""
 DB_WINDOW_S = 2.0
-DB_FILL = 25_000
+DB_FILL = 40_000
 """Due jobs in each database-only queue: more than one SQLite writer claims in the window."""
 DB_START_DELAY_S = 0.5
 """Once every client has imported and connected, all begin this much later."""
