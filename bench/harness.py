@@ -101,9 +101,9 @@ def drain_once(
     try:
         queue.fill(jobs, time.time())
         before = queue.server_counters()
-        cpu_before = _children_cpu_s()
+        cpu_before = children_cpu_s()
         wall, datas, peak_mb = _run_drain(impl, queue, d, workers, extra, during)
-        workers_cpu_s = _children_cpu_s() - cpu_before
+        workers_cpu_s = children_cpu_s() - cpu_before
         done = queue.count("done")
         after = queue.server_counters()
     finally:
@@ -128,7 +128,7 @@ def drain_once(
     return sample
 
 
-def _children_cpu_s() -> float:
+def children_cpu_s() -> float:
     """CPU of this process's reaped children so far: a drain's workers, and
     their jobs (each worker reaps its own)."""
     used = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -34,7 +34,6 @@ import compileall
 import itertools
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from harness import children_cpu_s
 
 SERVER: Any = None
 """The benchmark's PostgreSQL server (`pgserve.BenchServer`) with --backend postgresql."""
@@ -76,11 +77,6 @@ def check_source(tree: Path) -> None:
         raise SystemExit(f"{tree}: its processes import {found}")
 
 
-def _children_cpu_s() -> float:
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return used.ru_utime + used.ru_stime
-
-
 def _queue(tree: Path, tmp: Path) -> str:
     """A new queue for one run: a file in tmp, or a fresh migrated database."""
     if SERVER is None:
@@ -110,7 +106,7 @@ def one_drain(
         argv = [sys.executable, "-m", "spoolctl", "work", "--db", db, "--drain", "--json",
                 "--concurrency", str(concurrency)]  # fmt: skip
         env = _env(tree, Path(tmp) / "spool")
-        cpu_before = _children_cpu_s()
+        cpu_before = children_cpu_s()
         server_before = 0.0 if SERVER is None else SERVER.server_cpu_s()
         started = time.perf_counter()
         procs = [
@@ -120,7 +116,7 @@ def one_drain(
         outs = [p.communicate()[0] for p in procs]
         wall = time.perf_counter() - started
         server_cpu = 0.0 if SERVER is None else SERVER.server_cpu_s() - server_before
-        workers_cpu = _children_cpu_s() - cpu_before
+        workers_cpu = children_cpu_s() - cpu_before
         if any(p.returncode != 0 for p in procs):
             raise SystemExit(f"work failed in {tree}")
     timings = [json.loads(out)["data"]["timings"] for out in outs]
