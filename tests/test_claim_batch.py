@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Connection, insert, select, update
 
-from spoolctl import procs
+from spoolctl import layout, procs
 from spoolctl.cli.queues import open_write
 from spoolctl.db.queue import Queue
-from spoolctl.db.tables import attempts, jobs
+from spoolctl.db.tables import attempts, job_events, jobs
 from spoolctl.services import claim, lanes
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import Db
@@ -49,12 +49,31 @@ def states(queue: Queue) -> dict[int, str]:
     return dict(queue.read(lambda conn: conn.execute(select(jobs.c.id, jobs.c.state)).all()))  # type: ignore[arg-type]
 
 
+def claimed_events(queue: Queue) -> list[tuple[int, str]]:
+    """(job, detail) of every claimed event, in the order they were written."""
+    found = select(job_events.c.job_id, job_events.c.detail).where(job_events.c.event == "claimed")
+    return [tuple(r) for r in queue.read(lambda conn: conn.execute(  # type: ignore[misc]
+        found.order_by(job_events.c.id)).all())]  # fmt: skip
+
+
 def test_k_free_slots_take_the_first_k_jobs_in_claim_order(queue: Queue) -> None:
     ids = [add(queue, priority=p) for p in (0, 3, 1, 3, 2, 0)]
     claims = take(queue, 4)
     # priority high first, then due time, then id: both 3s, then 2, then 1
     assert [c.job_id for c in claims] == [ids[1], ids[3], ids[4], ids[2]]
     assert all(c.attempt_no == 1 for c in claims)
+    # each attempt's row names the files the layout gives it (PostgreSQL's
+    # one-statement claim builds them in SQL), and its claimed event was written
+    rows = queue.read(lambda conn: conn.execute(
+        select(attempts.c.id, attempts.c.job_id, attempts.c.stdout_path, attempts.c.stderr_path)
+    ).all())  # fmt: skip
+    assert sorted(tuple(r) for r in rows) == sorted(
+        (c.attempt_id, c.job_id, *layout.attempt_paths(queue.output_root, c.job_id, 1))
+        for c in claims
+    )
+    assert all((c.stdout_path, c.stderr_path) == layout.attempt_paths(
+        queue.output_root, c.job_id, 1) for c in claims)  # fmt: skip
+    assert claimed_events(queue) == [(c.job_id, '{"attempt":1}') for c in claims]
     assert sorted(i for i, s in states(queue).items() if s == "running") == sorted(
         c.job_id for c in claims
     )
@@ -86,6 +105,14 @@ def test_a_damaged_row_is_quarantined_and_the_next_job_fills_its_slot(queue: Que
     claims = take(queue, 3)
     assert [c.job_id for c in claims] == [ids[0], ids[2], ids[3]]
     assert states(queue)[ids[1]] == "dead"
+    # nothing of its claim remains: no attempt, no claimed event, never started
+    assert ids[1] not in queue.read(
+        lambda conn: conn.execute(select(attempts.c.job_id)).scalars().all()
+    )
+    assert [job for job, _ in claimed_events(queue)] == [ids[0], ids[2], ids[3]]
+    started = queue.read(lambda conn: conn.execute(
+        select(jobs.c.started_at).where(jobs.c.id == ids[1])).scalar_one())  # fmt: skip
+    assert started is None
 
 
 def _ended_elsewhere(queue: Queue, job_id: int, *, alive: bool) -> None:

@@ -285,3 +285,29 @@ def worker_row(worker_id: str) -> dict[str, object]:
     now = time.time()
     return {"id": worker_id, "hostname": "h", "pid": 1, "queue": "default", "state": "running",
             "started_at": now, "heartbeat_at": now}  # fmt: skip
+
+
+def test_writes_in_with_says_what_the_backend_runs(queue: Queue) -> None:
+    """Where the driver says one statement may write inside a WITH (the
+    one-statement claim relies on it), such a statement writes and returns
+    its rows; where it says not, the backend refuses it and nothing is written."""
+    written = (
+        "WITH made AS (INSERT INTO lanes (queue, paused_at, paused_by) "
+        "VALUES ('x', 1, 't') RETURNING queue) SELECT queue FROM made"
+    )
+
+    def attempt(conn: Connection) -> list[str]:
+        return list(conn.exec_driver_sql(written).scalars())
+
+    if queue.read(lambda conn: statements(conn).writes_in_with()):
+        assert queue.write(attempt) == ["x"]
+        assert queue.read(
+            lambda conn: list(conn.exec_driver_sql("SELECT queue FROM lanes").scalars())
+        ) == ["x"]
+    else:
+        with pytest.raises(Exception, match="syntax error"):
+            queue.write(attempt)
+        assert (
+            queue.read(lambda conn: list(conn.exec_driver_sql("SELECT queue FROM lanes").scalars()))
+            == []
+        )

@@ -14,33 +14,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Select,
-    bindparam,
-    case,
-    exists,
-    func,
-    insert,
-    literal_column,
-    select,
-    update,
-)
+from sqlalchemy import Connection, Select, case, delete, func, select, update
 
 from spoolctl import layout
 from spoolctl.containment import NO_LIMITS, Limits
 from spoolctl.db import codec
 from spoolctl.db.backends import statements
-from spoolctl.db.prepared import Prepared, PreparedFor, item_bind, item_binds
-from spoolctl.db.tables import attempts, jobs, lanes
+from spoolctl.db.prepared import item_binds
+from spoolctl.db.tables import attempts, job_events, jobs
 from spoolctl.services import claim_limits, lingering
+from spoolctl.services import claim_statements as sql
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.events import event_row, record_event, record_events
 from spoolctl.services.lanes import is_paused
 from spoolctl.services.lingering import attempt_token
-from spoolctl.states import AttemptState, EventKind, JobState
+from spoolctl.states import EventKind, JobState
 
 
 @dataclass(frozen=True)
@@ -63,145 +52,8 @@ class Claim:
     """The job's --memory and --cpus (enforced where the worker's cgroups can)."""
 
 
-_LIMIT_COLUMNS = (jobs.c.memory_bytes, jobs.c.cpus)
-_CLAIMABLE_QUERY = (
-    select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds, *_LIMIT_COLUMNS)
-    .where(
-        jobs.c.state == JobState.QUEUED.value,
-        jobs.c.queue == bindparam("queue"),
-        jobs.c.next_run_at <= bindparam("now"),
-        claim_limits.enforceable(jobs, ""),
-    )
-    .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
-    .limit(1)
-    .with_for_update(skip_locked=True)
-)
-_CLAIMABLE = Prepared(_CLAIMABLE_QUERY)
-"""Built once: the hot path binds values instead of rebuilding statements."""
-
-_TAKEN: dict[str, Any] = {
-    "state": JobState.RUNNING.value,
-    "locked_by": bindparam("b_worker"),
-    "locked_pid": bindparam("b_pid"),
-    "locked_at": bindparam("b_now"),
-    "heartbeat_at": bindparam("b_now"),
-    "started_at": bindparam("b_now"),
-    "finished_at": None,
-}
-"""What a claimed job's row becomes, by either claim path."""
-
-_TAKE = Prepared(
-    update(jobs)
-    .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.QUEUED.value)
-    .values(**_TAKEN)
-)
-
-
-def _insert_attempts(n: int) -> Any:
-    """n attempts' rows, each returning its id with its job's."""
-    return (
-        insert(attempts)
-        .values(
-            [
-                {
-                    "job_id": bindparam(item_bind("b_job", i)),
-                    "attempt_no": bindparam(item_bind("b_no", i)),
-                    "worker_id": bindparam("b_worker"),
-                    "worker_pid": bindparam("b_pid"),
-                    "state": AttemptState.RUNNING.value,
-                    "started_at": bindparam("b_now"),
-                    "stdout_path": bindparam(item_bind("b_stdout", i)),
-                    "stderr_path": bindparam(item_bind("b_stderr", i)),
-                }
-                for i in range(n)
-            ]
-        )
-        .returning(attempts.c.id, attempts.c.job_id)
-    )
-
-
-_INSERT_ATTEMPTS = PreparedFor(_insert_attempts)
-"""The attempts of everything one pass claimed: one statement."""
-
-
-_PICK = jobs.alias("pick")
-_FIRST_DUE = (
-    select(_PICK.c.id)
-    .where(
-        _PICK.c.state == JobState.QUEUED.value,
-        _PICK.c.queue == bindparam("b_queue"),
-        _PICK.c.next_run_at <= bindparam("b_now"),
-        claim_limits.enforceable(_PICK),
-    )
-    .order_by(_PICK.c.priority.desc(), _PICK.c.next_run_at, _PICK.c.id)
-    .limit(bindparam("b_limit"))
-    .with_for_update(skip_locked=True)
-    .cte("picked")
-    .prefix_with("MATERIALIZED", dialect="postgresql")
-)
-"""The lane's first `b_limit` due jobs in claim order (an alias: the UPDATE's
-own `jobs` is the row it changes), picked once: PostgreSQL may run a plain
-`IN (subquery)` again for each row it joins, and each run with SKIP LOCKED
-can pick other rows, taking more than the limit. A materialized CTE runs
-once, on both backends."""
-
-
-def _newest_attempts(column: ColumnElement[Any]) -> ColumnElement[Any]:
-    """`column` of the newest attempt of the job being changed (correlated)."""
-    return (
-        select(column)
-        .where(attempts.c.job_id == jobs.c.id)
-        .order_by(attempts.c.attempt_no.desc())
-        .limit(1)
-        .scalar_subquery()
-    )
-
-
-_NEWEST_STATE = _newest_attempts(attempts.c.state)
-_NEWEST_START = _newest_attempts(attempts.c.started_at)
-"""What a job's started_at was before `_TAKE_NEXT` set it: its newest attempt's."""
-_ENDED_ELSEWHERE_LIST: ColumnElement[Any] = literal_column(
-    "(" + ", ".join(f"'{state}'" for state in sorted(lingering.ENDED_ELSEWHERE)) + ")"
-)
-"""The states as literals (constants of ours): a prepared statement has no
-expanding parameters."""
-_LAST_NO: ColumnElement[Any] = literal_column(
-    "(SELECT max(attempts.attempt_no) FROM attempts WHERE attempts.job_id = jobs.id)"
-).label("last_no")
-"""The taken job's newest attempt number, written out: SQLAlchemy renders a
-RETURNING clause's columns unqualified on SQLite, and an unqualified `id`
-inside this subquery would be the attempt's own."""
-_TAKE_NEXT = Prepared(
-    update(jobs)
-    .where(
-        jobs.c.id.in_(select(_FIRST_DUE.c.id)),
-        jobs.c.state == JobState.QUEUED.value,
-        ~exists().where(lanes.c.queue == bindparam("b_queue")),
-        func.coalesce(_NEWEST_STATE, "").op("NOT IN")(_ENDED_ELSEWHERE_LIST),
-    )
-    .values(**_TAKEN)
-    .returning(
-        jobs.c.id,
-        jobs.c.argv,
-        jobs.c.cwd,
-        jobs.c.env,
-        jobs.c.timeout_seconds,
-        jobs.c.priority,
-        jobs.c.next_run_at,
-        *_LIMIT_COLUMNS,
-        _LAST_NO,
-    )
-)
-"""The common claim in one statement: the lane's first `b_limit` due jobs in
-claim order become running, except any whose newest attempt was ended by
-someone else (its process may linger), and none from a paused lane. When it
-takes fewer than asked, the slow path (`_claim_slowly`) looks again in claim
-order, one job at a time, so a job it passed over is still taken before any
-that comes after it. Rows come back in no particular order: sorted after."""
-
-
 def _claimable_skipping(skip: list[int]) -> Select[Any]:
-    return _CLAIMABLE_QUERY.where(jobs.c.id.not_in(skip))
+    return sql.CLAIMABLE_QUERY.where(jobs.c.id.not_in(skip))
 
 
 def running_in_queue(conn: Connection, queue: str) -> int:
@@ -255,8 +107,10 @@ def claim_up_to(
     lane. A job that requires its limits is claimed only when `enforces`
     (memory, cpu: what this worker's cgroups can limit) covers them.
 
-    The common case is one statement for all of them (`_TAKE_NEXT`, which
-    returns what each attempt needs), then each attempt's row and event.
+    The common case is one statement for all of them (`TAKE_NEXT`, which
+    returns what each attempt needs), then each attempt's row and event; where
+    the backend runs writes inside a WITH, one statement for the whole claim
+    (`TAKE_AND_BEGIN`).
     """
     if slots is not None:
         statements(conn).before_slot_count(conn, queue)
@@ -264,20 +118,27 @@ def claim_up_to(
     by = (worker_id, worker_pid, queue, output_root, now, enforces)
     taken = {"b_queue": queue, "b_now": now, "b_worker": worker_id, "b_pid": worker_pid,
              **claim_limits.binds(enforces)}  # fmt: skip
+    begun = statements(conn).writes_in_with()
+    if begun:
+        taken["b_root"] = str(output_root)
     claims: list[Claim] = []
     while len(claims) < wanted:
         asked = wanted - len(claims)
-        rows = _TAKE_NEXT.all(conn, {**taken, "b_limit": asked})
+        statement = sql.TAKE_AND_BEGIN if begun else sql.TAKE_NEXT
+        rows = statement.all(conn, {**taken, "b_limit": asked})
         rows.sort(key=lambda row: (-row.priority, row.next_run_at, row.id))
         sound: list[_Taken] = []
         for row in rows:
             try:
                 decoded = _decode(row)
             except codec.DamagedValue as exc:
+                if begun:
+                    _unbegin(conn, row)
                 _quarantine(conn, row.id, str(exc), now)
                 continue
-            sound.append((row, 1 if row.last_no is None else row.last_no + 1, decoded))
-        claims += _begin_attempts(conn, sound, by)
+            number = row.attempt_no if begun else 1 if row.last_no is None else row.last_no + 1
+            sound.append((row, number, decoded))
+        claims += _begin_attempts(conn, sound, by, begun=begun)
         if len(rows) < asked:
             break
     while len(claims) < wanted:
@@ -318,7 +179,7 @@ def _claim_slowly(conn: Connection, by: _By) -> Claim | None:
         if skip:
             row = conn.execute(_claimable_skipping(skip), params).first()
         else:
-            row = _CLAIMABLE.first(conn, params)
+            row = sql.CLAIMABLE.first(conn, params)
         if row is None:
             return None
         previous = lingering.latest_attempt(conn, row.id)
@@ -331,7 +192,7 @@ def _claim_slowly(conn: Connection, by: _By) -> Claim | None:
             _quarantine(conn, row.id, str(exc), now)
             continue
         taken = {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
-        _TAKE.execute(conn, taken)
+        sql.TAKE.execute(conn, taken)
         attempt_no = 1 if previous is None else previous.attempt_no + 1
         return _begin_attempts(conn, [(row, attempt_no, decoded)], by)[0]
 
@@ -340,24 +201,22 @@ _Taken = tuple[Any, int, _Decoded]
 """A taken job: its row, its new attempt's number, its decoded command."""
 
 
-def _begin_attempts(conn: Connection, taken: list[_Taken], by: _By) -> list[Claim]:
+def _begin_attempts(
+    conn: Connection, taken: list[_Taken], by: _By, *, begun: bool = False
+) -> list[Claim]:
     """The taken jobs' attempt rows and their `claimed` events (a statement
-    each for all of them), in the order given; and for a job with limits this
-    worker cannot enforce, `limits_not_enforced`. by: who claims, and when."""
+    each for all of them; `begun`: the claim's statement made both), in the
+    order given; and for a job with limits this worker cannot enforce,
+    `limits_not_enforced`. by: who claims, and when."""
     if not taken:
         return []
-    worker_id, worker_pid, queue, output_root, now, enforces = by
-    paths = [layout.attempt_paths(output_root, row.id, no) for row, no, _ in taken]
-    items = [
-        {"b_job": row.id, "b_no": no, "b_stdout": stdout, "b_stderr": stderr}
-        for (row, no, _), (stdout, stderr) in zip(taken, paths, strict=True)
-    ]
-    params = {**item_binds(items), "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
-    made = {r.job_id: int(r.id) for r in _INSERT_ATTEMPTS.of(len(taken)).all(conn, params)}
-    record_events(conn, [
-        event_row(row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": no})
-        for row, no, _ in taken
-    ])  # fmt: skip
+    worker_id, _, queue, output_root, now, enforces = by
+    if begun:
+        paths = [(row.stdout_path, row.stderr_path) for row, _, _ in taken]
+        made = {row.id: int(row.attempt_id) for row, _, _ in taken}
+    else:
+        paths = [layout.attempt_paths(output_root, row.id, no) for row, no, _ in taken]
+        made = _insert_attempts(conn, taken, paths, by)
     claims = []
     for (row, attempt_no, decoded), (stdout_path, stderr_path) in zip(taken, paths, strict=True):
         argv, env, timeout_seconds, cwd = decoded
@@ -375,6 +234,32 @@ def _begin_attempts(conn: Connection, taken: list[_Taken], by: _By) -> list[Clai
     return claims
 
 
+def _insert_attempts(
+    conn: Connection, taken: list[_Taken], paths: list[tuple[str, str]], by: _By
+) -> dict[int, int]:
+    """The attempts' rows and `claimed` events: each job's new attempt id."""
+    worker_id, worker_pid, _, _, now, _ = by
+    items = [
+        {"b_job": row.id, "b_no": no, "b_stdout": stdout, "b_stderr": stderr}
+        for (row, no, _), (stdout, stderr) in zip(taken, paths, strict=True)
+    ]
+    params = {**item_binds(items), "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
+    made = {r.job_id: int(r.id) for r in sql.INSERT_ATTEMPTS.of(len(taken)).all(conn, params)}
+    record_events(conn, [
+        event_row(row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": no})
+        for row, no, _ in taken
+    ])  # fmt: skip
+    return made
+
+
+def _unbegin(conn: Connection, row: Any) -> None:
+    """Take back the attempt and the `claimed` event `TAKE_AND_BEGIN` made for a
+    job whose row turned out damaged, in the same transaction: nothing of the
+    claim remains, as if it had been quarantined before its attempt began."""
+    conn.execute(delete(job_events).where(job_events.c.id == row.event_id))
+    conn.execute(delete(attempts).where(attempts.c.id == row.attempt_id))
+
+
 def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None:
     """A job whose stored command cannot be trusted goes to dead, unexecuted:
     from queued (the slow path), or from the running state `_TAKE_NEXT` has
@@ -389,7 +274,7 @@ def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None
             **RELEASE_LOCK,
             state=JobState.DEAD.value,
             started_at=case(
-                (jobs.c.state == JobState.RUNNING.value, _NEWEST_START), else_=jobs.c.started_at
+                (jobs.c.state == JobState.RUNNING.value, sql.NEWEST_START), else_=jobs.c.started_at
             ),
             finished_at=now,
             last_error=f"damaged row, not executed: {problem}",

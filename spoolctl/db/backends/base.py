@@ -183,6 +183,12 @@ class Statements(Protocol):
         of its engine. Writers never wait on it."""
         ...
 
+    def writes_in_with(self) -> bool:
+        """Whether one statement may write several tables, its writes inside
+        a WITH (PostgreSQL): a claim then takes its jobs, creates their
+        attempts and writes their events in one round trip."""
+        ...
+
     def before_slot_count(self, conn: Connection, queue: str) -> None:
         """Before `--slots` counts a lane's running jobs: claimants of one lane
         count one at a time."""

@@ -204,6 +204,11 @@ def event_position() -> ColumnElement[int]:
     return job_events.c.seq
 
 
+def writes_in_with() -> bool:
+    """A WITH may hold INSERT, UPDATE and DELETE: a claim is one round trip."""
+    return True
+
+
 def before_slot_count(conn: Connection, queue: str) -> None:
     """Claimants of one lane count its running jobs one at a time (their row
     locks alone would let two of them see the same count)."""

@@ -1,0 +1,251 @@
+"""The claim's statements, built once (the hot path binds values).
+
+`TAKE_NEXT` takes the lane's first due jobs in one statement; where the
+backend runs writes inside a WITH (PostgreSQL), `TAKE_AND_BEGIN` also creates
+their attempts and writes their `claimed` events in the same statement, one
+round trip for the whole claim. `services/claim.py` decides which to use and
+handles what neither can (damaged rows, attempts ended elsewhere).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Text,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    update,
+)
+
+from spoolctl import layout
+from spoolctl.db.backends.base import STREAMS
+from spoolctl.db.prepared import Prepared, PreparedFor, item_bind
+from spoolctl.db.tables import attempts, job_events, jobs, lanes
+from spoolctl.services import claim_limits, lingering
+from spoolctl.states import AttemptState, EventKind, JobState
+
+LIMIT_COLUMNS = (jobs.c.memory_bytes, jobs.c.cpus)
+CLAIMABLE_QUERY = (
+    select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds, *LIMIT_COLUMNS)
+    .where(
+        jobs.c.state == JobState.QUEUED.value,
+        jobs.c.queue == bindparam("queue"),
+        jobs.c.next_run_at <= bindparam("now"),
+        claim_limits.enforceable(jobs, ""),
+    )
+    .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
+    .limit(1)
+    .with_for_update(skip_locked=True)
+)
+CLAIMABLE = Prepared(CLAIMABLE_QUERY)
+"""Built once: the hot path binds values instead of rebuilding statements."""
+
+_TAKEN: dict[str, Any] = {
+    "state": JobState.RUNNING.value,
+    "locked_by": bindparam("b_worker"),
+    "locked_pid": bindparam("b_pid"),
+    "locked_at": bindparam("b_now"),
+    "heartbeat_at": bindparam("b_now"),
+    "started_at": bindparam("b_now"),
+    "finished_at": None,
+}
+"""What a claimed job's row becomes, by either claim path."""
+
+TAKE = Prepared(
+    update(jobs)
+    .where(jobs.c.id == bindparam("b_id"), jobs.c.state == JobState.QUEUED.value)
+    .values(**_TAKEN)
+)
+
+
+def _insert_attempts(n: int) -> Any:
+    """n attempts' rows, each returning its id with its job's."""
+    return (
+        insert(attempts)
+        .values(
+            [
+                {
+                    "job_id": bindparam(item_bind("b_job", i)),
+                    "attempt_no": bindparam(item_bind("b_no", i)),
+                    "worker_id": bindparam("b_worker"),
+                    "worker_pid": bindparam("b_pid"),
+                    "state": AttemptState.RUNNING.value,
+                    "started_at": bindparam("b_now"),
+                    "stdout_path": bindparam(item_bind("b_stdout", i)),
+                    "stderr_path": bindparam(item_bind("b_stderr", i)),
+                }
+                for i in range(n)
+            ]
+        )
+        .returning(attempts.c.id, attempts.c.job_id)
+    )
+
+
+INSERT_ATTEMPTS = PreparedFor(_insert_attempts)
+"""The attempts of everything one pass claimed: one statement."""
+
+
+_PICK = jobs.alias("pick")
+_FIRST_DUE = (
+    select(_PICK.c.id)
+    .where(
+        _PICK.c.state == JobState.QUEUED.value,
+        _PICK.c.queue == bindparam("b_queue"),
+        _PICK.c.next_run_at <= bindparam("b_now"),
+        claim_limits.enforceable(_PICK),
+    )
+    .order_by(_PICK.c.priority.desc(), _PICK.c.next_run_at, _PICK.c.id)
+    .limit(bindparam("b_limit"))
+    .with_for_update(skip_locked=True)
+    .cte("picked")
+    .prefix_with("MATERIALIZED", dialect="postgresql")
+)
+"""The lane's first `b_limit` due jobs in claim order (an alias: the UPDATE's
+own `jobs` is the row it changes), picked once: PostgreSQL may run a plain
+`IN (subquery)` again for each row it joins, and each run with SKIP LOCKED
+can pick other rows, taking more than the limit. A materialized CTE runs
+once, on both backends."""
+
+
+def _newest_attempts(column: ColumnElement[Any]) -> ColumnElement[Any]:
+    """`column` of the newest attempt of the job being changed (correlated)."""
+    return (
+        select(column)
+        .where(attempts.c.job_id == jobs.c.id)
+        .order_by(attempts.c.attempt_no.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+_NEWEST_STATE = _newest_attempts(attempts.c.state)
+NEWEST_START = _newest_attempts(attempts.c.started_at)
+"""What a job's started_at was before `TAKE_NEXT` set it: its newest attempt's."""
+_ENDED_ELSEWHERE_LIST: ColumnElement[Any] = literal_column(
+    "(" + ", ".join(f"'{state}'" for state in sorted(lingering.ENDED_ELSEWHERE)) + ")"
+)
+"""The states as literals (constants of ours): a prepared statement has no
+expanding parameters."""
+_LAST_NO: ColumnElement[Any] = literal_column(
+    "(SELECT max(attempts.attempt_no) FROM attempts WHERE attempts.job_id = jobs.id)"
+).label("last_no")
+"""The taken job's newest attempt number, written out: SQLAlchemy renders a
+RETURNING clause's columns unqualified on SQLite, and an unqualified `id`
+inside this subquery would be the attempt's own."""
+_TAKE_NEXT_UPDATE = (
+    update(jobs)
+    .where(
+        jobs.c.id.in_(select(_FIRST_DUE.c.id)),
+        jobs.c.state == JobState.QUEUED.value,
+        ~exists().where(lanes.c.queue == bindparam("b_queue")),
+        func.coalesce(_NEWEST_STATE, "").op("NOT IN")(_ENDED_ELSEWHERE_LIST),
+    )
+    .values(**_TAKEN)
+    .returning(
+        jobs.c.id,
+        jobs.c.argv,
+        jobs.c.cwd,
+        jobs.c.env,
+        jobs.c.timeout_seconds,
+        jobs.c.priority,
+        jobs.c.next_run_at,
+        *LIMIT_COLUMNS,
+        _LAST_NO,
+    )
+)
+"""The common claim in one statement: the lane's first `b_limit` due jobs in
+claim order become running, except any whose newest attempt was ended by
+someone else (its process may linger), and none from a paused lane. When it
+takes fewer than asked, the slow path (`claim._claim_slowly`) looks again in claim
+order, one job at a time, so a job it passed over is still taken before any
+that comes after it. Rows come back in no particular order: sorted after."""
+TAKE_NEXT = Prepared(_TAKE_NEXT_UPDATE)
+
+
+def _attempt_path(job_id: ColumnElement[Any], attempt_no: ColumnElement[Any], stream: str) -> Any:
+    """`layout.attempt_paths` in SQL, under the output root `b_root`."""
+    folder = job_id // layout.JOBS_PER_FOLDER
+    return func.concat(
+        bindparam("b_root", type_=Text), "/", folder, "xxx/", job_id, ".", attempt_no, f".{stream}"
+    )
+
+
+def _take_and_begin() -> Any:
+    """`TAKE_NEXT`, the attempts of the jobs it takes and their `claimed`
+    events (in claim order, as `record_events` would write them), as one
+    statement: writes inside a WITH (PostgreSQL), all seeing one snapshot,
+    so each insert reads the rows the one before it returned."""
+    taken = _TAKE_NEXT_UPDATE.cte("taken")
+    number = func.coalesce(taken.c.last_no, 0) + 1
+    made = (
+        insert(attempts)
+        .from_select(
+            [
+                "job_id",
+                "attempt_no",
+                "worker_id",
+                "worker_pid",
+                "state",
+                "started_at",
+                *(f"{stream}_path" for stream in STREAMS),
+            ],
+            select(
+                taken.c.id,
+                number,
+                bindparam("b_worker"),
+                bindparam("b_pid"),
+                literal(AttemptState.RUNNING.value),
+                bindparam("b_now"),
+                *(_attempt_path(taken.c.id, number, stream) for stream in STREAMS),
+            ),
+        )
+        .returning(
+            attempts.c.id,
+            attempts.c.job_id,
+            attempts.c.attempt_no,
+            attempts.c.stdout_path,
+            attempts.c.stderr_path,
+        )
+        .cte("made")
+    )
+    noted = (
+        insert(job_events)
+        .from_select(
+            ["job_id", "at", "event", "worker_id", "detail"],
+            select(
+                made.c.job_id,
+                bindparam("b_now"),
+                literal(EventKind.CLAIMED.value),
+                bindparam("b_worker"),
+                func.concat('{"attempt":', made.c.attempt_no, "}"),
+            )
+            .select_from(made.join(taken, taken.c.id == made.c.job_id))
+            .order_by(taken.c.priority.desc(), taken.c.next_run_at, taken.c.id),
+        )
+        .returning(job_events.c.id, job_events.c.job_id)
+        .cte("noted")
+    )
+    return select(
+        *taken.c,
+        made.c.id.label("attempt_id"),
+        made.c.attempt_no,
+        made.c.stdout_path,
+        made.c.stderr_path,
+        noted.c.id.label("event_id"),
+    ).select_from(
+        taken.join(made, made.c.job_id == taken.c.id).join(noted, noted.c.job_id == taken.c.id)
+    )
+
+
+TAKE_AND_BEGIN = Prepared(_take_and_begin())
+"""The whole claim of `b_limit` jobs in one round trip, where the backend
+runs writes inside a WITH (`Statements.writes_in_with`): each row is a taken
+job with its new attempt's id, number and output paths, and the id of its
+`claimed` event (a damaged row's claim is undone by them)."""
