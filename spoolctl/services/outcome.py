@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Float, Integer, Text, bindparam, exists, func, select, update
+from sqlalchemy import Connection
 
-from spoolctl.db.prepared import Prepared, PreparedFor, item_bind, item_binds
-from spoolctl.db.tables import attempts, jobs
-from spoolctl.services import dependencies
-from spoolctl.services.deadletter import RELEASE_LOCK, requeue_or_dead
+from spoolctl.db.backends import statements
+from spoolctl.db.prepared import item_binds
+from spoolctl.services import outcome_statements as sql
+from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.dependencies import release_dependents_of
 from spoolctl.services.events import event_row, record_event, record_events
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
@@ -127,83 +127,6 @@ def record_outcomes(
     return states
 
 
-_PID = bindparam("b_job_pid", type_=Integer)
-_FINISHED: dict[str, Any] = {
-    "state": bindparam("b_state"),
-    "finished_at": bindparam("b_now"),
-    "exit_code": bindparam("b_exit"),
-    "error": bindparam("b_error"),
-    "failure_reason": bindparam("b_reason"),
-    "job_pid": func.coalesce(attempts.c.job_pid, _PID),
-    "job_pgid": func.coalesce(attempts.c.job_pgid, _PID),
-}
-_RUNNING_ATTEMPT = (
-    attempts.c.id == bindparam("b_id"),
-    attempts.c.state == AttemptState.RUNNING.value,
-)
-_FINISH_ATTEMPT = Prepared(update(attempts).where(*_RUNNING_ATTEMPT).values(**_FINISHED))
-"""The attempt's end, and its process (leader of its own group) if the
-spawn record had not stored it yet."""
-_FINISH_CONTAINED = Prepared(
-    update(attempts)
-    .where(*_RUNNING_ATTEMPT)
-    .values(
-        **_FINISHED,
-        cgroup=func.coalesce(attempts.c.cgroup, bindparam("b_cgroup", type_=Text)),
-        peak_memory_bytes=bindparam("b_peak", type_=Integer),
-        cpu_time_s=bindparam("b_cpu", type_=Float),
-    )
-)
-"""The same for an attempt its worker contained: its cgroup and usage too."""
-_ATTEMPT_STILL_RUNS = exists().where(
-    attempts.c.id == bindparam("b_attempt"), attempts.c.state == AttemptState.RUNNING.value
-)
-_OWNED = (
-    jobs.c.id == bindparam("b_id"),
-    jobs.c.state == JobState.RUNNING.value,
-    jobs.c.locked_by == bindparam("b_worker"),
-    _ATTEMPT_STILL_RUNS,
-)
-"""The job is running, owned by this worker, and its attempt is still the one
-running: checked first, so the attempt update that follows cannot miss."""
-_OWNED_JOB = Prepared(select(jobs).where(*_OWNED).with_for_update())
-"""FOR UPDATE (PostgreSQL; SQLite's write lock already covers it): the row stays
-as read until the failure is recorded, whoever else wants to change it."""
-
-
-def _mark_done(n: int) -> Any:
-    """n jobs done, those this worker still owns with their attempt running."""
-    job_ids: list[Any] = [bindparam(item_bind("b_id", i)) for i in range(n)]
-    attempt_ids: list[Any] = [bindparam(item_bind("b_attempt", i)) for i in range(n)]
-    return (
-        update(jobs)
-        .where(
-            jobs.c.id.in_(job_ids),
-            jobs.c.state == JobState.RUNNING.value,
-            jobs.c.locked_by == bindparam("b_worker"),
-            exists().where(
-                attempts.c.job_id == jobs.c.id,
-                attempts.c.id.in_(attempt_ids),
-                attempts.c.state == AttemptState.RUNNING.value,
-            ),
-        )
-        .values(
-            **RELEASE_LOCK,
-            state=JobState.DONE.value,
-            finished_at=bindparam("b_now"),
-            last_exit_code=0,
-            last_error=None,
-            last_failure_reason=None,
-        )
-        .returning(jobs.c.id, dependencies.AWAITED)
-    )
-
-
-_MARK_DONE = PreparedFor(_mark_done)
-"""Built once per batch size: recording outcomes binds values instead of
-rebuilding statements."""
-
-
 def _finish_params(
     attempt_id: int,
     state: AttemptState,
@@ -212,8 +135,8 @@ def _finish_params(
     pid: int | None,
     measured: Outcome | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """The values of `_FINISH_ATTEMPT` (False) or, for an attempt its worker
-    contained, of `_FINISH_CONTAINED` (True). measured: where the cgroup path
+    """The values of `FINISH_ATTEMPT` (False) or, for an attempt its worker
+    contained, of `FINISH_CONTAINED` (True). measured: where the cgroup path
     and usage come from (the outcome)."""
     reason = None if outcome is None or outcome.reason is None else outcome.reason.value
     measured = measured or outcome
@@ -235,7 +158,7 @@ def _finish_params(
 
 def _finish_attempts(conn: Connection, finished: Sequence[tuple[bool, dict[str, Any]]]) -> None:
     """`_finish_params` results, a driver call per statement for all of them."""
-    for contained, statement in ((False, _FINISH_ATTEMPT), (True, _FINISH_CONTAINED)):
+    for contained, statement in ((False, sql.FINISH_ATTEMPT), (True, sql.FINISH_CONTAINED)):
         rows = [params for is_contained, params in finished if is_contained is contained]
         if rows:
             statement.execute_many(conn, rows)
@@ -243,7 +166,7 @@ def _finish_attempts(conn: Connection, finished: Sequence[tuple[bool, dict[str, 
 
 def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -> Any:
     params = {"b_id": job_id, "b_worker": worker_id, "b_attempt": attempt_id}
-    return _OWNED_JOB.first(conn, params)
+    return sql.OWNED_JOB.first(conn, params)
 
 
 def record_successes(
@@ -263,19 +186,12 @@ def record_successes(
     for i, e in enumerate(endings):
         (again if e.job_id in seen else batch).append(i)
         seen.add(e.job_id)
-    items = [{"b_id": endings[i].job_id, "b_attempt": endings[i].attempt_id} for i in batch]
-    params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
-    marked = _MARK_DONE.of(len(batch)).all(conn, params)
+    if statements(conn).writes_in_with():
+        marked = _mark_done_and_finish(conn, [endings[i] for i in batch], worker_id, now)
+    else:
+        marked = _mark_done_then_finish(conn, [endings[i] for i in batch], worker_id, now)
     done = {int(row.id) for row in marked}
     awaited = [int(row.id) for row in marked if row.awaited]
-    recorded = [endings[i] for i in batch if endings[i].job_id in done]
-    _finish_attempts(conn, [
-        _finish_params(e.attempt_id, AttemptState.SUCCEEDED, None, now, e.pid, e.outcome)
-        for e in recorded
-    ])  # fmt: skip
-    record_events(conn, [
-        event_row(e.job_id, EventKind.SUCCEEDED, now, worker_id=worker_id) for e in recorded
-    ])  # fmt: skip
     release_dependents_of(conn, awaited)
     first = set(batch)
     flags = [i in first and endings[i].job_id in done for i in range(len(endings))]
@@ -283,6 +199,42 @@ def record_successes(
     for i, flag in zip(again, later, strict=True):
         flags[i] = flag
     return flags
+
+
+def _mark_done_then_finish(
+    conn: Connection, endings: Sequence[Ending], worker_id: str, now: float
+) -> list[Any]:
+    """`record_successes` for endings naming distinct jobs: the jobs marked
+    (their `MARK_DONE` rows), then those jobs' attempts and events."""
+    items = [{"b_id": e.job_id, "b_attempt": e.attempt_id} for e in endings]
+    params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
+    marked = sql.MARK_DONE.of(len(endings)).all(conn, params)
+    done = {int(row.id) for row in marked}
+    recorded = [e for e in endings if e.job_id in done]
+    _finish_attempts(conn, [
+        _finish_params(e.attempt_id, AttemptState.SUCCEEDED, None, now, e.pid, e.outcome)
+        for e in recorded
+    ])  # fmt: skip
+    record_events(conn, [
+        event_row(e.job_id, EventKind.SUCCEEDED, now, worker_id=worker_id) for e in recorded
+    ])  # fmt: skip
+    return marked
+
+
+def _mark_done_and_finish(
+    conn: Connection, endings: Sequence[Ending], worker_id: str, now: float
+) -> list[Any]:
+    """The same in one statement (`MARK_DONE_AND_FINISH`)."""
+    items = []
+    for place, e in enumerate(endings):
+        contained = e.outcome.cgroup is not None
+        items.append({
+            "b_ord": place, "b_job_id": e.job_id, "b_attempt_id": e.attempt_id, "b_pid": e.pid,
+            "b_contained": int(contained), "b_cgroup": e.outcome.cgroup,
+            "b_peak": e.outcome.peak_memory_bytes, "b_cpu": e.outcome.cpu_time_s,
+        })  # fmt: skip
+    params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
+    return list(sql.MARK_DONE_AND_FINISH.of(len(endings)).all(conn, params))
 
 
 def record_failure(

@@ -1,0 +1,177 @@
+"""The statements that record attempts' ends, built once (the hot path binds
+values).
+
+`MARK_DONE` marks a pass's successful jobs done; the attempts and events
+follow in a statement each. Where the backend runs writes inside a WITH
+(PostgreSQL), `MARK_DONE_AND_FINISH` does all three in one statement, one
+round trip for a pass's successes. `services/outcome.py` decides which.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Float,
+    Integer,
+    Text,
+    bindparam,
+    case,
+    cast,
+    column,
+    exists,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+    update,
+    values,
+)
+
+from spoolctl.db.prepared import Prepared, PreparedFor, item_bind
+from spoolctl.db.tables import Int, attempts, job_events, jobs
+from spoolctl.services import dependencies
+from spoolctl.services.deadletter import RELEASE_LOCK
+from spoolctl.states import AttemptState, EventKind, JobState
+
+_PID = bindparam("b_job_pid", type_=Integer)
+_FINISHED: dict[str, Any] = {
+    "state": bindparam("b_state"),
+    "finished_at": bindparam("b_now"),
+    "exit_code": bindparam("b_exit"),
+    "error": bindparam("b_error"),
+    "failure_reason": bindparam("b_reason"),
+    "job_pid": func.coalesce(attempts.c.job_pid, _PID),
+    "job_pgid": func.coalesce(attempts.c.job_pgid, _PID),
+}
+_RUNNING_ATTEMPT = (
+    attempts.c.id == bindparam("b_id"),
+    attempts.c.state == AttemptState.RUNNING.value,
+)
+FINISH_ATTEMPT = Prepared(update(attempts).where(*_RUNNING_ATTEMPT).values(**_FINISHED))
+"""The attempt's end, and its process (leader of its own group) if the
+spawn record had not stored it yet."""
+FINISH_CONTAINED = Prepared(
+    update(attempts)
+    .where(*_RUNNING_ATTEMPT)
+    .values(
+        **_FINISHED,
+        cgroup=func.coalesce(attempts.c.cgroup, bindparam("b_cgroup", type_=Text)),
+        peak_memory_bytes=bindparam("b_peak", type_=Integer),
+        cpu_time_s=bindparam("b_cpu", type_=Float),
+    )
+)
+"""The same for an attempt its worker contained: its cgroup and usage too."""
+_ATTEMPT_STILL_RUNS = exists().where(
+    attempts.c.id == bindparam("b_attempt"), attempts.c.state == AttemptState.RUNNING.value
+)
+_OWNED = (
+    jobs.c.id == bindparam("b_id"),
+    jobs.c.state == JobState.RUNNING.value,
+    jobs.c.locked_by == bindparam("b_worker"),
+    _ATTEMPT_STILL_RUNS,
+)
+"""The job is running, owned by this worker, and its attempt is still the one
+running: checked first, so the attempt update that follows cannot miss."""
+OWNED_JOB = Prepared(select(jobs).where(*_OWNED).with_for_update())
+"""FOR UPDATE (PostgreSQL; SQLite's write lock already covers it): the row stays
+as read until the failure is recorded, whoever else wants to change it."""
+
+
+def _done(job_ids: Any, attempt_ids: Any) -> Any:
+    """These jobs done, those this worker still owns with one of these
+    attempts running; returning each one's id and whether any job awaits it."""
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id.in_(job_ids),
+            jobs.c.state == JobState.RUNNING.value,
+            jobs.c.locked_by == bindparam("b_worker"),
+            exists().where(
+                attempts.c.job_id == jobs.c.id,
+                attempts.c.id.in_(attempt_ids),
+                attempts.c.state == AttemptState.RUNNING.value,
+            ),
+        )
+        .values(
+            **RELEASE_LOCK,
+            state=JobState.DONE.value,
+            finished_at=bindparam("b_now"),
+            last_exit_code=0,
+            last_error=None,
+            last_failure_reason=None,
+        )
+        .returning(jobs.c.id, dependencies.AWAITED)
+    )
+
+
+def _mark_done(n: int) -> Any:
+    """n jobs done (`_done`), named by binds b_id_i and b_attempt_i."""
+    job_ids: list[Any] = [bindparam(item_bind("b_id", i)) for i in range(n)]
+    attempt_ids: list[Any] = [bindparam(item_bind("b_attempt", i)) for i in range(n)]
+    return _done(job_ids, attempt_ids)
+
+
+MARK_DONE = PreparedFor(_mark_done)
+"""Built once per batch size: recording outcomes binds values instead of
+rebuilding statements."""
+
+_ENDED_COLUMNS: dict[str, Any] = {
+    "ord": Int, "job_id": Int, "attempt_id": Int, "pid": Int, "contained": Int,
+    "cgroup": Text, "peak": Int, "cpu": Float,
+}  # fmt: skip
+"""One success as `MARK_DONE_AND_FINISH` binds it (`b_<name>_i`): its place in
+the pass, job, attempt, process, and what its cgroup measured (contained 1)."""
+
+
+def _mark_done_and_finish(n: int) -> Any:
+    """`_mark_done`, the attempts' ends (as `FINISH_ATTEMPT`, or
+    `FINISH_CONTAINED` where contained) and the `succeeded` events in the
+    order given, of n successes, as one statement: writes inside a WITH,
+    all seeing one snapshot, the attempts and events only of the jobs the
+    first one marked. Returns what `MARK_DONE` returns."""
+    rows = values(*(column(name, kind) for name, kind in _ENDED_COLUMNS.items()), name="rows")
+    ended = select(rows.data([
+        tuple(cast(bindparam(item_bind(f"b_{name}", i)), kind)
+              for name, kind in _ENDED_COLUMNS.items())
+        for i in range(n)
+    ])).cte("ended")  # fmt: skip
+    marked = _done(select(ended.c.job_id), select(ended.c.attempt_id)).cte("marked")
+    ours = ended.c.job_id.in_(select(marked.c.id))
+    contained = ended.c.contained == 1
+    finished = (
+        update(attempts)
+        .where(attempts.c.id == ended.c.attempt_id)
+        .where(attempts.c.state == AttemptState.RUNNING.value, ours)
+        .values(
+            state=AttemptState.SUCCEEDED.value,
+            finished_at=bindparam("b_now"),
+            exit_code=0,
+            error=None,
+            failure_reason=None,
+            job_pid=func.coalesce(attempts.c.job_pid, ended.c.pid),
+            job_pgid=func.coalesce(attempts.c.job_pgid, ended.c.pid),
+            cgroup=case(
+                (contained, func.coalesce(attempts.c.cgroup, ended.c.cgroup)),
+                else_=attempts.c.cgroup,
+            ),
+            peak_memory_bytes=case((contained, ended.c.peak), else_=attempts.c.peak_memory_bytes),
+            cpu_time_s=case((contained, ended.c.cpu), else_=attempts.c.cpu_time_s),
+        )
+        .cte("finished")
+    )
+    event: tuple[Any, ...] = (
+        ended.c.job_id, bindparam("b_now"), literal(EventKind.SUCCEEDED.value),
+        bindparam("b_worker"), null(),
+    )  # fmt: skip
+    noted = insert(job_events).from_select(
+        ["job_id", "at", "event", "worker_id", "detail"],
+        select(*event).where(ours).order_by(ended.c.ord),
+    )
+    return select(marked.c.id, marked.c.awaited).add_cte(finished).add_cte(noted.cte("noted"))
+
+
+MARK_DONE_AND_FINISH = PreparedFor(_mark_done_and_finish)
+"""A pass's successes in one round trip, where the backend runs writes inside
+a WITH (`Statements.writes_in_with`)."""
