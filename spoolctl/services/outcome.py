@@ -176,8 +176,9 @@ def record_successes(
     owns both (a stale outcome of a canceled attempt never touches a job the
     same worker claimed again); returns, for each, whether it was recorded.
     One statement per table for all of them: the jobs (which also says which
-    have dependents), the attempts, the events, and where some job depends on
-    one of them, the dependents waiting."""
+    have dependents), the attempts, the events (the three are one statement
+    where the backend runs writes inside a WITH), and where some job depends
+    on one of them, the dependents waiting."""
     if not endings:
         return []
     batch: list[int] = []
