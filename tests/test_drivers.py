@@ -311,3 +311,39 @@ def test_writes_in_with_says_what_the_backend_runs(queue: Queue) -> None:
             queue.read(lambda conn: list(conn.exec_driver_sql("SELECT queue FROM lanes").scalars()))
             == []
         )
+
+
+def test_postgresql_transactions_are_whole_and_leave_the_session_bare(
+    driver: Driver, queue: Queue, db: Db
+) -> None:
+    """A write engine that checks the revision opens each transaction itself,
+    in the round trip of its settings (its connections are in autocommit
+    mode): what a transaction writes is undone with it, its settings and
+    isolation hold for the whole of it and end with it, and a read on the
+    same engine is one REPEATABLE READ, READ ONLY snapshot."""
+    if not is_postgres(db):
+        pytest.skip("SQLite's transactions open with BEGIN IMMEDIATE in the engine's hook")
+    engine = driver.engine(write=True, expected_revision=revision.HEAD_REVISION, lock_wait_s=0.7)
+    inside = (
+        "SELECT current_setting('transaction_isolation'), current_setting('lock_timeout'), "
+        "current_setting('transaction_read_only'), pg_current_xact_id_if_assigned()::text"
+    )
+    try:
+        with pytest.raises(ZeroDivisionError), write_tx(engine) as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO lanes (queue, paused_at, paused_by) VALUES ('x', 1, 't')"
+            )
+            isolation, lock_timeout, read_only, xid = conn.exec_driver_sql(inside).one()
+            assert (isolation, lock_timeout, read_only) == ("read committed", "700ms", "off")
+            assert xid is not None  # the insert and this read are one transaction
+            raise ZeroDivisionError  # rolls it back
+        with write_tx(engine) as conn:
+            assert conn.exec_driver_sql("SELECT count(*) FROM lanes").scalar_one() == 0
+            raw = conn.connection.driver_connection
+        # after the commit the session holds nothing of the transaction's
+        assert raw.execute("SELECT current_setting('lock_timeout')").fetchone() == ("0",)
+        with read_tx(engine) as conn:
+            isolation, _, read_only, _ = conn.exec_driver_sql(inside).one()
+            assert (isolation, read_only) == ("repeatable read", "on")
+    finally:
+        engine.dispose()

@@ -28,7 +28,9 @@
   jobs, since reapers on other machines cannot check its processes.
 
 The package: this module (the driver, its engines, the statements that
-differ), `url` (parsing, masking), `errors` (translation), `watch` (the
+differ), `begin` (how a transaction opens: its settings, the revision check
+and, for a write engine, the BEGIN, in one round trip), `url` (parsing,
+masking), `errors` (translation), `watch` (the
 server's clock, LISTEN/NOTIFY), `output` (the stored copy), `health`
 (doctor's checks), `ledger` (the readers' numbering), `limits` (time-outs,
 set per transaction). Nothing here is
@@ -44,13 +46,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, Table, Text, bindparam, create_engine, event
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
+from spoolctl.db.backends.postgresql.begin import begin_in_one_trip, check_revision, revision_with
 from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
 from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_lag, ledger_reader
 from spoolctl.db.backends.postgresql.limits import (
@@ -61,7 +63,7 @@ from spoolctl.db.backends.postgresql.limits import (
     transaction_bounds,
 )
 from spoolctl.db.backends.postgresql.url import driver_url, parse_url
-from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
+from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION
 from spoolctl.db.url import masked
 from spoolctl.errors import ExtraMissing
 
@@ -104,12 +106,18 @@ def make_engine(
     # not through a transaction pooler, where the next transaction may run on
     # another server session that never saw it.
     prepare = {"prepare_threshold": None} if transaction_pooling() else {}
+    # A write engine that checks the revision opens its transactions itself
+    # (`begin.begin_in_one_trip`): psycopg's own BEGIN would cost a round trip of
+    # its own before the settings, so its connections are in autocommit mode
+    # and every transaction is the begin hook's explicit one.
+    one_trip = write and expected_revision is not None
     engine = create_engine(
         driver_url(url),
         pool_size=2,
         max_overflow=4,
         connect_args={**network_bounds(), "application_name": "spoolctl", **prepare},
         hide_parameters=True,
+        **({"isolation_level": "AUTOCOMMIT"} if one_trip else {}),
     )
     engine.update_execution_options(spoolctl_display=masked(url))
 
@@ -134,22 +142,23 @@ def make_engine(
         if writable and not options.get(READ_ONLY_OPTION, False):
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
             ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
+            if one_trip and expected_revision is not None:
+                begin_in_one_trip(conn, {"lock_timeout": ms, **bounds}, expected_revision)
+                return
             setting = setting_sql({"lock_timeout": ms, **bounds})
             params: dict[str, Any] | None = {"lock_timeout": ms, **bounds}
         else:
-            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            conn.exec_driver_sql(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+                if one_trip
+                else "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+            )
             setting = setting_sql(bounds)
             params = dict(bounds)
         if expected_revision is None:
             conn.exec_driver_sql(setting, params)
             return
-        found = _revision_with(conn, setting, params)
-        if found != expected_revision:
-            raise RevisionMismatch(
-                f"schema revision changed underneath: expected {expected_revision}, found {found}",
-                expected=expected_revision,
-                found=found,
-            )
+        check_revision(revision_with(conn, setting, params), expected_revision)
 
     return engine
 
@@ -164,23 +173,6 @@ def require_driver() -> None:
             "--db names a PostgreSQL database, which needs psycopg 3 (the postgresql extra)",
             extra="postgresql",
         ) from None
-
-
-def _revision_with(conn: Connection, setting: str, params: dict[str, Any] | None) -> str | None:
-    """Run the transaction's setting statement and read the revision in the
-    same round trip; None when there is no alembic_version table (the failed
-    transaction is rolled back when the connection returns to the pool)."""
-    try:
-        row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1)", params).first()
-        found = None if row is None else row[-1]
-    except DBAPIError as exc:
-        if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
-            return None
-        raise
-    return None if found is None else str(found)
-
-
-_VERSION_SQL = "SELECT version_num FROM alembic_version"
 
 
 def lock_migrations(conn: Connection) -> None:
