@@ -347,3 +347,16 @@ def test_postgresql_transactions_are_whole_and_leave_the_session_bare(
             assert (isolation, read_only) == ("repeatable read", "on")
     finally:
         engine.dispose()
+    # a transaction refused for its revision opened on the server all the
+    # same: its connection goes back to the pool with nothing left open
+    stale = driver.engine(write=True, expected_revision="0001_initial")
+    try:
+        with pytest.raises(RevisionMismatch), write_tx(stale):
+            pass
+        raw = stale.raw_connection()
+        try:
+            assert raw.driver_connection.info.transaction_status == 0  # IDLE
+        finally:
+            raw.close()
+    finally:
+        stale.dispose()
