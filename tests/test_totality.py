@@ -12,7 +12,9 @@ SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
+import gc
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -331,8 +333,16 @@ HOSTILE = ["\x1b]0;pwn\x07", "\x1b[2J", "a\rb", "\x08", "\x9b", "\udcff", "\ud80
 
 
 def broken_files(folder: Path) -> dict[str, Path]:
-    """Files a --db may name that are not queues (each made once per test)."""
-    folder.mkdir(exist_ok=True)
+    """Files a --db may name that are not queues, made afresh for each
+    example: a verb that may change what it is given (`migrate` makes a
+    queue of the empty file) must not leave the next example a different
+    file, or its own -wal and -shm, to compare against. The verbs run in this
+    process: a connection an earlier example left to the garbage collector
+    would close (and remove its -wal and -shm) in the middle of this one, so
+    it is collected first."""
+    gc.collect()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
     made = {
         "noise": folder / "noise.db",
         "empty": folder / "empty.db",
@@ -341,8 +351,6 @@ def broken_files(folder: Path) -> dict[str, Path]:
         "under-a-file": folder / "noise.db" / "queue.db",
         "text": folder / "notes.txt",
     }
-    if made["foreign"].exists():
-        return made
     made["noise"].write_bytes(bytes(range(256)) * 64)
     made["empty"].write_bytes(b"")
     made["text"].write_text("hello\n" * 100)
