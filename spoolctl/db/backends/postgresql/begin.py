@@ -30,23 +30,21 @@ def begin_in_one_trip(conn: Connection, settings: dict[str, str], expected: str)
     opens, so the settings (set_config's is_local) hold for the whole of it.
     When the revision read fails (no alembic_version) the BEGIN does not run
     and nothing is left open."""
-    revision = f"({_VERSION_SQL} LIMIT 1)"
-    sql = f"{setting_literals(settings)}, {revision}; BEGIN ISOLATION LEVEL READ COMMITTED"
-    try:
-        row = conn.exec_driver_sql(sql).first()
-    except DBAPIError as exc:
-        if getattr(exc.orig, "sqlstate", None) != "42P01":  # undefined_table
-            raise
-        row = None
-    check_revision(None if row is None or row[-1] is None else str(row[-1]), expected)
+    found = revision_with(
+        conn, setting_literals(settings), None, then="; BEGIN ISOLATION LEVEL READ COMMITTED"
+    )
+    check_revision(found, expected)
 
 
-def revision_with(conn: Connection, setting: str, params: dict[str, Any] | None) -> str | None:
+def revision_with(
+    conn: Connection, setting: str, params: dict[str, Any] | None, then: str = ""
+) -> str | None:
     """Run the transaction's setting statement and read the revision in the
-    same round trip; None when there is no alembic_version table (the failed
+    same round trip (and `then`, the statements that follow in the same
+    query); None when there is no alembic_version table (a failed
     transaction is rolled back when the connection returns to the pool)."""
     try:
-        row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1)", params).first()
+        row = conn.exec_driver_sql(f"{setting}, ({_VERSION_SQL} LIMIT 1){then}", params).first()
         found = None if row is None else row[-1]
     except DBAPIError as exc:
         if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
