@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -70,21 +71,47 @@ def counting_signals() -> Iterator[Signals]:
         os.close(write_fd)
 
 
-def readable(fds: list[int], timeout_s: float) -> list[int]:
+def readable(fds: list[int], timeout_s: float, spin_s: float = 0.0) -> list[int]:
     """The fds that are readable (or hung up) within timeout_s. poll(), not
-    select(): a descriptor numbered 1024 or above is fine."""
+    select(): a descriptor numbered 1024 or above is fine.
+
+    spin_s: for up to that long (within timeout_s), look without sleeping,
+    giving the CPU to any other runnable process between looks
+    (`sched_yield`), and only then sleep for the rest. For an end that is
+    due within microseconds (a job that exits at once): the CPU of a process
+    asleep in poll() goes idle, and waking it, and the cold caches it then
+    runs on, cost more than the wait itself (`worker/spin.py`)."""
     poller = select.poll()
     for fd in fds:
         poller.register(fd, select.POLLIN)
+    timeout_s = max(0.0, timeout_s)
     try:
-        return [fd for fd, _event in poller.poll(max(0.0, timeout_s) * 1000)]
+        if spin_s > 0 and timeout_s > 0:
+            spun = _spin(poller, min(spin_s, timeout_s))
+            if spun is not None:
+                return spun
+            timeout_s = max(0.0, timeout_s - spin_s)
+        return [fd for fd, _event in poller.poll(timeout_s * 1000)]
     except InterruptedError:
         return []
 
 
-def wait_readable(fds: list[int], timeout_s: float, drain_fd: int) -> None:
-    """Sleep until one of fds is readable or the timeout passes; empty drain_fd."""
-    ready = readable(fds, timeout_s)
+def _spin(poller: select.poll, spin_s: float) -> list[int] | None:
+    """What is readable within spin_s, looked at without sleeping; None if nothing."""
+    end = time.monotonic() + spin_s
+    while True:
+        ready = [fd for fd, _event in poller.poll(0)]
+        if ready:
+            return ready
+        if time.monotonic() >= end:
+            return None
+        os.sched_yield()
+
+
+def wait_readable(fds: list[int], timeout_s: float, drain_fd: int, spin_s: float = 0.0) -> None:
+    """Sleep until one of fds is readable or the timeout passes (after
+    spin_s of looking without sleeping: `readable`); empty drain_fd."""
+    ready = readable(fds, timeout_s, spin_s)
     if drain_fd in ready:
         with suppress(BlockingIOError):
             os.read(drain_fd, 512)

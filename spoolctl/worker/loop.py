@@ -227,11 +227,13 @@ class Worker:
         fds = [self.signals.wake_fd]
         if watch_fd is not None and idle and not shift.fenced and not shift.backoff.blocks(now):
             fds.append(watch_fd)  # a NOTIFY wakes the worker at once
+        spin_s = 0.0
         for execution in shift.running.values():
             deadline = min(deadline, execution.next_wakeup())
             if execution.pidfd is not None:
                 fds.append(execution.pidfd)
+                spin_s = self.settler.spin.spin_s_at(now)  # an end to look for
             elif execution.leader_running:
                 deadline = min(deadline, now + NO_PIDFD_TICK_S)
         shift.guard_groups()
-        wait_readable(fds, deadline - now, self.signals.wake_fd)
+        wait_readable(fds, deadline - now, self.signals.wake_fd, spin_s)

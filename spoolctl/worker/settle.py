@@ -14,6 +14,7 @@ from spoolctl.services.outcome import Ending, Outcome, record_outcomes
 from spoolctl.states import JobState
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
+from spoolctl.worker.spin import Spin
 
 Ended = list[tuple[execute.Execution, Outcome]]
 
@@ -30,6 +31,8 @@ class Settler:
         self.exhausted = False
         self.job_env = execute.encoded_environment()
         """This process's environment, encoded once: the base of every job's."""
+        self.spin = Spin()
+        """Whether the wait for the ends of the jobs started looks without sleeping first."""
 
     def settle_and_claim(self, now: float, ended: Ended, wanted: int) -> list[claiming.Claim]:
         """Record ended attempts and claim up to `wanted` (plus the slots they
@@ -39,6 +42,8 @@ class Settler:
         interval (as the reap pass of a busy worker does): reaping waits for a
         reap threshold anyway, and a drain does not pay the scan per job."""
         shift = self.shift
+        for execution, _ in ended:
+            self.spin.ended(now - execution.started_at)
         try:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
                 self._store_last_output(conn, ended)
@@ -135,6 +140,7 @@ class Settler:
         with shift.report.timings.spawn:
             execution.start(self.job_env, shift.worker_id, now, cells=shift.cells)
         shift.running[claim.job_id] = execution
+        self.spin.spawned(now)
         if shift.log is not None:
             shift.log({
                 "event": "attempt_started", "at": time.time(), "worker_id": shift.worker_id,
