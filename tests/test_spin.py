@@ -1,10 +1,12 @@
 """A worker whose jobs end at once looks for the next end without sleeping
 first (`worker/spin.py`), for a bounded time after each spawn, and one whose
-job runs longer does not burn its CPU waiting for it."""
+job runs longer does not burn its CPU waiting for it; a write that finds
+SQLite's lock busy retries without sleeping only at first."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -15,11 +17,12 @@ import pytest
 from spoolctl import wakeup
 from spoolctl.cli.queues import open_write
 from spoolctl.config import Timing
+from spoolctl.db.backends.sqlite.engine import begin_immediate
 from spoolctl.worker import Worker, WorkerOptions
 from spoolctl.worker import loop as worker_loop
 from spoolctl.worker import settle as worker_settle
 from spoolctl.worker.spin import Spin
-from tests.helpers import Db, add_job, job, rows, start_worker, wait_for
+from tests.helpers import Db, WriteLock, add_job, job, rows, start_worker, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -120,3 +123,40 @@ def test_a_worker_waiting_for_a_long_job_after_short_ones_does_not_spin(db: Db) 
     finally:
         worker.kill()
         worker.communicate()
+
+
+def _hold_write_lock(db: Db, held: threading.Event, release: threading.Event) -> None:
+    lock = WriteLock(db)  # made and released in this thread: sqlite3's rule
+    held.set()
+    release.wait(10)
+    lock.release()
+
+
+@pytest.mark.parametrize("released_after_s", [None, 0.3])
+def test_a_busy_write_lock_is_retried_without_sleeping_only_at_first(
+    db: Db, released_after_s: float | None
+) -> None:
+    add_job(db, "true")  # makes the queue
+    held, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=_hold_write_lock, args=(db, held, release))
+    holder.start()
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("PRAGMA busy_timeout=0")
+    try:
+        assert held.wait(10)
+        if released_after_s is not None:
+            threading.Timer(released_after_s, release.set).start()
+        began, cpu = time.monotonic(), time.thread_time()
+        if released_after_s is None:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                begin_immediate(raw, 0.4)
+            assert time.monotonic() - began >= 0.39  # the whole timeout
+        else:
+            begin_immediate(raw, 5.0)
+            assert raw.in_transaction
+            assert time.monotonic() - began >= released_after_s - 0.01
+        assert time.thread_time() - cpu < 0.15  # asleep after the first BUSY_SPIN_S
+    finally:
+        release.set()
+        holder.join()
+        raw.close()
