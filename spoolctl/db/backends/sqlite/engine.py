@@ -160,9 +160,10 @@ def begin_immediate(raw: Any, timeout_s: float) -> None:
     For the first BUSY_SPIN_S a busy lock is retried at once, giving the CPU
     to any other runnable process between tries: the holder's transaction
     usually ends within it, and a waiter that slept would find its CPU gone
-    idle and run its own transaction slower (`worker/spin.py`; two workers
-    drained 1.025× faster this way, bench/README.md, "Waiting for short
-    jobs"). Then it retries with sleeps from 0.1 ms doubling to 2 ms:
+    idle and run its own transaction slower (`worker/spin.py`; two
+    uncontained workers drained 1.03× faster this way, bench/README.md,
+    "Waiting for short jobs"). Then it retries with sleeps from 0.1 ms
+    doubling to 2 ms:
     transactions here last well under a millisecond, so a waiting claimant
     gets the lock about as soon as it is free instead of after SQLite's
     coarse busy-handler sleeps (which made two workers slower than one).
