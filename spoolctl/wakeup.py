@@ -105,7 +105,11 @@ def _spin(poller: select.poll, spin_s: float) -> list[int] | None:
             return ready
         if time.monotonic() >= end:
             return None
-        os.sched_yield()
+        if _yield is not None:
+            _yield()
+
+
+_yield = getattr(os, "sched_yield", None)
 
 
 def wait_readable(fds: list[int], timeout_s: float, drain_fd: int, spin_s: float = 0.0) -> None:

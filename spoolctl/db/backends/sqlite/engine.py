@@ -163,11 +163,10 @@ def begin_immediate(raw: Any, timeout_s: float) -> None:
     idle and run its own transaction slower (`worker/spin.py`; two
     uncontained workers drained 1.03× faster this way, bench/README.md,
     "Waiting for short jobs"). Then it retries with sleeps from 0.1 ms
-    doubling to 2 ms:
-    transactions here last well under a millisecond, so a waiting claimant
-    gets the lock about as soon as it is free instead of after SQLite's
-    coarse busy-handler sleeps (which made two workers slower than one).
-    Raises sqlite3's busy error on timeout.
+    doubling to 2 ms: transactions here last well under a millisecond, so a
+    waiting claimant gets the lock about as soon as it is free instead of
+    after SQLite's coarse busy-handler sleeps (which made two workers slower
+    than one). Raises sqlite3's busy error on timeout.
     """
     began = time.monotonic()
     deadline = began + timeout_s
