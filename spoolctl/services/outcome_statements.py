@@ -35,16 +35,24 @@ from spoolctl.services import dependencies
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.states import AttemptState, EventKind, JobState
 
+
+def _finished(state: Any, exit_code: Any, error: Any, reason: Any, pid: Any) -> dict[str, Any]:
+    """What an attempt's end writes: its state and outcome, and its process
+    (leader of its own group) where the spawn record had not stored it yet."""
+    return {
+        "state": state,
+        "finished_at": bindparam("b_now"),
+        "exit_code": exit_code,
+        "error": error,
+        "failure_reason": reason,
+        "job_pid": func.coalesce(attempts.c.job_pid, pid),
+        "job_pgid": func.coalesce(attempts.c.job_pgid, pid),
+    }
+
+
 _PID = bindparam("b_job_pid", type_=Integer)
-_FINISHED: dict[str, Any] = {
-    "state": bindparam("b_state"),
-    "finished_at": bindparam("b_now"),
-    "exit_code": bindparam("b_exit"),
-    "error": bindparam("b_error"),
-    "failure_reason": bindparam("b_reason"),
-    "job_pid": func.coalesce(attempts.c.job_pid, _PID),
-    "job_pgid": func.coalesce(attempts.c.job_pgid, _PID),
-}
+_FINISHED = _finished(bindparam("b_state"), bindparam("b_exit"), bindparam("b_error"),
+                      bindparam("b_reason"), _PID)  # fmt: skip
 _RUNNING_ATTEMPT = (
     attempts.c.id == bindparam("b_id"),
     attempts.c.state == AttemptState.RUNNING.value,
@@ -145,13 +153,7 @@ def _mark_done_and_finish(n: int) -> Any:
         .where(attempts.c.id == ended.c.attempt_id)
         .where(attempts.c.state == AttemptState.RUNNING.value, ours)
         .values(
-            state=AttemptState.SUCCEEDED.value,
-            finished_at=bindparam("b_now"),
-            exit_code=0,
-            error=None,
-            failure_reason=None,
-            job_pid=func.coalesce(attempts.c.job_pid, ended.c.pid),
-            job_pgid=func.coalesce(attempts.c.job_pgid, ended.c.pid),
+            **_finished(AttemptState.SUCCEEDED.value, 0, None, None, ended.c.pid),
             cgroup=case(
                 (contained, func.coalesce(attempts.c.cgroup, ended.c.cgroup)),
                 else_=attempts.c.cgroup,
