@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -136,17 +137,37 @@ def test_the_fixtures_tests_read_live_inside_the_checkout() -> None:
     assert (test_legacy.FIXTURES / "expected.json").is_file()
 
 
-@pytest.mark.subprocess
-def test_wheel_ships_the_revision_scripts(tmp_path: Path) -> None:
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "spoolctl", "migrations")
+"""What setuptools reads to build the wheel (pyproject.toml's packages and
+package-dir); the build runs on a copy of them."""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One wheel for the module's tests, built offline from a copy of the
+    checkout's sources: setuptools writes build/ and *.egg-info beside what it
+    builds, and two builds of one folder at once (parallel test workers) break
+    each other's."""
+    root = tmp_path_factory.mktemp("wheel")
+    source, out = root / "src", root / "out"
+    source.mkdir()
+    for name in WHEEL_SOURCES:
+        origin = REPO / name
+        if origin.is_dir():
+            shutil.copytree(origin, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(origin, source / name)
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=300,
+         "-w", str(out), str(source)],
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    wheel = next(tmp_path.glob("spoolctl-*.whl"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return next(out.glob("spoolctl-*.whl"))
+
+
+@pytest.mark.subprocess
+def test_wheel_ships_the_revision_scripts(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "spoolctl/_migrations/env.py" in names
     assert "spoolctl/_migrations/script.py.mako" in names
@@ -161,16 +182,10 @@ def test_wheel_ships_the_revision_scripts(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
-def test_installed_wheel_migrates_from_any_directory(tmp_path: Path) -> None:
+def test_installed_wheel_migrates_from_any_directory(tmp_path: Path, wheel: Path) -> None:
     """The wheel alone (no repository, no alembic.ini) can create and migrate a queue."""
-    wheel_dir, target, elsewhere = tmp_path / "w", tmp_path / "site", tmp_path / "elsewhere"
+    target, elsewhere = tmp_path / "site", tmp_path / "elsewhere"
     elsewhere.mkdir()
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(wheel_dir), str(REPO)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    wheel = next(wheel_dir.glob("spoolctl-*.whl"))
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],
         check=True, capture_output=True, timeout=300,
