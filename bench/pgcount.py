@@ -11,7 +11,7 @@ queue with `spoolctl migrate`, adds JOBS `true` jobs, turns on
 
 Two counts, because they differ. Statements: every statement the server ran
 for the worker's sessions, read from the server's log. Round trips: the
-worker connects through `bench/pgwire.py`'s loopback relay (with
+worker connects through `devtools/pgwire.py`'s loopback relay (with
 `sslmode=disable`, so the relay can read the protocol), which counts how
 often a client starts sending after the server has answered, that is, how
 often it waits for the server. Without pipelining each statement is one round
@@ -40,13 +40,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pgwire import Relay, Session
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devtools.pg_server import FAST, PgServer, start_private_server  # noqa: E402
+from devtools.pgwire import Relay, Session  # noqa: E402
 
 LINE = re.compile(r"\[(\d+)\] LOG:  (?:statement|execute [^:]*): (.*)")
 SHAPE = re.compile(r"'(?:[^']|'')*'|\$\d+|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b", re.IGNORECASE)
