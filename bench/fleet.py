@@ -7,12 +7,12 @@
   ideal, and PostgreSQL / SQLite per pair.
 - fleet:db: the capacity a larger fleet would see, without a process
   spawned: N clients (1, 2, 4, 8, 16, 32 processes), each running the real
-  claim and outcome code (`services.claim.claim_up_to`,
-  `services.outcome.record_outcomes`) in a loop of write transactions that
-  each record the previous claims' successes and claim as many again, as a
-  worker's settle pass does: one job per transaction (a worker with one
-  slot), and SLOTS per transaction (a worker whose slots all ended in one
-  pass). jobs/s over a fixed window, both backends interleaved.
+  claim and outcome code (`services.outcome.Recording` and
+  `services.claim.Claiming`, pipelined as in a worker's pass) in a loop of
+  write transactions that each record the previous claims' successes and
+  claim as many again, as a worker's settle pass does: one job per
+  transaction (a worker with one slot), and SLOTS per transaction (a worker
+  whose slots all ended in one pass). jobs/s over a fixed window, both backends interleaved.
 
 Each sample is a fresh queue (a database copied from the template, or a
 fresh file) filled with enough due jobs for the sample.
@@ -222,7 +222,7 @@ def database_only(plan: Plan, disk: Target) -> dict[str, Any]:
         "samples": records.samples,
         "server_cpu_s": srv.server_cpu_s() - cpu_before,
         "method": f"N client processes, each in a loop of write transactions that record its "
-        "previous claims as done (record_outcomes) and claim as many again (claim_up_to), "
+        "previous claims as done and claim as many again (Recording, Claiming, pipelined), "
         f"1 or {SLOTS} jobs per transaction, started together and counted over the same "
         f"{DB_WINDOW_S:g} s window; no job process is spawned.",
     }
@@ -297,10 +297,10 @@ def client(db: str, batch: int) -> None:
     `ready`, reads the window's start from stdin, then in each transaction
     records its previous `batch` claims as done and claims `batch` more until
     the window closes; prints the jobs recorded."""
-    from spoolctl.db.backends import locate
+    from spoolctl.db.backends import locate, statements
     from spoolctl.db.queue import open_for_write
-    from spoolctl.services.claim import claim_up_to
-    from spoolctl.services.outcome import Ending, Outcome, record_outcomes
+    from spoolctl.services.claim import Claiming
+    from spoolctl.services.outcome import Ending, Outcome, Recording
 
     queue = open_for_write(locate(db, Path.cwd(), "bench"))
     me = f"bench-db-{os.getpid()}"
@@ -319,10 +319,16 @@ def client(db: str, batch: int) -> None:
                 now = time.time()
                 endings = [Ending(c.job_id, c.attempt_id, c.attempt_no, Outcome(0, None),
                                   os.getpid()) for c in previous]  # fmt: skip
-                done += sum(1 for s in record_outcomes(conn, endings, worker_id=me, now=now) if s)
-                previous = claim_up_to(conn, batch, worker_id=me, worker_pid=os.getpid(),
-                                       queue="default", slots=None,
-                                       output_root=queue.output_root, now=now)  # fmt: skip
+                # as a worker's pass does (worker/settle.py): the outcomes and the
+                # claim sent together, answered in one wait where the backend can
+                with statements(conn).pipeline(conn) as gathered:
+                    recording = Recording(conn, endings, worker_id=me, now=now,
+                                          answer_now=not gathered)  # fmt: skip
+                    claiming = Claiming(conn, batch, worker_id=me, worker_pid=os.getpid(),
+                                        queue="default", slots=None,
+                                        output_root=queue.output_root, now=now)  # fmt: skip
+                done += sum(1 for s in recording.states() if s)
+                previous = claiming.claims()
             if not previous:
                 raise SystemExit("fleet client: the queue ran dry; fill more jobs")
     cpu_s = time.process_time() - cpu_before

@@ -64,6 +64,22 @@ def test_a_job_waits_until_every_parent_is_done(db: Db) -> None:
     assert started == [first, second, third]
 
 
+def test_a_released_job_is_claimed_in_the_pass_that_recorded_its_parent(db: Db) -> None:
+    """A worker with one slot, a chain of three: each success releases the
+    next job, and the pass that records it claims that job (its `claimed`
+    event carries the pass's time, as the parent's `succeeded` does). On
+    PostgreSQL the claim went out beside the outcome, before the release: it
+    came up short and looked again once the release was made."""
+    first = add_job(db, "true")
+    second = add_job(db, "true", after_jobs=(first,))
+    third = add_job(db, "true", after_jobs=(second,))
+    assert drain(db)["executed"] == 3
+    found = rows(db, "SELECT job_id, event, at FROM job_events WHERE job_id IS NOT NULL")
+    at = {(r["job_id"], r["event"]): r["at"] for r in found}
+    for parent, child in ((first, second), (second, third)):
+        assert at[(child, "claimed")] == at[(parent, "succeeded")]
+
+
 def test_after_done_parents_the_job_is_queued_at_once_keeping_its_delay(db: Db) -> None:
     parent = add_job(db, "true")
     drain(db)

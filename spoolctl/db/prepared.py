@@ -68,24 +68,43 @@ class Prepared:
         else:
             cursor.executemany(compiled.sql, [[v[name] for name in compiled.order] for v in values])
 
+    def send(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Sent:
+        """Run it; its rows are read when asked for (`Sent`). Inside a
+        pipeline (`Statements.pipeline`) the statement is sent without
+        waiting for its answer, and the first read waits for every answer
+        sent so far, in one round trip."""
+        return Sent(self, self.execute(conn, params))
+
     def first(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
         """The first row as a named tuple (attribute access by column), or None.
         Every row is fetched, so a RETURNING statement has completed."""
-        cursor = self.execute(conn, params)
-        rows = cursor.fetchall()
-        row = rows[0] if rows else None
-        if row is None:
-            return None
-        if self._row is None:
-            self._row = namedtuple("Row", [d[0] for d in cursor.description])  # type: ignore[misc]
-        return self._row(*row)
+        return self.send(conn, params).first()
 
     def all(self, conn: Connection, params: Mapping[str, Any] | None = None) -> list[Any]:
-        cursor = self.execute(conn, params)
+        return self.send(conn, params).all()
+
+    def _rows(self, cursor: Any) -> list[Any]:
         rows = cursor.fetchall()
         if rows and self._row is None:
             self._row = namedtuple("Row", [d[0] for d in cursor.description])  # type: ignore[misc]
         return [self._row(*row) for row in rows]
+
+
+class Sent:
+    """A statement run by `Prepared.send`, its rows not read yet."""
+
+    def __init__(self, prepared: Prepared, cursor: Any) -> None:
+        self._prepared = prepared
+        self._cursor = cursor
+
+    def all(self) -> list[Any]:
+        """Every row, as named tuples."""
+        return self._prepared._rows(self._cursor)
+
+    def first(self) -> Any:
+        """The first row, or None (every row is fetched: the statement completed)."""
+        rows = self.all()
+        return rows[0] if rows else None
 
 
 class PreparedFor:

@@ -20,7 +20,7 @@ from spoolctl import layout
 from spoolctl.containment import NO_LIMITS, Limits
 from spoolctl.db import codec
 from spoolctl.db.backends import statements
-from spoolctl.db.prepared import item_binds
+from spoolctl.db.prepared import Sent, item_binds
 from spoolctl.db.tables import attempts, job_events, jobs
 from spoolctl.services import claim_limits, lingering
 from spoolctl.services import claim_statements as sql
@@ -112,41 +112,85 @@ def claim_up_to(
     the backend runs writes inside a WITH, one statement for the whole claim
     (`TAKE_AND_BEGIN`).
     """
-    if slots is not None:
-        statements(conn).before_slot_count(conn, queue)
-        wanted = min(wanted, slots - running_in_queue(conn, queue))
-    by = (worker_id, worker_pid, queue, output_root, now, enforces)
-    taken = {"b_queue": queue, "b_now": now, "b_worker": worker_id, "b_pid": worker_pid,
-             **claim_limits.binds(enforces)}  # fmt: skip
-    begun = statements(conn).writes_in_with()
-    if begun:
-        taken["b_root"] = str(output_root)
-    claims: list[Claim] = []
-    while len(claims) < wanted:
-        asked = wanted - len(claims)
-        statement = sql.TAKE_AND_BEGIN if begun else sql.TAKE_NEXT
-        rows = statement.all(conn, {**taken, "b_limit": asked})
-        rows.sort(key=lambda row: (-row.priority, row.next_run_at, row.id))
-        sound: list[_Taken] = []
-        for row in rows:
-            try:
-                decoded = _decode(row)
-            except codec.DamagedValue as exc:
-                if begun:
-                    _unbegin(conn, row)
-                _quarantine(conn, row.id, str(exc), now)
-                continue
-            number = row.attempt_no if begun else 1 if row.last_no is None else row.last_no + 1
-            sound.append((row, number, decoded))
-        claims += _begin_attempts(conn, sound, by, begun=begun)
-        if len(rows) < asked:
-            break
-    while len(claims) < wanted:
-        claim = _claim_slowly(conn, by)
-        if claim is None:
-            break
-        claims.append(claim)
-    return claims
+    return Claiming(
+        conn,
+        wanted,
+        worker_id=worker_id,
+        worker_pid=worker_pid,
+        queue=queue,
+        slots=slots,
+        output_root=output_root,
+        now=now,
+        enforces=enforces,
+    ).claims()
+
+
+class Claiming:
+    """`claim_up_to` in two halves: made, it sends the first claim statement
+    (after the `--slots` count, which it reads); `claims()` reads its answer
+    and claims the rest. In a pipeline (`Statements.pipeline`), statements
+    sent before `claims()` is called share that statement's round trip. Where
+    the statement came up short, `claims()` looks again one job at a time,
+    and so sees what the caller did meanwhile (a pass: releasing the jobs
+    that waited for its successes)."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        wanted: int,
+        *,
+        worker_id: str,
+        worker_pid: int,
+        queue: str,
+        slots: int | None,
+        output_root: Path,
+        now: float,
+        enforces: tuple[bool, bool] = (False, False),
+    ) -> None:
+        if slots is not None:
+            statements(conn).before_slot_count(conn, queue)
+            wanted = min(wanted, slots - running_in_queue(conn, queue))
+        self._conn, self._wanted, self._now = conn, wanted, now
+        self._by: _By = (worker_id, worker_pid, queue, output_root, now, enforces)
+        self._taken = {"b_queue": queue, "b_now": now, "b_worker": worker_id,
+                       "b_pid": worker_pid, **claim_limits.binds(enforces)}  # fmt: skip
+        self._begun = statements(conn).writes_in_with()
+        if self._begun:
+            self._taken["b_root"] = str(output_root)
+        self._sent = self._send(wanted) if wanted > 0 else None
+
+    def _send(self, asked: int) -> tuple[int, Sent]:
+        statement = sql.TAKE_AND_BEGIN if self._begun else sql.TAKE_NEXT
+        return asked, statement.send(self._conn, {**self._taken, "b_limit": asked})
+
+    def claims(self) -> list[Claim]:
+        """The jobs claimed, in claim order."""
+        conn, wanted, begun = self._conn, self._wanted, self._begun
+        claims: list[Claim] = []
+        while self._sent is not None:
+            asked, sent = self._sent
+            rows = sent.all()
+            rows.sort(key=lambda row: (-row.priority, row.next_run_at, row.id))
+            sound: list[_Taken] = []
+            for row in rows:
+                try:
+                    decoded = _decode(row)
+                except codec.DamagedValue as exc:
+                    if begun:
+                        _unbegin(conn, row)
+                    _quarantine(conn, row.id, str(exc), self._now)
+                    continue
+                number = row.attempt_no if begun else 1 if row.last_no is None else row.last_no + 1
+                sound.append((row, number, decoded))
+            claims += _begin_attempts(conn, sound, self._by, begun=begun)
+            more = len(rows) == asked and len(claims) < wanted
+            self._sent = self._send(wanted - len(claims)) if more else None
+        while len(claims) < wanted:
+            claim = _claim_slowly(conn, self._by)
+            if claim is None:
+                break
+            claims.append(claim)
+        return claims
 
 
 _Decoded = tuple[list[str], dict[str, str], int, str | None]

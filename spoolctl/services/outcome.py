@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from spoolctl.db.backends import statements
-from spoolctl.db.prepared import item_binds
+from spoolctl.db.prepared import Sent, item_binds
 from spoolctl.services import outcome_statements as sql
 from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.dependencies import release_dependents_of
@@ -113,18 +113,85 @@ def record_outcomes(
     where this worker no longer owns it) in the order given. The successes are
     recorded together, a statement per table for all of them; a failure's
     retry or dead-letter is decided one by one."""
-    successes = [e for e in endings if e.outcome.succeeded]
-    done = iter(record_successes(conn, successes, worker_id=worker_id, now=now))
-    states: list[JobState | None] = []
-    for e in endings:
-        if e.outcome.succeeded:
-            states.append(JobState.DONE if next(done) else None)
-            continue
-        attempt = (e.attempt_id, e.attempt_no)
-        state = record_failure(conn, job_id=e.job_id, attempt=attempt, worker_id=worker_id,
-                               outcome=e.outcome, now=now, pid=e.pid)  # fmt: skip
-        states.append(state)
-    return states
+    return Recording(conn, endings, worker_id=worker_id, now=now, answer_now=True).states()
+
+
+class Recording:
+    """`record_outcomes` in two halves, for a pass that claims too: made, it
+    sends the successes' statement and records any failure; `states()` reads
+    the successes' answer and releases the jobs waiting for them. In a
+    pipeline (`Statements.pipeline`), a claim sent in between shares that
+    answer's round trip, but does not see the dependents released after it
+    (`Claiming.claims` looks again where it came up short). With answer_now,
+    the successes are whole before anything else is sent, as in
+    `record_outcomes`."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        endings: Sequence[Ending],
+        *,
+        worker_id: str,
+        now: float,
+        answer_now: bool,
+    ) -> None:
+        self._endings = endings
+        self._successes = _Successes(conn, [e for e in endings if e.outcome.succeeded],
+                                     worker_id=worker_id, now=now)  # fmt: skip
+        if answer_now:
+            self._successes.flags()
+        self._failed = {
+            i: record_failure(conn, job_id=e.job_id, attempt=(e.attempt_id, e.attempt_no),
+                              worker_id=worker_id, outcome=e.outcome, now=now, pid=e.pid)
+            for i, e in enumerate(endings) if not e.outcome.succeeded
+        }  # fmt: skip
+
+    def states(self) -> list[JobState | None]:
+        done = iter(self._successes.flags())
+        return [
+            self._failed[i] if i in self._failed else JobState.DONE if next(done) else None
+            for i in range(len(self._endings))
+        ]
+
+
+class _Successes:
+    """`record_successes`, sent: `flags()` reads the answer (once)."""
+
+    def __init__(
+        self, conn: Connection, endings: Sequence[Ending], *, worker_id: str, now: float
+    ) -> None:
+        self._conn, self._endings, self._worker_id, self._now = conn, endings, worker_id, now
+        self._batch: list[int] = []
+        self._again: list[int] = []  # a job named twice (never in practice): after the others
+        seen: set[int] = set()
+        for i, e in enumerate(endings):
+            (self._again if e.job_id in seen else self._batch).append(i)
+            seen.add(e.job_id)
+        first = [endings[i] for i in self._batch]
+        self._marked: Sent | list[Any] = []
+        if first and statements(conn).writes_in_with():
+            self._marked = _mark_done_and_finish(conn, first, worker_id, now)
+        elif first:
+            self._marked = _mark_done_then_finish(conn, first, worker_id, now)
+        self._flags: list[bool] | None = None
+
+    def flags(self) -> list[bool]:
+        if self._flags is not None:
+            return self._flags
+        conn, endings = self._conn, self._endings
+        marked = self._marked if isinstance(self._marked, list) else self._marked.all()
+        done = {int(row.id) for row in marked}
+        awaited = [int(row.id) for row in marked if row.awaited]
+        release_dependents_of(conn, awaited)
+        first = set(self._batch)
+        flags = [i in first and endings[i].job_id in done for i in range(len(endings))]
+        if self._again:
+            later = _Successes(conn, [endings[i] for i in self._again],
+                               worker_id=self._worker_id, now=self._now)  # fmt: skip
+            for i, flag in zip(self._again, later.flags(), strict=True):
+                flags[i] = flag
+        self._flags = flags
+        return flags
 
 
 def _finish_params(
@@ -179,27 +246,7 @@ def record_successes(
     have dependents), the attempts, the events (the three are one statement
     where the backend runs writes inside a WITH), and where some job depends
     on one of them, the dependents waiting."""
-    if not endings:
-        return []
-    batch: list[int] = []
-    again: list[int] = []  # a job named twice (never in practice): after the others
-    seen: set[int] = set()
-    for i, e in enumerate(endings):
-        (again if e.job_id in seen else batch).append(i)
-        seen.add(e.job_id)
-    if statements(conn).writes_in_with():
-        marked = _mark_done_and_finish(conn, [endings[i] for i in batch], worker_id, now)
-    else:
-        marked = _mark_done_then_finish(conn, [endings[i] for i in batch], worker_id, now)
-    done = {int(row.id) for row in marked}
-    awaited = [int(row.id) for row in marked if row.awaited]
-    release_dependents_of(conn, awaited)
-    first = set(batch)
-    flags = [i in first and endings[i].job_id in done for i in range(len(endings))]
-    later = record_successes(conn, [endings[i] for i in again], worker_id=worker_id, now=now)
-    for i, flag in zip(again, later, strict=True):
-        flags[i] = flag
-    return flags
+    return _Successes(conn, endings, worker_id=worker_id, now=now).flags()
 
 
 def _mark_done_then_finish(
@@ -224,8 +271,8 @@ def _mark_done_then_finish(
 
 def _mark_done_and_finish(
     conn: Connection, endings: Sequence[Ending], worker_id: str, now: float
-) -> list[Any]:
-    """The same in one statement (`MARK_DONE_AND_FINISH`)."""
+) -> Sent:
+    """The same in one statement (`MARK_DONE_AND_FINISH`), its rows not read yet."""
     items = []
     for place, e in enumerate(endings):
         contained = e.outcome.cgroup is not None
@@ -235,7 +282,7 @@ def _mark_done_and_finish(
             "b_peak": e.outcome.peak_memory_bytes, "b_cpu": e.outcome.cpu_time_s,
         })  # fmt: skip
     params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
-    return list(sql.MARK_DONE_AND_FINISH.of(len(endings)).all(conn, params))
+    return sql.MARK_DONE_AND_FINISH.of(len(endings)).send(conn, params)
 
 
 def record_failure(

@@ -8,9 +8,10 @@ import time
 
 from sqlalchemy import Connection
 
+from spoolctl.db.backends import statements
 from spoolctl.services import claim as claiming
 from spoolctl.services import due, execute
-from spoolctl.services.outcome import Ending, Outcome, record_outcomes
+from spoolctl.services.outcome import Ending, Outcome, Recording
 from spoolctl.states import JobState
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
@@ -46,13 +47,20 @@ class Settler:
             self.spin.ended(now - execution.started_at)
         try:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
-                self._store_last_output(conn, ended)
-                states = self._settle(conn, ended, now)
-                riding = self._spawns_riding(ended, now)
-                execute.record_spawns(conn, riding)
-                scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
-                stale = self.reaping.stale(conn, now, shift.running) if scan else []
-                claims = [] if stale else self._claim_in(conn, now, wanted)
+                with statements(conn).pipeline(conn) as gathered:  # its end: one wait for all
+                    self._store_last_output(conn, ended)
+                    recording = self._settle(conn, ended, now, answer_now=not gathered)
+                    riding = self._spawns_riding(ended, now)
+                    execute.record_spawns(conn, riding)
+                    scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
+                    stale = self.reaping.stale(conn, now, shift.running) if scan else []
+                    claiming = None if stale else self._claiming(conn, now, wanted)
+                # the outcomes first: where the claim sent beside them came up
+                # short, its next look sees the jobs their successes released
+                states = self._states(conn, ended, recording)
+                claims = [] if claiming is None else claiming.claims()
+                if claiming is not None:
+                    self._claimed(conn, now, wanted, claims)
         except TRANSIENT:
             shift.output.failed()
             shift.backoff.failed(now)
@@ -85,25 +93,33 @@ class Settler:
             ids = [execution.claim.attempt_id for execution, _ in ended]
             self.shift.output.copy(conn, ids, final=True)
 
-    def _settle(self, conn: Connection, ended: Ended, now: float) -> list[JobState | None]:
-        """Record the ended attempts together. A job whose spawn was not
-        recorded yet has its pid stored with its end; where the attempt is no
-        longer ours, the pid is kept on it all the same."""
+    def _settle(self, conn: Connection, ended: Ended, now: float, *, answer_now: bool) -> Recording:
+        """Record the ended attempts together (`_states` reads the answer). A
+        job whose spawn was not recorded yet has its pid stored with its end."""
         endings = [
             Ending(execution.claim.job_id, execution.claim.attempt_id,
                    execution.claim.attempt_no, outcome,
                    None if execution.spawn_recorded else execution.pid)
             for execution, outcome in ended
         ]  # fmt: skip
-        states = record_outcomes(conn, endings, worker_id=self.shift.worker_id, now=now)
-        for (execution, _), ending, state in zip(ended, endings, states, strict=True):
-            if state is None and ending.pid is not None:
+        return Recording(
+            conn, endings, worker_id=self.shift.worker_id, now=now, answer_now=answer_now
+        )
+
+    def _states(
+        self, conn: Connection, ended: Ended, recording: Recording
+    ) -> list[JobState | None]:
+        """Each ended job's state after its end; where the attempt is no longer
+        ours, the pid is kept on it all the same."""
+        states = recording.states()
+        for (execution, _), state in zip(ended, states, strict=True):
+            if state is None and not execution.spawn_recorded and execution.pid is not None:
                 execute.record_spawn(conn, execution, None)
         return states
 
-    def _claim_in(self, conn: Connection, now: float, wanted: int) -> list[claiming.Claim]:
+    def _claiming(self, conn: Connection, now: float, wanted: int) -> claiming.Claiming:
         shift = self.shift
-        claims = claiming.claim_up_to(
+        return claiming.Claiming(
             conn,
             wanted,
             worker_id=shift.worker_id,
@@ -114,9 +130,17 @@ class Settler:
             now=now,
             enforces=shift.cells.enforces,
         )
+
+    def _claimed(
+        self, conn: Connection, now: float, wanted: int, claims: list[claiming.Claim]
+    ) -> None:
         self.exhausted = len(claims) < wanted
         if self.exhausted:
             self.next_claim_at = self._next_claim_time(conn, now)
+
+    def _claim_in(self, conn: Connection, now: float, wanted: int) -> list[claiming.Claim]:
+        claims = self._claiming(conn, now, wanted).claims()
+        self._claimed(conn, now, wanted, claims)
         return claims
 
     def _claim_only(self, now: float, wanted: int) -> list[claiming.Claim]:

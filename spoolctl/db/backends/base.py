@@ -189,6 +189,15 @@ class Statements(Protocol):
         attempts and writes their events in one round trip."""
         ...
 
+    def pipeline(self, conn: Connection) -> AbstractContextManager[bool]:
+        """Statements run inside are answered together, where the backend can
+        (PostgreSQL's pipeline mode, yielding True): each `Prepared.send` goes
+        out without waiting for the answer to the one before, and the first
+        read of any one's rows waits for all of them in one round trip. An
+        error surfaces at that read, the transaction failed. SQLite yields
+        False: each statement runs as it is sent, in process."""
+        ...
+
     def before_slot_count(self, conn: Connection, queue: str) -> None:
         """Before `--slots` counts a lane's running jobs: claimants of one lane
         count one at a time."""

@@ -40,8 +40,10 @@ imported unless `--db` names a PostgreSQL URL.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +85,8 @@ MIGRATE_LOCK_KEY = 0x5C0_0111
 """pg_advisory_xact_lock key serializing schema changes."""
 SLOTS_LOCK_BASE = 0x5C0_0000
 """Added to a hash of the queue name: serializes `--slots` counting per lane."""
+PIPELINE_INFO = "spoolctl_pipeline"
+"""A connection's info key: the psycopg pipeline it is in (`pipeline`)."""
 
 
 def make_engine(
@@ -131,6 +135,14 @@ def make_engine(
             busy_timeout_s,
         )
 
+    @event.listens_for(engine, "after_cursor_execute")
+    def _answer_in_pipeline(conn: Connection, *_: Any) -> None:
+        # SQLAlchemy reads a statement's description and rows as soon as it
+        # ran: inside a pipeline, have them (and the answers sent before) now.
+        batch = conn.connection.info.get(PIPELINE_INFO)
+        if batch is not None:
+            batch.sync()
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         options = conn.get_execution_options()
@@ -175,6 +187,12 @@ def require_driver() -> None:
         ) from None
 
 
+# psycopg logs what it ignores while an error unwinds (a pipeline left on a
+# lost connection: "error ignored terminating"); with no handler of the
+# program's, Python would print that on stderr beside the error spoolctl reports.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
+
+
 def lock_migrations(conn: Connection) -> None:
     conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": MIGRATE_LOCK_KEY})
 
@@ -199,6 +217,20 @@ def event_position() -> ColumnElement[int]:
 def writes_in_with() -> bool:
     """A WITH may hold INSERT, UPDATE and DELETE: a claim is one round trip."""
     return True
+
+
+@contextmanager
+def pipeline(conn: Connection) -> Iterator[bool]:
+    """psycopg's pipeline mode on conn's driver connection; leaving it waits
+    for every answer still due. A statement SQLAlchemy runs meanwhile is
+    answered at once (`_answer_in_pipeline`): only `Prepared.send` waits."""
+    info = conn.connection.info
+    with conn.connection.driver_connection.pipeline() as batch:  # type: ignore[union-attr]
+        info[PIPELINE_INFO] = batch
+        try:
+            yield True
+        finally:
+            del info[PIPELINE_INFO]
 
 
 def before_slot_count(conn: Connection, queue: str) -> None:

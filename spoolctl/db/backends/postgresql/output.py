@@ -56,7 +56,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from spoolctl.config import ENV_VARS
 from spoolctl.config import OUTPUT_CAP_ENV as CAP_ENV
 from spoolctl.db.backends.base import STREAMS
-from spoolctl.db.prepared import Prepared
+from spoolctl.db.prepared import Prepared, Sent
 from spoolctl.db.tables import attempts, output_chunks
 from spoolctl.errors import InvalidInput
 
@@ -121,6 +121,9 @@ class OutputCopier:
     """How often a worker stores its running jobs' new output."""
     _attempts: dict[int, _Attempt] = field(default_factory=dict)
     _staged: dict[int, dict[str, _Stream]] = field(default_factory=dict)
+    _sent: list[tuple[set[int], Sent]] = field(default_factory=list)
+    """The last `copy`'s statements and the attempts each stored for, their
+    answers read once it landed (in a pipeline they come with the pass's)."""
 
     def track(self, attempt_id: int, paths: Mapping[str, str]) -> None:
         streams = {name: _Stream(paths[name]) for name in STREAMS}
@@ -151,15 +154,16 @@ class OutputCopier:
                 new_rows, staged[name] = _chunk_rows(aid, name, start, self.cap, final)
                 rows += new_rows
             self._staged[aid] = staged
-        stored: set[int] = set()
         for first in range(0, len(rows), ROWS_PER_INSERT):
-            stored |= _store(conn, rows[first : first + ROWS_PER_INSERT])
-        for aid in {row["attempt_id"] for row in rows} - stored:
-            self._staged.pop(aid, None)  # pruned underneath: its chunks could not be stored
-            self.forget(aid)
+            self._sent.append(_store(conn, rows[first : first + ROWS_PER_INSERT]))
 
     def landed(self) -> None:
         """The transaction of the last `copy` committed."""
+        for ids, sent in self._sent:
+            for aid in ids - {int(row.attempt_id) for row in sent.all()}:
+                self._staged.pop(aid, None)  # pruned underneath: its chunks could not be stored
+                self.forget(aid)
+        self._sent.clear()
         for aid, streams in self._staged.items():
             attempt = self._attempts.get(aid)
             if attempt is not None:
@@ -172,6 +176,7 @@ class OutputCopier:
             if aid in self._attempts:
                 self._attempts[aid].unsure = True
         self._staged.clear()
+        self._sent.clear()
 
 
 def _has_news(attempt: _Attempt) -> bool:
@@ -216,11 +221,12 @@ it). Row locks are taken before the foreign keys are checked, at the
 statement's end."""
 
 
-def _store(conn: Connection, rows: list[dict[str, Any]]) -> set[int]:
-    """Store the chunk rows; the attempts whose chunks were stored."""
+def _store(conn: Connection, rows: list[dict[str, Any]]) -> tuple[set[int], Sent]:
+    """Store the chunk rows: the attempts they are for, and the statement,
+    which answers with those whose chunks were stored."""
     params = {f"c_{name}": [row[name] for row in rows] for name in _COLUMNS}
     params["c_ids"] = sorted({row["attempt_id"] for row in rows})
-    return {int(found[0]) for found in _STORE.execute(conn, params).fetchall()}
+    return set(params["c_ids"]), _STORE.send(conn, params)
 
 
 def _stored_stream(conn: Connection, attempt_id: int, name: str, stream: _Stream) -> _Stream:

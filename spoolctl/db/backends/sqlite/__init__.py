@@ -207,6 +207,12 @@ def writes_in_with() -> bool:
     return False
 
 
+@contextmanager
+def pipeline(conn: Connection) -> Iterator[bool]:
+    """Nothing to gather: each statement runs as it is sent."""
+    yield False
+
+
 def before_slot_count(conn: Connection, queue: str) -> None:
     """The write lock already serializes every claimant."""
 
