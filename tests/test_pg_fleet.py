@@ -352,6 +352,18 @@ def stopped(pid: int) -> bool:
         return False
 
 
+def what_it_is_doing(url: str, member: Member) -> str:
+    """For a failure's message: the worker's process state, its sessions'
+    states and the end of its output."""
+    try:
+        status = psutil.Process(member.pid).status()
+    except psutil.Error as gone:
+        status = f"gone ({gone})"
+    sessions = backend_states(url, member.pid)
+    tail = member.output()[-2000:]
+    return f"{member.name}: process {status}, sessions {sessions}, output:\n{tail}"
+
+
 def freeze_between_transactions(url: str, member: Member) -> None:
     """SIGSTOP the worker at a moment when none of its sessions is inside a
     transaction (a worker frozen mid-transaction is another test's subject)."""
@@ -833,7 +845,10 @@ def test_a_frozen_workers_late_outcome_changes_nothing(fleet: PgFleet, runs: Pat
     stale.signal(signal.SIGCONT)
     for _ in range(3):  # s runs several loops (heartbeat, settle, claim)
         last = beat()
-        wait_for(lambda last=last: beat() != last, timeout=10, what="s to heartbeat")
+        try:  # s's loop is not what this test times: a loaded suite may be slow
+            wait_for(lambda last=last: beat() != last, timeout=30, what="s to heartbeat")
+        except AssertionError as late:
+            raise AssertionError(f"{late}\n{what_it_is_doing(url, stale)}") from None
 
     assert sql(url, "SELECT * FROM attempts WHERE attempt_no = 1") == first
     assert sql(url, JOB_SAVE_HEARTBEAT) == job_row
