@@ -355,6 +355,7 @@ def stopped(pid: int) -> bool:
 def what_it_is_doing(url: str, member: Member) -> str:
     """For a failure's message: the worker's process state, its sessions'
     states and the end of its output."""
+    status: str
     try:
         status = psutil.Process(member.pid).status()
     except psutil.Error as gone:
