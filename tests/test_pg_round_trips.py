@@ -2,7 +2,7 @@
 bench/pgcount.py reads too (devtools/pgwire.py): how often a worker waits for
 the server. A worker with one free slot records a job's end and claims the
 next in one wait, the job's last output stored beside them: its pass is the
-BEGIN with its settings, the pass's statements together, and the COMMIT."""
+BEGIN with its settings and the pass's statements together, and the COMMIT."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from spoolctl.db.queue import open_for_write
 from spoolctl.db.tables import lanes
 from tests.helpers import cli, driver_of
 
-PASS_ROUND_TRIPS = 3
-"""BEGIN (with the settings and the revision check), the pipelined output,
-outcome and claim statements, COMMIT. One by one they were five."""
+PASS_ROUND_TRIPS = 2
+"""The pipeline (BEGIN with the settings and the revision check, then the
+output, outcome and claim statements), COMMIT. One by one they were five."""
 
 
 QUIET = {"SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "30", "SPOOLCTL_TEST_REAP_THRESHOLD": "120"}

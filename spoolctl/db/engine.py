@@ -22,7 +22,9 @@ LOCK_WAIT_OPTION = "spoolctl_lock_wait_s"
 
 
 class RevisionMismatch(SpoolError):
-    """Raised from the begin hook; revision.py turns it into the public error."""
+    """Raised as a transaction opens (the begin hook; on PostgreSQL's write
+    engines, with its first statement or at its commit); revision.py turns it
+    into the public error."""
 
 
 @contextmanager

@@ -30,6 +30,20 @@ class _Compiled:
     defaults: dict[str, Any]
 
 
+OPENING_INFO = "spoolctl_opening"
+"""A connection's info key: its transaction's opening, where the backend
+sends it with the transaction's first statement instead of at BEGIN
+(PostgreSQL's write engines: `postgresql.begin.Opening`)."""
+
+
+def opened(conn: Connection) -> None:
+    """Send conn's transaction opening if it is still due (before a
+    statement that bypasses SQLAlchemy's events, as ours do)."""
+    opening = conn.connection.info.pop(OPENING_INFO, None)
+    if opening is not None:
+        opening.now(conn)
+
+
 class Prepared:
     """One Core statement, compiled for each dialect on first use."""
 
@@ -50,6 +64,7 @@ class Prepared:
         """Run on the driver cursor; returns that cursor (rowcount, rows)."""
         compiled = self._compiled.get(type(conn.dialect)) or self._compile(conn)
         values = compiled.defaults if not params else {**compiled.defaults, **params}
+        opened(conn)
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         if compiled.order is None:
             cursor.execute(compiled.sql, values)
@@ -61,6 +76,7 @@ class Prepared:
         """Run once per parameter set, in one driver call: psycopg sends them
         all in one pipeline (one round trip), sqlite3 loops in C."""
         compiled = self._compiled.get(type(conn.dialect)) or self._compile(conn)
+        opened(conn)
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         values = [{**compiled.defaults, **row} for row in rows]
         if compiled.order is None:

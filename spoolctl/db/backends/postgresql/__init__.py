@@ -42,8 +42,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,18 +53,21 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
-from spoolctl.db.backends.postgresql.begin import begin_in_one_trip, check_revision, revision_with
+from spoolctl.db.backends.postgresql.begin import Opening, check_revision, revision_with
 from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
 from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_lag, ledger_reader
 from spoolctl.db.backends.postgresql.limits import (
     BOUNDS_OPTION,
     TRANSACTION_TIMEOUT_SINCE,
     network_bounds,
+    setting_literals,
     setting_sql,
     transaction_bounds,
 )
+from spoolctl.db.backends.postgresql.pipeline import PIPELINE_INFO, pipeline
 from spoolctl.db.backends.postgresql.url import driver_url, parse_url
 from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION
+from spoolctl.db.prepared import OPENING_INFO, opened
 from spoolctl.db.url import masked
 from spoolctl.errors import ExtraMissing
 
@@ -75,7 +77,8 @@ if TYPE_CHECKING:
     from spoolctl.db.health import Check
 
 __all__ = [
-    "PostgresDriver", "display_of", "ledger_lag", "ledger_reader", "parse_url", "translate_errors"
+    "PostgresDriver", "display_of", "ledger_lag", "ledger_reader", "parse_url", "pipeline",
+    "translate_errors",
 ]  # fmt: skip
 
 MIGRATE_BUSY_TIMEOUT_S = 60.0
@@ -85,8 +88,6 @@ MIGRATE_LOCK_KEY = 0x5C0_0111
 """pg_advisory_xact_lock key serializing schema changes."""
 SLOTS_LOCK_BASE = 0x5C0_0000
 """Added to a hash of the queue name: serializes `--slots` counting per lane."""
-PIPELINE_INFO = "spoolctl_pipeline"
-"""A connection's info key: the psycopg pipeline it is in (`pipeline`)."""
 
 
 def make_engine(
@@ -135,6 +136,18 @@ def make_engine(
             busy_timeout_s,
         )
 
+    @event.listens_for(engine, "before_cursor_execute")
+    def _open_first(conn: Connection, *_: Any) -> None:
+        opened(conn)  # the transaction's opening goes before its first statement
+
+    @event.listens_for(engine, "commit")
+    def _opened_to_commit(conn: Connection) -> None:
+        opened(conn)  # a transaction that ran nothing still checks the revision
+
+    @event.listens_for(engine, "rollback")
+    def _never_opened(conn: Connection) -> None:
+        conn.connection.info.pop(OPENING_INFO, None)  # nothing ran: nothing to undo
+
     @event.listens_for(engine, "after_cursor_execute")
     def _answer_in_pipeline(conn: Connection, *_: Any) -> None:
         # SQLAlchemy reads a statement's description and rows as soon as it
@@ -155,7 +168,10 @@ def make_engine(
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
             ms = f"{max(1, int(wait_s * 1000))}ms" if wait_s > 0 else "1ms"
             if one_trip and expected_revision is not None:
-                begin_in_one_trip(conn, {"lock_timeout": ms, **bounds}, expected_revision)
+                # Sent with the first statement (`begin.Opening`): in the
+                # round trip of a pipeline's statements where they go first.
+                setting = setting_literals({"lock_timeout": ms, **bounds})
+                conn.connection.info[OPENING_INFO] = Opening(setting, expected_revision)
                 return
             setting = setting_sql({"lock_timeout": ms, **bounds})
             params: dict[str, Any] | None = {"lock_timeout": ms, **bounds}
@@ -217,20 +233,6 @@ def event_position() -> ColumnElement[int]:
 def writes_in_with() -> bool:
     """A WITH may hold INSERT, UPDATE and DELETE: a claim is one round trip."""
     return True
-
-
-@contextmanager
-def pipeline(conn: Connection) -> Iterator[bool]:
-    """psycopg's pipeline mode on conn's driver connection; leaving it waits
-    for every answer still due. A statement SQLAlchemy runs meanwhile is
-    answered at once (`_answer_in_pipeline`): only `Prepared.send` waits."""
-    info = conn.connection.info
-    with conn.connection.driver_connection.pipeline() as batch:  # type: ignore[union-attr]
-        info[PIPELINE_INFO] = batch
-        try:
-            yield True
-        finally:
-            del info[PIPELINE_INFO]
 
 
 def before_slot_count(conn: Connection, queue: str) -> None:
