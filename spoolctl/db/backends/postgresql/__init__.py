@@ -53,7 +53,12 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
 from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
-from spoolctl.db.backends.postgresql.begin import Opening, check_revision, revision_with
+from spoolctl.db.backends.postgresql.begin import (
+    Opening,
+    check_revision,
+    revision_with,
+    send_openings_first,
+)
 from spoolctl.db.backends.postgresql.errors import display_of, translate_errors
 from spoolctl.db.backends.postgresql.ledger import LEDGER_OPTION, ledger_lag, ledger_reader
 from spoolctl.db.backends.postgresql.limits import (
@@ -64,10 +69,10 @@ from spoolctl.db.backends.postgresql.limits import (
     setting_sql,
     transaction_bounds,
 )
-from spoolctl.db.backends.postgresql.pipeline import PIPELINE_INFO, pipeline
+from spoolctl.db.backends.postgresql.pipeline import answer_in_pipelines, pipeline
 from spoolctl.db.backends.postgresql.url import driver_url, parse_url
 from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION
-from spoolctl.db.prepared import OPENING_INFO, opened
+from spoolctl.db.prepared import OPENING_INFO
 from spoolctl.db.url import masked
 from spoolctl.errors import ExtraMissing
 
@@ -136,25 +141,8 @@ def make_engine(
             busy_timeout_s,
         )
 
-    @event.listens_for(engine, "before_cursor_execute")
-    def _open_first(conn: Connection, *_: Any) -> None:
-        opened(conn)  # the transaction's opening goes before its first statement
-
-    @event.listens_for(engine, "commit")
-    def _opened_to_commit(conn: Connection) -> None:
-        opened(conn)  # a transaction that ran nothing still checks the revision
-
-    @event.listens_for(engine, "rollback")
-    def _never_opened(conn: Connection) -> None:
-        conn.connection.info.pop(OPENING_INFO, None)  # nothing ran: nothing to undo
-
-    @event.listens_for(engine, "after_cursor_execute")
-    def _answer_in_pipeline(conn: Connection, *_: Any) -> None:
-        # SQLAlchemy reads a statement's description and rows as soon as it
-        # ran: inside a pipeline, have them (and the answers sent before) now.
-        batch = conn.connection.info.get(PIPELINE_INFO)
-        if batch is not None:
-            batch.sync()
+    send_openings_first(engine)
+    answer_in_pipelines(engine)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 
 from spoolctl.db.engine import RevisionMismatch
+from spoolctl.db.prepared import OPENING_INFO, opened
 
 
 def check_revision(found: str | None, expected: str) -> None:
@@ -103,3 +104,25 @@ class Opening:
                     check_revision(None, self.expected)
                 return
         check_revision(None if row is None else str(row[-1]), self.expected)
+
+
+def send_openings_first(engine: Engine) -> None:
+    """engine's hooks for a due `Opening`: sent before the transaction's first
+    statement SQLAlchemy runs (`Prepared` sends it itself), at commit where
+    nothing ran, and dropped at a rollback."""
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _open_first(conn: Connection, *_: Any) -> None:
+        opened(conn)
+
+    @event.listens_for(engine, "commit")
+    def _opened_to_commit(conn: Connection) -> None:
+        if not conn.invalidated:
+            opened(conn)  # a transaction that ran nothing still checks the revision
+
+    @event.listens_for(engine, "rollback")
+    def _never_opened(conn: Connection) -> None:
+        # nothing ran: nothing to undo (a connection lost meanwhile is dropped
+        # with its info, and touching it would raise)
+        if not conn.invalidated:
+            conn.connection.info.pop(OPENING_INFO, None)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine, event
 
 from spoolctl.db.backends.postgresql.begin import Opening
 from spoolctl.db.prepared import OPENING_INFO
@@ -46,3 +46,14 @@ def pipeline(conn: Connection) -> Iterator[bool]:
         raise
     if opening is not None and revision is not None:
         opening.check(revision)
+
+
+def answer_in_pipelines(engine: Engine) -> None:
+    """SQLAlchemy reads a statement's description and rows as soon as it
+    ran: inside a pipeline, have them (and the answers sent before) now."""
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _answer_now(conn: Connection, *_: Any) -> None:
+        batch = conn.connection.info.get(PIPELINE_INFO)
+        if batch is not None:
+            batch.sync()
