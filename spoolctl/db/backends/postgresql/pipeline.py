@@ -21,7 +21,7 @@ PIPELINE_INFO = "spoolctl_pipeline"
 def pipeline(conn: Connection) -> Iterator[bool]:
     """psycopg's pipeline mode on conn's driver connection; leaving it waits
     for every answer still due. A statement SQLAlchemy runs meanwhile is
-    answered at once (the engine's `_answer_in_pipeline`): only
+    answered at once (`answer_in_pipelines`): only
     `Prepared.send` waits. A transaction not opened yet opens first in the
     pipeline, and its revision check is read as the pipeline ends, before
     any answer of the pass is: where a statement failed, a schema that is
@@ -41,10 +41,10 @@ def pipeline(conn: Connection) -> Iterator[bool]:
             finally:
                 del info[PIPELINE_INFO]
     except psycopg.Error as failed:
-        if opening is not None and revision is not None:
+        if opening is not None and revision is not None:  # None: the opening was not sent
             opening.check(revision, failed)
         raise
-    if opening is not None and revision is not None:
+    if opening is not None:
         opening.check(revision)
 
 
