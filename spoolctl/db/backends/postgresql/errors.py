@@ -128,4 +128,8 @@ def _connection_lost(exc: DBAPIError, state: str, detail: str) -> bool:
         return False
     if exc.connection_invalidated or state.startswith("08") or state in LOST_STATES:
         return True
-    return not state and type(exc.orig).__name__ == "OperationalError"
+    # psycopg's own subclasses too: a connect attempt that ran out of time
+    # (ConnectionTimeout, e.g. a process frozen while it connected) is lost
+    import psycopg
+
+    return not state and isinstance(exc.orig, psycopg.OperationalError)
