@@ -259,8 +259,9 @@ def test_events_prune_reap_and_claim_name_their_indexes(engine: Engine, db: Path
 
 
 CLAIM_PLAN = [
-    # the jobs taken: the rows the CTE picked, by id
-    "SEARCH jobs USING COVERING INDEX ix_jobs_state_id (state=? AND id=? AND rowid=?)",
+    # the jobs taken: the rows the CTE picked, by id (no state test of
+    # their own, which would offer PostgreSQL a walk of every queued job)
+    "SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)",
     # the lane's first due jobs in claim order: the claim index's first
     # entries, then those few rows of the CTE (not a table) read back
     "LIST SUBQUERY 3",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Integer, and_, bindparam, literal_column, or_, select
+from sqlalchemy import Connection, Integer, and_, bindparam, func, literal_column, not_, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.containment import NO_LIMITS, Limits
@@ -16,23 +16,36 @@ from spoolctl.states import EventKind, JobState
 _NEEDING = jobs.alias("needing")
 
 
+def _cannot_enforce(table: Any, prefix: str) -> ColumnElement[bool]:
+    """The row has a limit this worker cannot enforce (binds
+    `<prefix>can_memory`, `<prefix>can_cpu`: 1 or 0)."""
+    can_memory = bindparam(f"{prefix}can_memory", type_=Integer)
+    can_cpu = bindparam(f"{prefix}can_cpu", type_=Integer)
+    return or_(
+        and_(table.c.memory_bytes.is_not(None), can_memory == 0),
+        and_(table.c.cpus.is_not(None), can_cpu == 0),
+    )
+
+
 def enforceable(table: Any, prefix: str = "b_") -> ColumnElement[bool]:
     """The job is not one that requires a limit this worker cannot enforce
     (binds `<prefix>can_memory`, `<prefix>can_cpu`: 1 or 0). Asked of the
     partial index ix_jobs_needs_limits (the queued jobs that require their
     limits, none in the common case), so the claim's own walk of the claim
-    index reads no table row for it."""
-    can_memory = bindparam(f"{prefix}can_memory", type_=Integer)
-    can_cpu = bindparam(f"{prefix}can_cpu", type_=Integer)
-    refused = select(_NEEDING.c.id).where(
-        needs_limits(_NEEDING),
-        or_(
-            and_(_NEEDING.c.memory_bytes.is_not(None), can_memory == 0),
-            and_(_NEEDING.c.cpus.is_not(None), can_cpu == 0),
-        ),
-    )
+    index reads no table row for it (SQLite's)."""
+    refused = select(_NEEDING.c.id).where(needs_limits(_NEEDING), _cannot_enforce(_NEEDING, prefix))
     result: ColumnElement[bool] = table.c.id.not_in(refused)
     return result
+
+
+def allowed(table: Any, prefix: str = "b_") -> ColumnElement[bool]:
+    """`enforceable` asked of the row itself, for a claim that reads each row
+    it passes anyway (PostgreSQL's locks it). The subquery would offer
+    PostgreSQL's planner a walk of every queued job's index entries
+    (`state = 'queued'`), which it took whenever its statistics made queued
+    jobs look rare."""
+    required = func.coalesce(table.c.require_limits, 0) == 1
+    return not_(and_(required, _cannot_enforce(table, prefix)))
 
 
 def needs_limits(table: Any) -> ColumnElement[bool]:

@@ -93,25 +93,29 @@ INSERT_ATTEMPTS = PreparedFor(_insert_attempts)
 
 
 _PICK = jobs.alias("pick")
-_FIRST_DUE = (
-    select(_PICK.c.id)
-    .where(
-        _PICK.c.state == JobState.QUEUED.value,
-        _PICK.c.queue == bindparam("b_queue"),
-        _PICK.c.next_run_at <= bindparam("b_now"),
-        claim_limits.enforceable(_PICK),
+
+
+def _first_due(allowed: ColumnElement[bool]) -> Any:
+    """The lane's first `b_limit` due jobs in claim order that `allowed` lets
+    this worker take (an alias: the UPDATE's own `jobs` is the row it
+    changes), picked once: PostgreSQL may run a plain `IN (subquery)` again
+    for each row it joins, and each run with SKIP LOCKED can pick other rows,
+    taking more than the limit. A materialized CTE runs once, on both
+    backends."""
+    return (
+        select(_PICK.c.id)
+        .where(
+            _PICK.c.state == JobState.QUEUED.value,
+            _PICK.c.queue == bindparam("b_queue"),
+            _PICK.c.next_run_at <= bindparam("b_now"),
+            allowed,
+        )
+        .order_by(_PICK.c.priority.desc(), _PICK.c.next_run_at, _PICK.c.id)
+        .limit(bindparam("b_limit"))
+        .with_for_update(skip_locked=True)
+        .cte("picked")
+        .prefix_with("MATERIALIZED", dialect="postgresql")
     )
-    .order_by(_PICK.c.priority.desc(), _PICK.c.next_run_at, _PICK.c.id)
-    .limit(bindparam("b_limit"))
-    .with_for_update(skip_locked=True)
-    .cte("picked")
-    .prefix_with("MATERIALIZED", dialect="postgresql")
-)
-"""The lane's first `b_limit` due jobs in claim order (an alias: the UPDATE's
-own `jobs` is the row it changes), picked once: PostgreSQL may run a plain
-`IN (subquery)` again for each row it joins, and each run with SKIP LOCKED
-can pick other rows, taking more than the limit. A materialized CTE runs
-once, on both backends."""
 
 
 def _newest_attempts(column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -139,34 +143,46 @@ _LAST_NO: ColumnElement[Any] = literal_column(
 """The taken job's newest attempt number, written out: SQLAlchemy renders a
 RETURNING clause's columns unqualified on SQLite, and an unqualified `id`
 inside this subquery would be the attempt's own."""
-_TAKE_NEXT_UPDATE = (
-    update(jobs)
-    .where(
-        jobs.c.id.in_(select(_FIRST_DUE.c.id)),
-        jobs.c.state == JobState.QUEUED.value,
-        ~exists().where(lanes.c.queue == bindparam("b_queue")),
-        func.coalesce(_NEWEST_STATE, "").op("NOT IN")(_ENDED_ELSEWHERE_LIST),
+
+
+def _take_next(allowed: ColumnElement[bool]) -> Any:
+    """The common claim in one statement: the lane's first `b_limit` due jobs
+    in claim order become running, except any whose newest attempt was ended
+    by someone else (its process may linger), and none from a paused lane.
+    When it takes fewer than asked, the slow path (`claim._claim_slowly`)
+    looks again in claim order, one job at a time, so a job it passed over is
+    still taken before any that comes after it. Rows come back in no
+    particular order: sorted after.
+
+    The jobs changed are found by id alone: `picked` read them queued (and,
+    on PostgreSQL, locked them; SQLite's write lock covers the statement). A
+    second `state` test here would let PostgreSQL's planner walk every queued
+    job's index entries instead, which it chose whenever its statistics made
+    `queued` look rare: a claim's cost then grew with the backlog."""
+    return (
+        update(jobs)
+        .where(
+            jobs.c.id.in_(select(_first_due(allowed).c.id)),
+            ~exists().where(lanes.c.queue == bindparam("b_queue")),
+            func.coalesce(_NEWEST_STATE, "").op("NOT IN")(_ENDED_ELSEWHERE_LIST),
+        )
+        .values(**_TAKEN)
+        .returning(
+            jobs.c.id,
+            jobs.c.argv,
+            jobs.c.cwd,
+            jobs.c.env,
+            jobs.c.timeout_seconds,
+            jobs.c.priority,
+            jobs.c.next_run_at,
+            *LIMIT_COLUMNS,
+            _LAST_NO,
+        )
     )
-    .values(**_TAKEN)
-    .returning(
-        jobs.c.id,
-        jobs.c.argv,
-        jobs.c.cwd,
-        jobs.c.env,
-        jobs.c.timeout_seconds,
-        jobs.c.priority,
-        jobs.c.next_run_at,
-        *LIMIT_COLUMNS,
-        _LAST_NO,
-    )
-)
-"""The common claim in one statement: the lane's first `b_limit` due jobs in
-claim order become running, except any whose newest attempt was ended by
-someone else (its process may linger), and none from a paused lane. When it
-takes fewer than asked, the slow path (`claim._claim_slowly`) looks again in claim
-order, one job at a time, so a job it passed over is still taken before any
-that comes after it. Rows come back in no particular order: sorted after."""
-TAKE_NEXT = Prepared(_TAKE_NEXT_UPDATE)
+
+
+TAKE_NEXT = Prepared(_take_next(claim_limits.enforceable(_PICK)))
+"""The claim where writes cannot go inside a WITH (SQLite): the attempts follow."""
 
 
 def _attempt_path(job_id: ColumnElement[Any], attempt_no: ColumnElement[Any], stream: str) -> Any:
@@ -182,7 +198,7 @@ def _take_and_begin() -> Any:
     events (in claim order, as `record_events` would write them), as one
     statement: writes inside a WITH (PostgreSQL), all seeing one snapshot,
     so each insert reads the rows the one before it returned."""
-    taken = _TAKE_NEXT_UPDATE.cte("taken")
+    taken = _take_next(claim_limits.allowed(_PICK)).cte("taken")
     number = func.coalesce(taken.c.last_no, 0) + 1
     made = (
         insert(attempts)
