@@ -87,6 +87,22 @@ OWNED_JOB = Prepared(select(jobs).where(*_OWNED).with_for_update())
 as read until the failure is recorded, whoever else wants to change it."""
 
 
+def _still_running(attempt_ids: Any) -> Any:
+    """How many of these attempts of the job being changed still run (0 or
+    1: an attempt is one job's). A count, not an EXISTS: PostgreSQL turns an
+    EXISTS into a join, and chose to scan every attempt for it whenever it
+    believed the table small; a count is asked of each job, by its key."""
+    return (
+        select(func.count())
+        .where(
+            attempts.c.job_id == jobs.c.id,
+            attempts.c.id.in_(attempt_ids),
+            attempts.c.state == AttemptState.RUNNING.value,
+        )
+        .scalar_subquery()
+    )
+
+
 def _done(job_ids: Any, attempt_ids: Any) -> Any:
     """These jobs done, those this worker still owns with one of these
     attempts running; returning each one's id and whether any job awaits it."""
@@ -96,11 +112,7 @@ def _done(job_ids: Any, attempt_ids: Any) -> Any:
             jobs.c.id.in_(job_ids),
             jobs.c.state == JobState.RUNNING.value,
             jobs.c.locked_by == bindparam("b_worker"),
-            exists().where(
-                attempts.c.job_id == jobs.c.id,
-                attempts.c.id.in_(attempt_ids),
-                attempts.c.state == AttemptState.RUNNING.value,
-            ),
+            _still_running(attempt_ids) > 0,
         )
         .values(
             **RELEASE_LOCK,
@@ -138,19 +150,26 @@ def _mark_done_and_finish(n: int) -> Any:
     `FINISH_CONTAINED` where contained) and the `succeeded` events in the
     order given, of n successes, as one statement: writes inside a WITH,
     all seeing one snapshot, the attempts and events only of the jobs the
-    first one marked. Returns what `MARK_DONE` returns."""
+    first one marked. Returns what `MARK_DONE` returns.
+
+    The jobs and attempts changed are named by their bound ids, not by a
+    join with `ended`: PostgreSQL then finds each by its key whatever its
+    statistics say (joined, it walked every running job's index entries, or
+    every attempt, when they made the tables look small)."""
     rows = values(*(column(name, kind) for name, kind in _ENDED_COLUMNS.items()), name="rows")
     ended = select(rows.data([
         tuple(cast(bindparam(item_bind(f"b_{name}", i)), kind)
               for name, kind in _ENDED_COLUMNS.items())
         for i in range(n)
     ])).cte("ended")  # fmt: skip
-    marked = _done(select(ended.c.job_id), select(ended.c.attempt_id)).cte("marked")
+    attempt_ids: list[Any] = [bindparam(item_bind("b_attempt_id", i)) for i in range(n)]
+    job_ids: list[Any] = [bindparam(item_bind("b_job_id", i)) for i in range(n)]
+    marked = _done(job_ids, attempt_ids).cte("marked")
     ours = ended.c.job_id.in_(select(marked.c.id))
     contained = ended.c.contained == 1
     finished = (
         update(attempts)
-        .where(attempts.c.id == ended.c.attempt_id)
+        .where(attempts.c.id == ended.c.attempt_id, attempts.c.id.in_(attempt_ids))
         .where(attempts.c.state == AttemptState.RUNNING.value, ours)
         .values(
             **_finished(AttemptState.SUCCEEDED.value, 0, None, None, ended.c.pid),
