@@ -44,7 +44,6 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     Text,
-    any_,
     bindparam,
     cast,
     func,
@@ -205,28 +204,33 @@ _NEW = (
 )
 _LIVE = (
     select(attempts.c.id)
-    .where(attempts.c.id == any_(cast(bindparam("c_ids"), ARRAY(BigInteger))))
+    .where(attempts.c.id == _NEW.c.attempt_id)
     .with_for_update(read=True, key_share=True)
+    .exists()
 )
+"""The chunk's attempt, share-locked: a subquery that locks is never turned
+into a join, so each attempt is found by its key, one probe a chunk,
+whatever the planner believes of the table's size (an `= ANY(ids)` scan
+planned while the table was small walked every attempt for each chunk)."""
 _STORE = Prepared(
     insert(output_chunks)
-    .from_select(_COLUMNS, select(*_NEW.c).where(_NEW.c.attempt_id.in_(_LIVE)))
+    .from_select(_COLUMNS, select(*_NEW.c).where(_LIVE))
     .returning(output_chunks.c.attempt_id)
 )
 """Chunks of any number of attempts in one prepared statement (its columns
 as arrays), stored only for attempts that still exist: those are
-share-locked first, so no prune deletes one before its chunks commit (a
-prune that got there first leaves its chunks out, and the copier forgets
-it). Row locks are taken before the foreign keys are checked, at the
-statement's end."""
+share-locked first (in attempt order: the rows are sorted), so no prune
+deletes one before its chunks commit (a prune that got there first leaves
+its chunks out, and the copier forgets it). Row locks are taken before the
+foreign keys are checked, at the statement's end."""
 
 
 def _store(conn: Connection, rows: list[dict[str, Any]]) -> tuple[set[int], Sent]:
     """Store the chunk rows: the attempts they are for, and the statement,
     which answers with those whose chunks were stored."""
+    rows = sorted(rows, key=lambda row: row["attempt_id"])
     params = {f"c_{name}": [row[name] for row in rows] for name in _COLUMNS}
-    params["c_ids"] = sorted({row["attempt_id"] for row in rows})
-    return set(params["c_ids"]), _STORE.send(conn, params)
+    return {row["attempt_id"] for row in rows}, _STORE.send(conn, params)
 
 
 def _stored_stream(conn: Connection, attempt_id: int, name: str, stream: _Stream) -> _Stream:
