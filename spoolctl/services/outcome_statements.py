@@ -87,32 +87,40 @@ OWNED_JOB = Prepared(select(jobs).where(*_OWNED).with_for_update())
 as read until the failure is recorded, whoever else wants to change it."""
 
 
-def _still_running(attempt_ids: Any) -> Any:
-    """How many of these attempts of the job being changed still run (0 or
-    1: an attempt is one job's). A count, not an EXISTS: PostgreSQL turns an
-    EXISTS into a join, and chose to scan every attempt for it whenever it
-    believed the table small; a count is asked of each job, by its key."""
+def _among(attempt_ids: Any) -> tuple[Any, ...]:
+    """One of these attempts is the job being changed's, and still runs."""
     return (
-        select(func.count())
-        .where(
-            attempts.c.job_id == jobs.c.id,
-            attempts.c.id.in_(attempt_ids),
-            attempts.c.state == AttemptState.RUNNING.value,
-        )
-        .scalar_subquery()
+        attempts.c.job_id == jobs.c.id,
+        attempts.c.id.in_(attempt_ids),
+        attempts.c.state == AttemptState.RUNNING.value,
     )
 
 
-def _done(job_ids: Any, attempt_ids: Any) -> Any:
-    """These jobs done, those this worker still owns with one of these
-    attempts running; returning each one's id and whether any job awaits it."""
+def _running_among(attempt_ids: Any) -> Any:
+    """The job being changed has one of these attempts still running."""
+    return exists().where(*_among(attempt_ids))
+
+
+def _still_running(attempt_ids: Any) -> Any:
+    """`_running_among` as a count (0 or 1: an attempt is one job's), for
+    PostgreSQL: it turns an EXISTS into a join, and chose to scan every
+    attempt for it whenever it believed the table small; a count is asked
+    of each job, by its key. SQLite runs the EXISTS as written, and stops at
+    the first row."""
+    return select(func.count()).where(*_among(attempt_ids)).scalar_subquery() > 0
+
+
+def _done(job_ids: Any, running: Any) -> Any:
+    """These jobs done, those this worker still owns whose attempt still runs
+    (`running`: `_running_among` or `_still_running`); returning each one's
+    id and whether any job awaits it."""
     return (
         update(jobs)
         .where(
             jobs.c.id.in_(job_ids),
             jobs.c.state == JobState.RUNNING.value,
             jobs.c.locked_by == bindparam("b_worker"),
-            _still_running(attempt_ids) > 0,
+            running,
         )
         .values(
             **RELEASE_LOCK,
@@ -130,7 +138,7 @@ def _mark_done(n: int) -> Any:
     """n jobs done (`_done`), named by binds b_id_i and b_attempt_i."""
     job_ids: list[Any] = [bindparam(item_bind("b_id", i)) for i in range(n)]
     attempt_ids: list[Any] = [bindparam(item_bind("b_attempt", i)) for i in range(n)]
-    return _done(job_ids, attempt_ids)
+    return _done(job_ids, _running_among(attempt_ids))
 
 
 MARK_DONE = PreparedFor(_mark_done)
@@ -164,7 +172,7 @@ def _mark_done_and_finish(n: int) -> Any:
     ])).cte("ended")  # fmt: skip
     attempt_ids: list[Any] = [bindparam(item_bind("b_attempt_id", i)) for i in range(n)]
     job_ids: list[Any] = [bindparam(item_bind("b_job_id", i)) for i in range(n)]
-    marked = _done(job_ids, attempt_ids).cte("marked")
+    marked = _done(job_ids, _still_running(attempt_ids)).cte("marked")
     ours = ended.c.job_id.in_(select(marked.c.id))
     contained = ended.c.contained == 1
     finished = (
