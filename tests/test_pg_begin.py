@@ -58,8 +58,9 @@ def test_transactions_are_whole_and_leave_the_session_bare(pg_url: str) -> None:
     """A write engine that checks the revision opens each transaction itself,
     in the round trip of its settings (its connections are in autocommit
     mode): what a transaction writes is undone with it, its settings and
-    isolation hold for the whole of it and end with it, and a read on the
-    same engine is one REPEATABLE READ, READ ONLY snapshot."""
+    isolation hold for the whole of it and end with it (the planner's too:
+    `limits.PLAN_SETTINGS`), and a read on the same engine is one REPEATABLE
+    READ, READ ONLY snapshot with the server's planner defaults."""
     driver = driver_of(pg_url)
     open_for_write(driver).write(lambda conn: None)  # a queue at head
     engine = driver.engine(write=True, expected_revision=revision.HEAD_REVISION, lock_wait_s=0.7)
@@ -67,6 +68,8 @@ def test_transactions_are_whole_and_leave_the_session_bare(pg_url: str) -> None:
         "SELECT current_setting('transaction_isolation'), current_setting('lock_timeout'), "
         "current_setting('transaction_read_only'), pg_current_xact_id_if_assigned()::text"
     )
+    planner = "SELECT current_setting('enable_seqscan'), current_setting('plan_cache_mode')"
+    defaults = ("on", "auto")
     try:
         with pytest.raises(ZeroDivisionError), write_tx(engine) as conn:
             conn.exec_driver_sql(
@@ -75,15 +78,18 @@ def test_transactions_are_whole_and_leave_the_session_bare(pg_url: str) -> None:
             isolation, lock_timeout, read_only, xid = conn.exec_driver_sql(inside).one()
             assert (isolation, lock_timeout, read_only) == ("read committed", "700ms", "off")
             assert xid is not None  # the insert and this read are one transaction
+            assert conn.exec_driver_sql(planner).one() == ("off", "force_generic_plan")
             raise ZeroDivisionError  # rolls it back
         with write_tx(engine) as conn:
             assert conn.exec_driver_sql("SELECT count(*) FROM lanes").scalar_one() == 0
             raw = conn.connection.driver_connection
         # after the commit the session holds nothing of the transaction's
         assert raw.execute("SELECT current_setting('lock_timeout')").fetchone() == ("0",)
+        assert raw.execute(planner).fetchone() == defaults
         with read_tx(engine) as conn:
             isolation, _, read_only, _ = conn.exec_driver_sql(inside).one()
             assert (isolation, read_only) == ("repeatable read", "on")
+            assert conn.exec_driver_sql(planner).one() == defaults
     finally:
         engine.dispose()
     # a transaction refused for its revision opened on the server all the

@@ -65,6 +65,7 @@ from spoolctl.db.backends.postgresql.limits import (
     BOUNDS_OPTION,
     TRANSACTION_TIMEOUT_SINCE,
     network_bounds,
+    plan_settings,
     setting_literals,
     setting_sql,
     transaction_bounds,
@@ -108,19 +109,22 @@ def make_engine(
     and, with expected_revision, the revision re-read in every transaction
     (in the same round trip as the transaction's settings). `bounded`: a
     write engine's transactions end at `transaction_limit_ms` (PostgreSQL
-    17+); migrate and copy-to run one long transaction, unbounded."""
+    17+) and are planned by `limits.PLAN_SETTINGS`; migrate and copy-to run
+    one long transaction, unbounded, with the server's planner defaults."""
     from spoolctl.db.backends.postgresql.watch import CLOCK_ONLY_OPTION, transaction_pooling
 
     require_driver()
     # psycopg prepares a statement a connection runs often (the fifth time):
     # not through a transaction pooler, where the next transaction may run on
     # another server session that never saw it.
-    prepare = {"prepare_threshold": None} if transaction_pooling() else {}
+    prepared = not transaction_pooling()
+    prepare = {} if prepared else {"prepare_threshold": None}
     # A write engine that checks the revision opens its transactions itself
     # (`begin.begin_in_one_trip`): psycopg's own BEGIN would cost a round trip of
     # its own before the settings, so its connections are in autocommit mode
     # and every transaction is the begin hook's explicit one.
     one_trip = write and expected_revision is not None
+    plans = plan_settings(prepared) if write and bounded else {}
     engine = create_engine(
         driver_url(url),
         pool_size=2,
@@ -158,11 +162,12 @@ def make_engine(
             if one_trip and expected_revision is not None:
                 # Sent with the first statement (`begin.Opening`): in the
                 # round trip of a pipeline's statements where they go first.
-                setting = setting_literals({"lock_timeout": ms, **bounds})
+                setting = setting_literals({"lock_timeout": ms, **bounds, **plans})
                 conn.connection.info[OPENING_INFO] = Opening(setting, expected_revision)
                 return
-            setting = setting_sql({"lock_timeout": ms, **bounds})
-            params: dict[str, Any] | None = {"lock_timeout": ms, **bounds}
+            settings = {"lock_timeout": ms, **bounds, **plans}
+            setting = setting_sql(settings)
+            params: dict[str, Any] | None = dict(settings)
         else:
             conn.exec_driver_sql(
                 "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -17,6 +17,17 @@ TRANSACTION_TIMEOUT_SINCE = 170000
 BOUNDS_OPTION = "spoolctl_bounds"
 """Where a pooled connection keeps the settings each of its transactions takes."""
 NETWORK_TIMEOUT_MAX_S = 10.0
+PLAN_SETTINGS = {"enable_seqscan": "off", "plan_cache_mode": "force_generic_plan"}
+"""How the server plans the statements of an ordinary write transaction of
+ours (set in each, like the bounds; migrate and copy-to keep the server's
+defaults). Each such statement finds its rows by key or by an index's order:
+- `enable_seqscan`: a plan made while a table was a few pages long (a
+  connection's prepared statement, the server's cached foreign-key checks)
+  would otherwise scan the whole table for as long as it is kept;
+- `plan_cache_mode`, where statements are prepared: once the tables have
+  statistics the server judged a fresh plan cheaper for the claim and the
+  outcome and planned them again on every run, about 0.4 ms of its CPU per
+  job (docs/postgresql.md)."""
 
 
 def idle_limit_ms() -> int:
@@ -68,6 +79,9 @@ def transaction_bounds(total: bool, busy_timeout_s: float) -> dict[str, str]:
     return bounds
 
 
+_PLAN_WORDS = frozenset(PLAN_SETTINGS.values())
+
+
 def setting_sql(settings: dict[str, str]) -> str:
     """One SELECT that sets each setting for this transaction only
     (set_config's is_local), parameters named after the settings."""
@@ -75,12 +89,23 @@ def setting_sql(settings: dict[str, str]) -> str:
     return f"SELECT {calls}"
 
 
+def plan_settings(prepared: bool) -> dict[str, str]:
+    """PLAN_SETTINGS for a write engine; without `plan_cache_mode` where
+    nothing is prepared (a transaction pooler), since a statement planned once
+    is best planned for its values."""
+    if prepared:
+        return dict(PLAN_SETTINGS)
+    return {k: v for k, v in PLAN_SETTINGS.items() if k != "plan_cache_mode"}
+
+
 def setting_literals(settings: dict[str, str]) -> str:
     """`setting_sql` with the values written in (a statement without
     parameters can share one round trip with the BEGIN after it). The values
-    are our own durations (`5000ms`): anything else is refused."""
+    are our own durations (`5000ms`) and PLAN_SETTINGS' words: anything else
+    is refused."""
     for name, value in settings.items():
-        if not (name.replace("_", "").isalpha() and value.endswith("ms") and value[:-2].isdigit()):
+        duration = value.endswith("ms") and value[:-2].isdigit()
+        if not (name.replace("_", "").isalpha() and (duration or value in _PLAN_WORDS)):
             raise ValueError(f"not a setting of ours: {name}={value!r}")
     calls = ", ".join(f"set_config('{name}', '{value}', true)" for name, value in settings.items())
     return f"SELECT {calls}"
