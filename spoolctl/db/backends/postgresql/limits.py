@@ -24,9 +24,9 @@ defaults). Each such statement finds its rows by key or by an index's order:
 - `enable_seqscan`: a plan made while a table was a few pages long (a
   connection's prepared statement, the server's cached foreign-key checks)
   would otherwise scan the whole table for as long as it is kept;
-- `plan_cache_mode`, where statements are prepared: once the tables have
-  statistics the server judged a fresh plan cheaper for the claim and the
-  outcome and planned them again on every run, about 0.4 ms of its CPU per
+- `plan_cache_mode`, where statements are prepared: once the backlog had
+  statistics the server judged a fresh plan of the claim cheaper than its
+  generic one and planned it again on every run, 0.4 to 0.6 ms of its CPU a
   job (docs/postgresql.md)."""
 
 
