@@ -178,9 +178,10 @@ class PgQueue:
         return self._conn
 
     def fill(self, total: int, due_at: float) -> None:
-        """As fixtures.clone_queued does for SQLite, in SQL, then ANALYZE (a queue
-        in use has statistics; autovacuum would otherwise gather them at a
-        random moment of the drain)."""
+        """As fixtures.clone_queued does for SQLite, in SQL (each row inserted
+        once, with its due time), then ANALYZE (a queue in use has statistics;
+        autovacuum would otherwise gather them at a random moment of the
+        drain)."""
         with self.srv.connect(self.name, autocommit=True) as conn:
             cols = _columns(conn, "jobs")
             ev_cols = _columns(conn, "job_events")
@@ -188,11 +189,15 @@ class PgQueue:
             listed = ", ".join(f'"{c}"' for c in cols)
             ev_listed = ", ".join(f'"{c}"' for c in ev_cols)
             ev_values = ", ".join("j.id" if c == "job_id" else f'e."{c}"' for c in ev_cols)
+            due = {"created_at", "next_run_at"}
+            chosen = ", ".join("%(due)s" if c in due else f'"{c}"' for c in cols)
             with conn.transaction():
+                # each row written once, as `add` writes it: an UPDATE of the
+                # copies would leave a dead version of every queued job behind
                 conn.execute(
-                    f"INSERT INTO jobs ({listed}) SELECT {listed} FROM jobs, "
-                    "generate_series(1, %s) AS g WHERE id = %s ORDER BY g",
-                    (total - 1, first),
+                    f"INSERT INTO jobs ({listed}) SELECT {chosen} FROM jobs, "
+                    "generate_series(1, %(copies)s) AS g WHERE id = %(first)s ORDER BY g",
+                    {"due": due_at, "copies": total - 1, "first": first},
                 )
                 conn.execute(
                     f"INSERT INTO job_events ({ev_listed}) SELECT {ev_values} "
@@ -200,7 +205,10 @@ class PgQueue:
                     "WHERE e.job_id = %s ORDER BY j.id, e.id",
                     (first,),
                 )
-                conn.execute("UPDATE jobs SET next_run_at = %s, created_at = %s", (due_at, due_at))
+                conn.execute(
+                    "UPDATE jobs SET next_run_at = %s, created_at = %s WHERE id = %s",
+                    (due_at, due_at, first),
+                )
             conn.execute("ANALYZE")
 
     def count(self, state: str) -> int:
