@@ -32,8 +32,8 @@ differ), `begin` (how a transaction opens: its settings, the revision check
 and, for a write engine, the BEGIN, in one round trip), `url` (parsing,
 masking), `errors` (translation), `watch` (the
 server's clock, LISTEN/NOTIFY), `output` (the stored copy), `health`
-(doctor's checks), `ledger` (the readers' numbering), `limits` (time-outs,
-set per transaction). Nothing here is
+(doctor's checks), `ledger` (the readers' numbering), `limits` (time-outs
+and planner settings, set per transaction). Nothing here is
 imported unless `--db` names a PostgreSQL URL.
 """
 

@@ -1,6 +1,7 @@
 """The bounds a PostgreSQL session of spoolctl's works within: how long it
 may take to connect, how long the network may stay silent, and how long a
-transaction may sit idle or last in all. The transaction bounds are set by
+transaction may sit idle or last in all; and how a write transaction's
+statements are planned (PLAN_SETTINGS). The transaction's settings are set by
 each transaction for itself (`set_config(…, true)`), never on the session,
 so a pooled server session carries nothing of ours to its next client."""
 
