@@ -220,9 +220,10 @@ _STORE = Prepared(
 """Chunks of any number of attempts in one prepared statement (its columns
 as arrays), stored only for attempts that still exist: each is
 share-locked as its chunks are stored (in attempt order: the rows are
-sorted), so no prune deletes one before its chunks commit (a prune that got there first leaves
-its chunks out, and the copier forgets it). Row locks are taken before the
-foreign keys are checked, at the statement's end."""
+sorted), so no prune deletes one before its chunks commit (a prune that
+got there first leaves its chunks out, and the copier forgets it). Row
+locks are taken before the foreign keys are checked, at the statement's
+end."""
 
 
 def _store(conn: Connection, rows: list[dict[str, Any]]) -> tuple[set[int], Sent]:
