@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import make_url
 
@@ -176,6 +176,8 @@ found in the output is the password, not a word that happens to match."""
 @settings(max_examples=300, deadline=None)
 @given(user=st.text("abcxyz", min_size=1, max_size=6), password=MARKED,
        head=st.sampled_from(HEADS))  # fmt: skip
+@example(user="a", password="0§://", head="postgresql:/")  # a '://' in the password
+@example(user="a", password="x?password=§", head="postgresql:/")
 def test_masking_never_leaks_a_password(user: str, password: str, head: str) -> None:
     """Whatever the characters (reserved, spaces, '@', '%', non-ASCII), the
     password is neither in the masked form nor in any refusal."""
@@ -191,3 +193,28 @@ def test_masking_never_leaks_a_password(user: str, password: str, head: str) -> 
         return
     assert kind == "postgresql"
     assert unquote(password) not in masked(canonical), url
+
+
+SECRET = "s3§cr"
+"""A secret query option's value, around the marker no message holds."""
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"postgresql:/host/db?password={SECRET}",  # one slash: no parser reads it
+        f"postgresql:/host/db?x=1&PassWord={SECRET}#frag",
+        f"postgresql:/host/db?password={SECRET}@x",  # an '@' in the value
+        f"postgresql:/host/db?sslpassword={SECRET}&passfile={SECRET}",
+        f"postgresql//host/db?password={SECRET}",
+        f"postgresql://u:p@ss@host/db?password={SECRET}",  # two '@': not parsed either
+    ],
+)
+def test_a_secret_query_option_is_masked_in_a_url_no_parser_reads(url: str) -> None:
+    shown = masked(url)
+    assert "§" not in shown, shown
+    try:
+        parse_db_url(url, "--db")
+    except InvalidInput as refused:
+        text = refused.message + json.dumps(refused.detail, ensure_ascii=False)
+        assert "§" not in text, text

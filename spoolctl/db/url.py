@@ -29,6 +29,9 @@ MASK = "***"
 _SCHEME_WORD = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 _KNOWN_NO_COLON = re.compile(r"^\s*(postgres(?:ql)?(?:\+\w+)?|sqlite)//", re.IGNORECASE)
 SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword")
+_SECRET_VALUE = re.compile(
+    r"(?i)(?:^|[?&;])\s*(?:" + "|".join(SECRET_QUERY_KEYS) + r")\s*=([^&;#]*)"
+)
 ENCODE_HINT = (
     "percent-encode reserved characters in the user name and password "
     "(@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)"
@@ -112,12 +115,25 @@ def parsed_url(url: str) -> Any:
 
 
 def _masked_roughly(url: str) -> str:
-    if "@" not in url:
-        return url
-    head, sep, _ = url.partition("://")
-    if not sep:
+    """Mask, in a URL no parser could read, everything that may be a secret:
+    from the end of its scheme (and slashes) to its last '@', and the value
+    of every secret query option to the next '&', ';' or '#'. Each is found
+    in the text as written and the two are masked together, so a password
+    holding '://', '@' or '?password=' leaks none of its characters."""
+    secret: list[tuple[int, int]] = []
+    at = url.rfind("@")
+    if at >= 0:
         match = _SCHEME_WORD.match(url) or _KNOWN_NO_COLON.match(url)
-        if match is None:
-            return MASK + url[url.rindex("@") :]
-        head, sep = url[: match.end()], ""
-    return f"{head}{sep}{MASK}{url[url.rindex('@') :]}"
+        start = 0 if match is None else match.end()
+        while start < at and url[start] == "/":
+            start += 1
+        secret.append((start, at))
+    secret.extend(found.span(1) for found in _SECRET_VALUE.finditer(url))
+    shown, last = [], 0
+    for begin, end in sorted(secret):
+        if begin > last:
+            shown.append(url[last:begin])
+        if end > last:
+            shown.append(MASK if begin >= last else "")
+            last = end
+    return "".join(shown) + url[last:]
