@@ -70,6 +70,7 @@ from typing import Any, TypeVar
 import pytest
 
 from devtools import pg_server as pg_tools
+from tests import forkserver
 from tests.helpers import Db, stop_started_workers
 
 pytest_plugins = ["tests.pg_fixtures"]
@@ -285,10 +286,11 @@ def _noting(kind: str, what: str, fn: F) -> F:
 
 
 def _watch_what_tests_do() -> None:
-    """Every way a test process starts another (subprocess, fork, spawn), and
-    every way it starts or reaches a PostgreSQL test server (devtools/pg_server.py,
-    which tests/pg_server.py re-exports), notes it in _Did. Wrapped once per
-    session, in the test process only (children exec)."""
+    """Every way a test process starts another (subprocess, fork, spawn, a
+    child of tests/forkserver.py), and every way it starts or reaches a
+    PostgreSQL test server (devtools/pg_server.py, which tests/pg_server.py
+    re-exports), notes it in _Did. Wrapped once per session, in the test
+    process only (children exec)."""
     popen: Any = subprocess.Popen
     if hasattr(popen._execute_child, "__wrapped__"):
         return
@@ -296,6 +298,7 @@ def _watch_what_tests_do() -> None:
     for name in ("fork", "forkpty", "posix_spawn", "posix_spawnp"):
         if hasattr(os, name):
             setattr(os, name, _noting("process", f"os.{name}", getattr(os, name)))
+    forkserver.run = _noting("process", "tests.forkserver.run", forkserver.run)
     pg_tools.pg_bin_dir = _noting("pg", "start a test server", pg_tools.pg_bin_dir)
     pg_tools._run = _unnoted(pg_tools._run)  # initdb, pg_ctl: the pg mark says it
     server: Any = pg_tools.PgServer

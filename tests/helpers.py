@@ -24,6 +24,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.db.backends import locate
 from spoolctl.db.backends.base import Driver
 from spoolctl.services.submit import JobSpec, submit
+from tests import forkserver
 
 Db: TypeAlias = Path | str
 """A queue: an SQLite file's path, or a PostgreSQL URL (what `--db` takes)."""
@@ -53,20 +54,15 @@ class Result:
 def cli(
     *args: str, db: Db | None = None, env: dict[str, str] | None = None, json: bool = False
 ) -> Result:
-    """Run spoolctl in a real subprocess (python -m spoolctl) and capture it.
+    """Run spoolctl in a real subprocess (python -m spoolctl, forked by
+    tests/forkserver.py with SQLAlchemy and click already imported) and
+    capture it.
 
     db and json insert `--db PATH` / `--json` right after the verb, where every
     verb accepts them (before any `--` or command argv)."""
     extra = (["--db", str(db)] if db is not None else []) + (["--json"] if json else [])
-    argv = [sys.executable, "-m", "spoolctl", *args[:1], *extra, *args[1:]]
-    proc = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        env=child_env(env),
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    argv = [*args[:1], *extra, *args[1:]]
+    proc = forkserver.run(argv, child_env(env), timeout=120, base_env=child_env())
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
