@@ -235,7 +235,7 @@ DATA_SCHEMAS: dict[str, Schema] = {
     "prune": obj({"matched": INT, "deleted_jobs": INT, "deleted_attempts": INT,
                   "deleted_events": INT, "freed_bytes": INT, "dry_run": BOOL},
                  {"skipped_paths": STR_LIST, "deleted_output_chunks": INT,
-                  "deleted_output_bytes": INT}),
+                  "deleted_output_bytes": INT, "deleted_occurrences": INT}),
     "events": obj({"count": INT, "events": arr(EVENT)}),
     "workers": obj({"count": INT, "workers": arr(WORKER), "orphans_unconfirmed": arr(ORPHAN)},
                    {"paused_lanes": arr(PAUSED_LANE)}),

@@ -150,6 +150,8 @@ def prune(
             f"; {report.deleted_output_chunks} chunks ({report.deleted_output_bytes} bytes)"
             " of output stored in the database"
         )
+    if report.deleted_occurrences:
+        text += f"; {report.deleted_occurrences} past schedule occurrences"
     return emit(Reply(data, text=text), as_json)
 
 
@@ -169,3 +171,5 @@ def run_prune(
         return
     while batch := queue.write(lambda conn: pruning.prune_batch(conn, states, cutoff, report)):
         pruning.remove_output(batch, root, report, dry_run=False)
+    while queue.write(lambda conn: pruning.prune_occurrences(conn, cutoff, report)):
+        pass  # a batch a transaction, after the jobs (their occurrences lost their job)

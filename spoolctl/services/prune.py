@@ -17,6 +17,13 @@ from a deleted id can belong to no other job. A crash between the commit and
 the deletes leaves output files without a job row: disk space, not data;
 they may be deleted by hand.
 
+A schedule's occurrence rows (`schedule_occurrences`) whose job is gone
+(pruned now or before: the row's job_id is set to NULL with it) or that
+never had one (a skipped slot) are deleted too once they are older than the
+cutoff, except each schedule's latest slot: the rows are history for
+`schedule show`, and without this a schedule's table grows by a row a slot
+forever. Rows whose job is still there stay, whatever `--state` says.
+
 On a PostgreSQL queue the attempts' output stored in the database
 (`output_chunks`) is deleted with the attempts, in the same transaction
 (counted in `deleted_output_chunks` and `deleted_output_bytes`); the local
@@ -32,10 +39,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Select, delete, func, select
+from sqlalchemy import ColumnElement, Connection, Select, and_, delete, func, or_, select
 
 from spoolctl import layout
-from spoolctl.db.tables import attempts, job_events, jobs, output_chunks
+from spoolctl.db.tables import (
+    attempts,
+    job_events,
+    jobs,
+    output_chunks,
+    schedule_occurrences,
+    schedules,
+)
 from spoolctl.states import JobState
 
 PRUNABLE = (JobState.DONE, JobState.FAILED, JobState.DEAD, JobState.CANCELED)
@@ -53,14 +67,61 @@ class PruneReport:
     deleted_output_chunks: int = 0
     deleted_output_bytes: int = 0
     """Output stored in the database (PostgreSQL queues; 0 on SQLite)."""
+    deleted_occurrences: int = 0
+    """Schedule occurrence rows without a job, older than the cutoff."""
+
+
+def _prunable(states: tuple[str, ...], cutoff: float) -> Select[tuple[int]]:
+    """Terminal jobs finished before cutoff (index: state, finished_at)."""
+    return select(jobs.c.id).where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
 
 
 def candidates(
     conn: Connection, states: tuple[str, ...], cutoff: float, limit: int | None
 ) -> list[int]:
-    """Ids of terminal jobs finished before cutoff (index: state, finished_at)."""
-    query = select(jobs.c.id).where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
+    """Ids of the jobs prune deletes, oldest ids first up to limit."""
+    query = _prunable(states, cutoff)
     return [int(r.id) for r in conn.execute(query if limit is None else query.limit(limit))]
+
+
+def _past_occurrences(cutoff: float, jobless: ColumnElement[bool]) -> ColumnElement[bool]:
+    """Occurrence rows older than cutoff, before their schedule's latest slot,
+    and without a job by `jobless`."""
+    latest = (
+        select(schedules.c.last_slot_at)
+        .where(schedules.c.id == schedule_occurrences.c.schedule_id)
+        .scalar_subquery()
+    )
+    return and_(
+        schedule_occurrences.c.at < cutoff, schedule_occurrences.c.slot_at < latest, jobless
+    )
+
+
+def prune_occurrences(conn: Connection, cutoff: float, report: PruneReport) -> int:
+    """Delete one batch of past occurrence rows whose job is gone; how many."""
+    batch = (
+        select(schedule_occurrences.c.id)
+        .where(_past_occurrences(cutoff, schedule_occurrences.c.job_id.is_(None)))
+        .limit(BATCH_SIZE)
+    )
+    found = [int(r.id) for r in conn.execute(batch)]
+    if found:
+        conn.execute(delete(schedule_occurrences).where(schedule_occurrences.c.id.in_(found)))
+    report.deleted_occurrences += len(found)
+    return len(found)
+
+
+def count_occurrences(conn: Connection, states: tuple[str, ...], cutoff: float) -> int:
+    """How many occurrence rows a prune would delete: those already without a
+    job, and those of the jobs it deletes."""
+    column = schedule_occurrences.c.job_id
+    jobless = or_(column.is_(None), column.in_(_prunable(states, cutoff)))
+    query = (
+        select(func.count())
+        .select_from(schedule_occurrences)
+        .where(_past_occurrences(cutoff, jobless))
+    )
+    return int(conn.execute(query).scalar_one())
 
 
 def stored_paths(conn: Connection, job_ids: list[int]) -> list[str]:
@@ -215,6 +276,7 @@ def survey(
         report.deleted_attempts += n_attempts
         report.deleted_events += n_events
         count_chunks(conn, chunk, report)
+    report.deleted_occurrences = count_occurrences(conn, states, cutoff)
 
 
 def _attempt_ids(job_ids: list[int]) -> Select[tuple[int]]:
