@@ -365,3 +365,26 @@ def test_prune_deletes_past_occurrences_without_a_job_but_keeps_each_schedules_l
     set_state(db, jobs_at[T0 + 180], "done")
     (fired,) = tick(db, T0 + 240)  # firing goes on from the kept latest slot
     assert fired.name == "s" and len(fired.job_ids) == 1
+
+
+def test_prune_walks_past_occurrences_batch_after_batch(
+    db: Db, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spoolctl.cli.steer import run_prune
+    from spoolctl.services import prune as pruning
+
+    add(db)
+    schedule_id = rows(db, "SELECT id FROM schedules")[0][0]
+    for i in range(7):
+        execute(db, "INSERT INTO schedule_occurrences (schedule_id, slot_at, at, outcome)"
+                    " VALUES (?, ?, 1, 'skipped')", (schedule_id, T0 + 60 * i))  # fmt: skip
+    execute(db, "UPDATE schedules SET last_slot_at = ?", (T0 + 360,))
+    monkeypatch.setattr(pruning, "BATCH_SIZE", 2)
+    report = pruning.PruneReport()
+    queue = open_write(str(db))
+    try:
+        run_prune(queue, ("done",), 100.0, report, dry_run=False)
+    finally:
+        queue.engine.dispose()
+    assert report.deleted_occurrences == 6
+    assert [o["slot_at"] for o in occurrences(db)] == [T0 + 360]

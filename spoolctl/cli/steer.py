@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
 
 import click
@@ -171,5 +172,9 @@ def run_prune(
         return
     while batch := queue.write(lambda conn: pruning.prune_batch(conn, states, cutoff, report)):
         pruning.remove_output(batch, root, report, dry_run=False)
-    while queue.write(lambda conn: pruning.prune_occurrences(conn, cutoff, report)):
-        pass  # a batch a transaction, after the jobs (their occurrences lost their job)
+    after: int | None = 0  # then the occurrences the jobs' deletes left without a job
+    while after is not None:
+        batch_after = functools.partial(
+            pruning.prune_occurrences, cutoff=cutoff, after_id=after, report=report
+        )
+        after = queue.write(batch_after)

@@ -79,7 +79,7 @@ def _prunable(states: tuple[str, ...], cutoff: float) -> Select[tuple[int]]:
 def candidates(
     conn: Connection, states: tuple[str, ...], cutoff: float, limit: int | None
 ) -> list[int]:
-    """Ids of the jobs prune deletes, oldest ids first up to limit."""
+    """Ids of the jobs prune deletes (at most limit)."""
     query = _prunable(states, cutoff)
     return [int(r.id) for r in conn.execute(query if limit is None else query.limit(limit))]
 
@@ -97,18 +97,28 @@ def _past_occurrences(cutoff: float, jobless: ColumnElement[bool]) -> ColumnElem
     )
 
 
-def prune_occurrences(conn: Connection, cutoff: float, report: PruneReport) -> int:
-    """Delete one batch of past occurrence rows whose job is gone; how many."""
+def prune_occurrences(
+    conn: Connection, cutoff: float, after_id: int, report: PruneReport
+) -> int | None:
+    """Delete one batch of past occurrence rows whose job is gone, the first
+    with ids above after_id (the primary key walked once over all batches,
+    never the rows of an earlier batch again); the last id it looked at, or
+    None when no such row is left."""
     batch = (
         select(schedule_occurrences.c.id)
-        .where(_past_occurrences(cutoff, schedule_occurrences.c.job_id.is_(None)))
+        .where(
+            schedule_occurrences.c.id > after_id,
+            _past_occurrences(cutoff, schedule_occurrences.c.job_id.is_(None)),
+        )
+        .order_by(schedule_occurrences.c.id)
         .limit(BATCH_SIZE)
     )
     found = [int(r.id) for r in conn.execute(batch)]
-    if found:
-        conn.execute(delete(schedule_occurrences).where(schedule_occurrences.c.id.in_(found)))
+    if not found:
+        return None
+    conn.execute(delete(schedule_occurrences).where(schedule_occurrences.c.id.in_(found)))
     report.deleted_occurrences += len(found)
-    return len(found)
+    return found[-1]
 
 
 def count_occurrences(conn: Connection, states: tuple[str, ...], cutoff: float) -> int:
