@@ -102,7 +102,8 @@ class _Forker:
             os.close(fd)
         if pid == 0:
             return True
-        reply.sendall(f"{pid}\n".encode())
+        with contextlib.suppress(OSError):  # a caller gone already learns nothing
+            reply.sendall(f"{pid}\n".encode())
         self.children[os.pidfd_open(pid)] = (pid, reply)
         return False
 
