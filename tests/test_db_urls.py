@@ -208,6 +208,8 @@ SECRET = "s3§cr"
         f"postgresql:/host/db?sslpassword={SECRET}&passfile={SECRET}",
         f"postgresql//host/db?password={SECRET}",
         f"postgresql://u:p@ss@host/db?password={SECRET}",  # two '@': not parsed either
+        f"postgresql://host/db?passfile={SECRET}",  # parsed, no '@' and no 'password'
+        f"postgresql:/host/db?passfile={SECRET}",
     ],
 )
 def test_a_secret_query_option_is_masked_in_a_url_no_parser_reads(url: str) -> None:

@@ -87,7 +87,7 @@ def masked(url: str) -> str:
     """The URL with its password (and any secret query option) replaced by
     ***; a URL that cannot be parsed unambiguously has everything between
     `://` (or the scheme's colon) and its last `@` masked."""
-    if "@" not in url and "password" not in url.lower():
+    if "@" not in url and not any(key in url.lower() for key in SECRET_QUERY_KEYS):
         return url
     parsed = parsed_url(url)
     if parsed is None:
