@@ -218,8 +218,9 @@ def _collect(
         while open_fds or code is None:
             left = deadline - time.monotonic()
             if left <= 0:
-                if pid is not None:
-                    os.kill(pid, 9)
+                if pid is not None and code is None:  # not once reaped: its pid may be reused
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, 9)
                 raise subprocess.TimeoutExpired(["spoolctl", *args], timeout)
             for key, _ in watch.select(left):
                 if key.fileobj is reply:
