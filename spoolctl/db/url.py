@@ -12,7 +12,8 @@ A relative path with a colon in it stays usable as `./name:with:colon`.
 URLs are parsed with SQLAlchemy's `make_url`, the parser of the library that
 opens them. A password is never shown: every place that prints, logs or
 records a URL uses `masked()`, which also masks a URL that cannot be parsed
-(everything between `://` and the last `@`).
+(everything from the end of its scheme to its last `@`, and the values of
+secret query options).
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ def bad_url(message: str, shown: str, **detail: Any) -> InvalidInput:
 
 def masked(url: str) -> str:
     """The URL with its password (and any secret query option) replaced by
-    ***; a URL that cannot be parsed unambiguously has everything between
-    `://` (or the scheme's colon) and its last `@` masked."""
+    ***; a URL that cannot be parsed unambiguously is masked roughly
+    (`_masked_roughly`: from the end of its scheme to its last `@`, and every
+    secret query option's value)."""
     if "@" not in url and not any(key in url.lower() for key in SECRET_QUERY_KEYS):
         return url
     parsed = parsed_url(url)
