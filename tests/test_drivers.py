@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import select as io_select
 import stat
 import time
 from pathlib import Path
@@ -152,16 +153,22 @@ def test_the_clock_is_the_time_liveness_is_judged_by(queue: Queue) -> None:
 
 @pytest.mark.subprocess
 def test_the_change_watch_sees_another_process_commit(queue: Queue, db: Db) -> None:
+    """The counter or notification says "look" after another process
+    commits, and the descriptor (SQLite's inotify watch on its log, or
+    PostgreSQL's LISTEN connection) turns readable for that commit, so an
+    idle worker asleep on it wakes."""
     watch = queue.driver.change_watch(queue.engine)
     try:
         watch.changed()  # the first look
         deadline = time.monotonic() + 5
-        while watch.changed() and time.monotonic() < deadline:
+        while (watch.changed() or watch.fileno() is None) and time.monotonic() < deadline:
             time.sleep(0.05)  # a fallback poll may say "look" a few times first
-        add(db, "true")
-        assert poll(watch.changed), "a commit elsewhere was not seen"
         fd = watch.fileno()
-        assert fd is None or fd >= 0
+        assert fd is not None and fd >= 0, "a quiet queue leaves no descriptor to sleep on"
+        assert io_select.select([fd], [], [], 0)[0] == [], "readable before anything was written"
+        add(db, "true")
+        assert io_select.select([fd], [], [], 10)[0] == [fd], "the commit woke nothing"
+        assert poll(watch.changed), "a commit elsewhere was not seen"
     finally:
         watch.close()
 

@@ -24,11 +24,6 @@ from spoolctl.worker.report import LogSink, WorkerOptions, WorkReport, default_w
 from spoolctl.worker.settle import Settler
 from spoolctl.worker.shift import LOCK_SLICE_S, RETRY_FIRST_S, Shift
 
-WATCH_TICK_S = 0.03
-"""How often an idle worker looks at a change watch it cannot wait on."""
-LISTEN_TICK_S = 0.5
-"""With a watch that wakes the worker through its descriptor (a NOTIFY),
-its own polling fallback runs at this tick."""
 NO_PIDFD_TICK_S = 0.005
 GUARD_FENCE_SHARE = 0.75
 """The lease guard kills a silent worker's jobs at this share of the hang
@@ -219,14 +214,14 @@ class Worker:
         if any(e.outcome is not None for e in shift.running.values()):
             wake = now  # to be recorded
         idle = len(shift.running) < shift.options.concurrency and self._claiming()
-        watch_fd = None if self._watch is None else self._watch.fileno()
-        if idle:  # a watch that wakes us through its descriptor needs no fast tick
-            tick = WATCH_TICK_S if watch_fd is None else LISTEN_TICK_S
-            wake = min(wake, now + tick, self.settler.next_claim_at)
+        watch = self._watch
+        watch_fd = None if watch is None else watch.fileno()
+        if idle and watch is not None:  # the watch knows how soon it must look again
+            wake = min(wake, now + watch.wait_s(), self.settler.next_claim_at)
         deadline = min(shift.db_due(wake), self.fence.due_at())
         fds = [self.signals.wake_fd]
         if watch_fd is not None and idle and not shift.fenced and not shift.backoff.blocks(now):
-            fds.append(watch_fd)  # a NOTIFY wakes the worker at once
+            fds.append(watch_fd)  # a NOTIFY, or a commit written to SQLite's log
         spin_s = 0.0
         for execution in shift.running.values():
             deadline = min(deadline, execution.next_wakeup())

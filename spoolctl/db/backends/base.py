@@ -78,6 +78,11 @@ class ChangeWatch(Protocol):
         """A descriptor that becomes readable when work arrives, if any."""
         ...
 
+    def wait_s(self) -> float:
+        """How long an idle worker may sleep before its next look when
+        nothing wakes it (its descriptor, if any, stays quiet)."""
+        ...
+
     def close(self) -> None: ...
 
 

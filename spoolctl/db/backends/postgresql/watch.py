@@ -115,6 +115,13 @@ class NotifyWatch:
     def fileno(self) -> int | None:
         return None if self._conn is None else int(self._conn.pgconn.socket)
 
+    def wait_s(self) -> float:
+        """Listening: the fallback look (POLL_S; `changed` says "look" every
+        4 × POLL_S). Polling: until the next poll is due."""
+        if self._conn is not None:
+            return POLL_S
+        return max(0.0, self._last_poll + POLL_S - time.monotonic())
+
     def changed(self) -> bool:
         now = time.monotonic()
         if self._conn is not None:

@@ -11,7 +11,8 @@
   transaction instead of writing into a schema it does not know.
 - Files are opened `mode=rw`: no connection ever creates a queue by accident
   (`ensure` creates the spool folder 0700 and the file 0600 when a verb may).
-- Change watch: `PRAGMA data_version`, cheap enough to read every few ms.
+- Change watch (`watch`): `PRAGMA data_version`, and an inotify watch on the
+  write-ahead log that wakes an idle worker when a commit is written.
 - Clock: this machine's (one machine uses the file). No lease guard: every
   reaper of the file runs on this machine and can check a worker's process.
 - Output: the files the jobs write are the store (`backends.files`).
@@ -44,6 +45,7 @@ from spoolctl.db.backends.sqlite.engine import (
     switch_to_wal,
     translate_errors,
 )
+from spoolctl.db.backends.sqlite.watch import DataVersionWatch
 from spoolctl.db.engine import READ_ONLY_OPTION
 from spoolctl.db.url import bad_url
 from spoolctl.errors import InvalidInput, StorageFault
@@ -134,7 +136,7 @@ class SqliteDriver:
         return local_clock()
 
     def change_watch(self, engine: Engine) -> ChangeWatch:
-        return DataVersionWatch(engine)
+        return DataVersionWatch(engine, self.path)
 
     def lease_guard(self, fence_after_s: float) -> LeaseGuard | None:
         return None
@@ -302,33 +304,7 @@ def ensure_spool(db_path: Path) -> None:
         ) from None
 
 
-# -- the change watch, the backup ---------------------------------------------------
-
-
-class DataVersionWatch:
-    """Tells whether any connection committed to the queue since the last look."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._raw: Any = engine.raw_connection()
-        self._version: int | None = None
-
-    def changed(self) -> bool:
-        try:
-            cursor = self._raw.cursor()
-            cursor.execute("PRAGMA data_version")
-            version = cursor.fetchone()[0]
-            cursor.close()
-        except Exception:  # a failed peek only means "look properly"
-            return True
-        changed = bool(version != self._version)
-        self._version = version
-        return changed
-
-    def fileno(self) -> int | None:
-        return None
-
-    def close(self) -> None:
-        self._raw.close()
+# -- the backup -------------------------------------------------------------------
 
 
 def take_backup(path: Path, label: str) -> Path:
