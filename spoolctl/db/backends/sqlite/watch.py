@@ -110,7 +110,10 @@ RECHECK_S = 0.002
 """The log was written but the counter has not moved yet (a commit that is
 still being written, or synced, when the worker woke): look again this soon."""
 RECHECKS = 10
-"""At most this many quick looks in a row; then the descriptor again."""
+"""At most this many quick looks in a row; a log still written with no
+commit showing (a transaction larger than the writer's cache spills its
+pages) is then looked at on the fast tick until a commit shows or the
+writes stop."""
 
 
 class DataVersionWatch:
@@ -125,7 +128,8 @@ class DataVersionWatch:
         self._version: int | None = None
         self._peek()  # opens the file in WAL mode: its -wal file is there now
         self._notifier = WalNotifier(path.with_name(path.name + "-wal"))
-        self._quiet = False
+        self._wait = POLL_S
+        """How soon the next look is due (QUIET_S: the descriptor wakes it)."""
         self._rechecks = 0
 
     def _peek(self) -> bool:
@@ -143,21 +147,23 @@ class DataVersionWatch:
     def changed(self) -> bool:
         written = self._notifier.drain()  # the events first, then the counter: none is missed
         changed = self._peek()
-        if written and not changed and self._rechecks < RECHECKS:
-            self._rechecks += 1  # a commit on its way: look again soon
-            self._quiet = False
-        else:
+        if changed or not written:
             self._rechecks = 0
-            self._quiet = not changed
+            self._wait = POLL_S if changed else QUIET_S
+        elif self._rechecks < RECHECKS:  # a commit on its way: look again soon
+            self._rechecks += 1
+            self._wait = RECHECK_S
+        else:  # written again and again, no commit showing (a long transaction spills)
+            self._wait = POLL_S
         return changed
 
     def fileno(self) -> int | None:
-        return self._notifier.fd if self._quiet else None
+        return self._notifier.fd if self._wait == QUIET_S else None
 
     def wait_s(self) -> float:
-        if self._rechecks:
-            return RECHECK_S
-        return QUIET_S if self.fileno() is not None else POLL_S
+        if self._wait == QUIET_S and self._notifier.fd is None:
+            return POLL_S
+        return self._wait
 
     def close(self) -> None:
         self._notifier.close()
