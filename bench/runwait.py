@@ -160,8 +160,8 @@ def main() -> None:
     DISK_SCRATCH.mkdir(parents=True, exist_ok=True)
     args.dir.mkdir(parents=True, exist_ok=True)
     disk, where = _target("disk", DISK_SCRATCH), _target("run", args.dir)
-    postmaster = pg.server(disk).facts.get("postmaster_pid") if "pg" in names else None
-    try:
+    try:  # the server, once started, is stopped whatever happens after
+        postmaster = pg.server(disk).facts.get("postmaster_pid") if "pg" in names else None
         with workdir("runwait", where.root) as scratch:
             backends = {SQLITE.name: SQLITE} if postmaster is None else pg._backends(disk)
             arms = [
