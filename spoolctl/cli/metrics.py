@@ -6,26 +6,40 @@ only when the verb runs."""
 
 from __future__ import annotations
 
+import codecs
 import importlib
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
-from spoolctl.cli.queues import open_read, warn_no_queue
+from spoolctl.cli.queues import driver_of, warn_no_queue
 from spoolctl.cli.render import Reply, emit
 from spoolctl.config import Timing
+from spoolctl.db.backends.base import Driver
+from spoolctl.db.queue import open_for_read
 from spoolctl.errors import ExtraMissing, InvalidInput
 from spoolctl.services import metrics as collecting
 from spoolctl.services.metrics import MetricsSnapshot
 
 OUTPUT_FILE_MODE = 0o644
 """The written file: readable by node_exporter, which runs as its own user."""
+PROBE_BYTES = 8192
+"""How much of an existing file is read to tell a metrics file from another."""
+SQLITE_HEADER = b"SQLite format 3\0"
+KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 @verb(
@@ -39,7 +53,9 @@ OUTPUT_FILE_MODE = 0o644
     "--output",
     type=BoundedText("output file", 4096),
     default=None,
-    help="Write the exposition to this file atomically instead of stdout.",
+    help="Write the exposition to this file atomically instead of stdout: a new file, or "
+    "a text file such as an earlier exposition. A link, folder, device, FIFO, socket, a "
+    "path in the queue's spool folder or a file that is not text is INVALID_INPUT.",
 )
 @db_option
 @json_option
@@ -50,10 +66,17 @@ def metrics(output: str | None, db: str | None, as_json: bool) -> int:
     jobs and free --slots per lane, paused lanes, live workers, unconfirmed
     orphans, totals of attempts and reaps, recent durations and pickup
     latency. With --output the file is replaced in one rename (a reader never
-    sees half of it). Needs the metrics extra: pip install 'spoolctl[metrics]'.
+    sees half of it). --output refuses, with INVALID_INPUT (detail.reason)
+    and writing nothing, a path that is a symbolic link (symlink), a folder,
+    device, FIFO or socket (not_a_regular_file), one inside the queue's spool
+    folder: the database, its -wal and -shm, output/ (inside_spool), or a
+    file that is not text, such as an SQLite database (not_a_metrics_file),
+    or one it cannot look at (unreadable). Needs the metrics extra: pip install 'spoolctl[metrics]'.
     """
     exposition = load_exposition()
-    snapshot, found = snapshot_of(db)
+    driver = driver_of(db)
+    target = None if output is None else output_target(output, driver.spool)
+    snapshot, found = snapshot_of(driver)
     text = exposition.render(snapshot).decode("utf-8")
     data: dict[str, Any] = {
         "output": None,
@@ -61,8 +84,8 @@ def metrics(output: str | None, db: str | None, as_json: bool) -> int:
         "bytes": len(text.encode("utf-8")),
         "content_type": exposition.CONTENT_TYPE,
     }
-    if output is not None:
-        data["output"] = str(write_atomically(Path(output), text))
+    if target is not None:
+        data["output"] = str(write_atomically(target, text))
         reply = Reply(data, text=f"spoolctl metrics: wrote {data['bytes']} bytes to {output}")
     else:
         data["exposition"] = text
@@ -83,10 +106,10 @@ def load_exposition() -> ModuleType:
     return exposition
 
 
-def snapshot_of(db: str | None) -> tuple[MetricsSnapshot, bool]:
+def snapshot_of(driver: Driver) -> tuple[MetricsSnapshot, bool]:
     """The queue's metrics, read in one snapshot by the queue's clock (the
     server's on PostgreSQL); an empty set when no queue exists yet."""
-    queue = open_read(db)
+    queue = open_for_read(driver)
     if queue is None:
         return collecting.empty_snapshot(time.time()), False
     now = queue.now()
@@ -121,3 +144,64 @@ def write_atomically(path: Path, text: str) -> Path:
             reason=exc.strerror or str(exc),
         ) from None
     return target
+
+
+def output_target(given: str, spool: Path) -> Path:
+    """Where --output may write, checked before anything is read or written:
+    a path that does not exist yet, or a regular text file (an earlier
+    exposition). Never a symbolic link, a folder, a device, a FIFO or a
+    socket (a rename would replace it: as root, --output /dev/null replaced
+    the system's /dev/null), nothing inside the queue's spool folder (the
+    database, its -wal and -shm, output/), and no file that is not text (an
+    SQLite database, any binary)."""
+    target = Path(given).expanduser().absolute()
+    spool_real = os.path.realpath(spool)
+    real = os.path.realpath(target)
+    if real == spool_real or real.startswith(spool_real.rstrip(os.sep) + os.sep):
+        refuse(given, f"is inside the queue's spool folder {spool}", "inside_spool")
+    try:
+        found = os.lstat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as exc:
+        refuse(given, f"cannot be checked: {exc.strerror or exc}", "unreadable")
+    if stat.S_ISLNK(found.st_mode):
+        refuse(given, "is a symbolic link: name the file itself", "symlink")
+    for test, kind in KINDS:
+        if test(found.st_mode):
+            refuse(given, f"is {kind}, not a regular file", "not_a_regular_file")
+    if not stat.S_ISREG(found.st_mode):
+        refuse(given, "is not a regular file", "not_a_regular_file")
+    if not is_text(target):
+        refuse(
+            given, "holds data that is not text (not an earlier exposition)", "not_a_metrics_file"
+        )
+    return target
+
+
+def is_text(path: Path) -> bool:
+    """The file's first bytes are UTF-8 text without NUL: what an exposition
+    is, and what an SQLite database (its header ends in NUL) or any other
+    binary file is not. Opened without following a link and without
+    blocking, and checked to be the regular file that was looked at."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        refuse(str(path), f"cannot be read to check it: {exc.strerror or exc}", "unreadable")
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = handle.read(PROBE_BYTES)
+    if head.startswith(SQLITE_HEADER) or b"\0" in head:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def refuse(given: str, why: str, reason: str) -> NoReturn:
+    raise InvalidInput(
+        f"--output {given} {why}; nothing was written", flag="--output", reason=reason
+    )
