@@ -9,10 +9,13 @@ code and changes nothing, whichever way it comes in (the command line, an
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sqlite3
 import stat
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import add_job
+from spoolctl.cli.batch import BATCH_LINE_MAX
+from tests.helpers import add_job, child_env
 from tests.populated import run_quiet
 
 pytestmark = pytest.mark.subprocess  # the batch reader is fed from a real process
@@ -133,3 +137,63 @@ def test_metrics_output_replaces_an_earlier_exposition_and_makes_a_new_file(
         result = run_quiet("metrics", "--db", str(db), "--output", str(target), "--json")
         assert result.exit_code == 0, result.stdout
         assert 'spoolctl_jobs{queue="default",state="queued"} 1.0' in target.read_text()
+
+
+# -- add --batch: no line is held whole past its limit -----------------------------
+
+
+def job_count(db: Path) -> int:
+    listed = run_quiet("list", "--db", str(db), "--json", "--limit", "0")
+    return int(listed.envelope["data"]["count"])
+
+
+def test_a_batch_of_endless_input_without_a_newline_is_refused_in_bounded_memory(
+    db: Path,
+) -> None:
+    """256 MiB of NUL bytes without a newline: the reader stops at the limit
+    of one line (it read all of it before, several times its size in
+    memory); its peak memory, measured by the kernel for this child alone,
+    stays far below the input. Nothing is queued, not even the valid line
+    before it."""
+    add_job(db, "true")
+    argv = [sys.executable, "-m", "spoolctl", "add", "--db", str(db), "--json", "--batch", "-"]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=child_env(),
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    chunk = bytes(1 << 20)
+    try:
+        proc.stdin.write(b'{"argv": ["true"]}\n')
+        for _ in range(256):
+            proc.stdin.write(chunk)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # it stopped reading: what is asked of it
+    out, err = proc.stdout.read(), proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 1, (out, err)
+    (error,) = json.loads(out)["errors"]
+    assert error["code"] == "INVALID_INPUT" and error["detail"]["line"] == 2, error
+    assert f"batch line 2: the line is longer than {BATCH_LINE_MAX} characters" == error["message"]
+    assert usage.ru_maxrss * 1024 < 200 * 1024 * 1024, f"peak RSS {usage.ru_maxrss} KiB"
+    assert job_count(db) == 1
+
+
+def test_a_batch_line_may_be_as_long_as_the_limit_and_no_longer(db: Path, tmp_path: Path) -> None:
+    add_job(db, "true")
+    head = '{"argv": ["true"]'
+    exact = head + " " * (BATCH_LINE_MAX - len(head) - 1) + "}"
+    assert len(exact) == BATCH_LINE_MAX
+    batch = tmp_path / "jobs.ndjson"
+    batch.write_text(exact + "\n" + exact)
+    accepted = run_quiet("add", "--db", str(db), "--json", "--batch", str(batch))
+    assert accepted.exit_code == 0 and accepted.envelope["data"]["count"] == 2, accepted.stdout
+    batch.write_text(exact + "\n" + exact + " \n" + exact + "\n")
+    refused = run_quiet("add", "--db", str(db), "--json", "--batch", str(batch))
+    assert refused.exit_code == 1, refused.stdout
+    (error,) = refused.envelope["errors"]
+    assert error["code"] == "INVALID_INPUT" and error["detail"]["line"] == 2, error
+    assert "longer than" in error["message"]
+    assert job_count(db) == 3

@@ -5,10 +5,12 @@ none); the flags given beside --batch are every line's defaults."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from click.core import ParameterSource
@@ -146,15 +148,35 @@ def read_batch(source: str, now: float, defaults: BatchDefaults | None = None) -
     defaults = defaults or BatchDefaults(fields={})
     try:
         if source == "-":
-            lines = sys.stdin.read().splitlines()
-        else:
-            with open(source, encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
+            return specs_of(sys.stdin, now, defaults)
+        with open(source, encoding="utf-8") as handle:
+            return specs_of(handle, now, defaults)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read batch {source!r}: {exc}") from None
+
+
+def batch_lines(stream: TextIO) -> Iterator[tuple[int, str]]:
+    """The stream's lines with their numbers, read one at a time and never
+    more than BATCH_LINE_MAX + 1 characters of one: a longer line (input
+    without a newline: /dev/zero) is refused as soon as it is seen, without
+    holding it or reading on."""
+    for number in itertools.count(1):
+        line = stream.readline(BATCH_LINE_MAX + 1)
+        if not line:
+            return
+        body = line[:-1] if line.endswith("\n") else line
+        if len(body) > BATCH_LINE_MAX:
+            raise InvalidInput(
+                f"batch line {number}: the line is longer than {BATCH_LINE_MAX} characters",
+                line=number,
+            )
+        yield number, body
+
+
+def specs_of(stream: TextIO, now: float, defaults: BatchDefaults) -> list[JobSpec]:
     specs: list[JobSpec] = []
     positions: dict[int, int] = {}
-    for number, line in enumerate(lines, 1):
+    for number, line in batch_lines(stream):
         if not line.strip():
             continue
         try:
