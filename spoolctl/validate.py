@@ -22,6 +22,9 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_TIMEOUT_S = INT64_MAX
 QUEUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+"""Published as is (JSON Schema's `$` is the end of the text); Python's `$`
+also matches before a final newline, so every pattern here is applied with
+fullmatch."""
 QUEUE_MAX = 64
 ENV_KEY_MAX, ENV_VALUE_MAX = 128, 4096
 TAG_MAX_COUNT, TAG_KEY_MAX, TAG_VALUE_MAX = 16, 128, 1024
@@ -75,7 +78,7 @@ def utf8_text(raw: str, what: str) -> str:
 
 def duration(raw: str, *, what: str = "duration", maximum: float = MAX_DURATION_S) -> float:
     """`<number>[s|m|h|d]` or bare seconds; finite, 0 .. maximum."""
-    match = DURATION_RE.match(raw)
+    match = DURATION_RE.fullmatch(raw)
     if not match:
         raise InvalidInput(f"{what} must look like 30, 30s, 5m, 2h or 1d, got {raw!r}", value=raw)
     value = float(match.group(1)) * UNIT_S[match.group(2)]
@@ -129,7 +132,7 @@ MEMORY_MIN, MEMORY_MAX = 1 << 20, 1 << 50
 def memory_size(raw: str) -> int:
     """Bytes, or a size with a binary unit (512M, 1.5G, 64k; KiB/MB spellings
     too, all powers of 1024), rounded down to a whole byte: 1 MiB .. 1 PiB."""
-    found = SIZE_RE.match(str(raw))
+    found = SIZE_RE.fullmatch(str(raw))
     if found is None:
         raise InvalidInput(f"memory must be a size like 512M or 2G, got {raw!r}", value=raw)
     size = int(float(found.group(1)) * SIZE_UNITS[found.group(2).lower()])
@@ -151,7 +154,7 @@ def cpus(raw: str) -> float:
 
 def queue_name(raw: str) -> str:
     utf8_text(raw, "queue")
-    if not (1 <= len(raw) <= QUEUE_MAX) or not QUEUE_RE.match(raw):
+    if not (1 <= len(raw) <= QUEUE_MAX) or not QUEUE_RE.fullmatch(raw):
         raise InvalidInput(
             f"queue must be 1-{QUEUE_MAX} characters of letters, digits, '.', '_', '-', "
             f"starting with a letter or digit; got {raw!r}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sqlite3
 import stat
@@ -24,8 +25,9 @@ from typing import Any
 import pytest
 
 from spoolctl.cli.batch import BATCH_LINE_MAX
-from tests.helpers import add_job, child_env
+from tests.helpers import Result, add_job, child_env, rows
 from tests.populated import run_quiet
+from tests.test_web import client_for
 
 pytestmark = pytest.mark.subprocess  # the batch reader is fed from a real process
 
@@ -197,3 +199,53 @@ def test_a_batch_line_may_be_as_long_as_the_limit_and_no_longer(db: Path, tmp_pa
     assert error["code"] == "INVALID_INPUT" and error["detail"]["line"] == 2, error
     assert "longer than" in error["message"]
     assert job_count(db) == 3
+
+
+# -- a queue name is the whole text: `$` also matched before a final newline ---------
+
+NEWLINED = "lane\n"
+
+
+def lanes(db: Path) -> list[Any]:
+    return [tuple(r) for r in rows(db, "SELECT * FROM lanes ORDER BY queue")]
+
+
+def refused_input(result: Result) -> dict[str, Any]:
+    assert result.exit_code == 1, result.stdout + result.stderr
+    (error,) = result.envelope["errors"]
+    assert error["code"] == "INVALID_INPUT", error
+    return dict(error)
+
+
+def test_a_queue_name_ending_in_a_newline_is_refused_everywhere(db: Path, tmp_path: Path) -> None:
+    add_job(db, "true")
+    before = (job_count(db), lanes(db))
+    q = ["--db", str(db), "--json"]
+    for args in (
+        ["add", *q, "--queue", NEWLINED, "--", "true"],
+        ["pause", *q, NEWLINED],
+        ["resume", *q, NEWLINED],
+        ["schedule", "add", *q, NEWLINED, "--every", "1h", "--", "true"],
+        ["list", *q, "--queue", NEWLINED],
+    ):
+        refused_input(run_quiet(*args))
+    batch = tmp_path / "jobs.ndjson"
+    batch.write_text(json.dumps({"argv": ["true"], "queue": NEWLINED}) + "\n")
+    error = refused_input(run_quiet("add", "--db", str(db), "--json", "--batch", str(batch)))
+    assert error["message"].startswith("batch line 1: queue must be"), error
+    assert (job_count(db), lanes(db)) == before
+    assert rows(db, "SELECT count(*) FROM schedules")[0][0] == 0
+
+
+def test_the_dashboard_refuses_a_lane_name_ending_in_a_newline(db: Path) -> None:
+    add_job(db, "true")
+    before = lanes(db)
+    with client_for(db, actions=True) as client:
+        page = client.get("/").text
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None
+        for action in ("pause", "resume"):
+            answer = client.post(f"/lanes/lane%0A/{action}", data={"csrf": csrf.group(1)})
+            assert answer.status_code == 400, (action, answer.text)
+        assert client.post("/lanes/lane/pause", data={"csrf": csrf.group(1)}).status_code == 303
+    assert [r[0] for r in lanes(db)] == [*(r[0] for r in before), "lane"]
