@@ -1,6 +1,7 @@
 """What `--db` names: a value that looks like a URL is parsed as one and is
 never taken for a file path; a password never shows, however the URL is
-written (SPEC §7; issue 20 items 1 and 2)."""
+written (docs/postgresql.md, connection settings). A libpq connection
+string and a URL with several hosts are PostgreSQL's too."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from sqlalchemy.engine import make_url
 
 from spoolctl.db.backends.postgresql.url import connect_kwargs, scrub
-from spoolctl.db.url import MASK, looks_like_url, masked, parse_db_url
+from spoolctl.db.url import MASK, looks_like_conninfo, looks_like_url, masked, parse_db_url
 from spoolctl.errors import InvalidInput
 from tests.helpers import cli_json, inproc
 
@@ -220,3 +221,92 @@ def test_a_secret_query_option_is_masked_in_a_url_no_parser_reads(url: str) -> N
     except InvalidInput as refused:
         text = refused.message + json.dumps(refused.detail, ensure_ascii=False)
         assert "§" not in text, text
+
+
+# -- libpq connection strings and several hosts (docs/postgresql.md) ----------------------
+
+CONNINFO_SECRET = "s3§cr"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        f"host=h password={CONNINFO_SECRET} dbname=q",
+        f"password = {CONNINFO_SECRET}  dbname=q",
+        f"host=h password='{CONNINFO_SECRET} it''s' dbname=q",
+        f"host=h password='a \\' b {CONNINFO_SECRET}' dbname=q",
+        f"host=h password=a\\ {CONNINFO_SECRET} dbname=q",
+        f"host=h password=se {CONNINFO_SECRET} dbname=q",  # unquoted space: libpq refuses it
+        f"host=h password='{CONNINFO_SECRET} dbname=q",  # a quote never closed
+        f"host=h PASSWORD={CONNINFO_SECRET} dbname=q",
+        f"dbname=q sslpassword={CONNINFO_SECRET} passfile=/x/{CONNINFO_SECRET}",
+        f"dbname=q password={CONNINFO_SECRET}\\",
+        f"host=h password={CONNINFO_SECRET}@x dbname=q user=u@v",
+    ],
+)
+def test_a_connection_strings_secrets_never_show(value: str) -> None:
+    assert looks_like_conninfo(value) and looks_like_url(value), "never a file name"
+    assert "§" not in masked(value), masked(value)
+    try:
+        kind, canonical = parse_db_url(value, "--db")
+    except InvalidInput as refused:
+        text = refused.message + json.dumps(refused.detail, ensure_ascii=False)
+        assert "§" not in text, text
+        return
+    assert kind == "postgresql"
+    assert "§" not in masked(canonical) and "§" not in unquote(masked(canonical))
+
+
+@settings(max_examples=200, deadline=None)
+@given(password=MARKED.filter(lambda text: "\0" not in text))
+def test_a_quoted_password_in_a_connection_string_is_read_and_masked(password: str) -> None:
+    """Whatever the characters (but NUL, which no C string holds), a password
+    quoted as libpq quotes it (psycopg's make_conninfo) is the URL's password
+    and never shows."""
+    from psycopg.conninfo import make_conninfo
+
+    value = make_conninfo(host="h", port=5433, dbname="q", user="u", password=password)
+    assert "§" not in masked(value), value
+    kind, canonical = parse_db_url(value, "--db")
+    assert kind == "postgresql" and make_url(canonical).password == password
+    assert "§" not in masked(canonical) and "§" not in unquote(masked(canonical))
+
+
+def test_a_connection_string_connects_as_the_equivalent_url() -> None:
+    given = "host=127.0.0.1 port=5432 password=secret dbname=q user=u sslmode=disable"
+    url = "postgresql://u:secret@127.0.0.1:5432/q?sslmode=disable"
+    assert parse_db_url(given, "--db") == parse_db_url(url, "--db")
+    assert (
+        masked(parse_db_url(given, "--db")[1])
+        == "postgresql://u:***@127.0.0.1:5432/q?sslmode=disable"
+    )
+
+
+SEVERAL_HOSTS = [
+    ("postgresql://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write", "5432,5433"),
+    ("postgres://u:p@h1,h2:5433/db?target_session_attrs=read-write", ",5433"),
+    ("postgresql+psycopg://u:p@h1,h2/db?target_session_attrs=read-write", None),
+    ("host=h1,h2 port=5432 user=u password=p dbname=db target_session_attrs=read-write",
+     "5432,5432"),
+]  # fmt: skip
+"""A URL or connection string naming hosts h1 and h2, and the ports libpq gets."""
+
+
+@pytest.mark.parametrize(("value", "ports"), SEVERAL_HOSTS)
+def test_several_hosts_reach_libpq_as_written(value: str, ports: str | None) -> None:
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    kind, canonical = parse_db_url(value, "--db")
+    shown = masked(canonical)
+    assert kind == "postgresql" and ":p@" not in shown and ":***@" in shown
+    expected = {"user": "u", "password": "p", "dbname": "db", "host": "h1,h2",
+                "target_session_attrs": "read-write"}  # fmt: skip
+    assert connect_kwargs(canonical) == {**expected, **({"port": ports} if ports else {})}
+    _, params = PGDialect_psycopg().create_connect_args(make_url(canonical))
+    assert {key: params[key] for key in expected} == expected, "what SQLAlchemy hands psycopg"
+    assert params["port"] == (ports or ","), "one port per host, empty for libpq's default"
+
+
+@pytest.mark.parametrize("value", ["queue.db", "./host=x.db", "/srv/user=a/q.db", "a=b.db"])
+def test_paths_are_not_connection_strings(value: str) -> None:
+    assert not looks_like_conninfo(value) and not looks_like_url(value)

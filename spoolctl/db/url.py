@@ -1,19 +1,27 @@
-"""What `--db` names: a path (SQLite) or a URL (PostgreSQL, or `sqlite:///PATH`).
+"""What `--db` names: a path (SQLite), a URL (PostgreSQL, or
+`sqlite:///PATH`), or a libpq connection string (PostgreSQL).
 
-This module tells the two apart and checks a URL's shape (its scheme, no
+This module tells them apart and checks a URL's shape (its scheme, no
 spaces around it); each scheme's own rules are its driver's (`parse_url` of
-`backends.sqlite` and `backends.postgresql`).
+`backends.sqlite` and `backends.postgresql`, and the latter's
+`parse_conninfo`).
 
 A value that looks like a URL is parsed as one and never becomes a file name:
 it has `://`, or it begins (after any spaces) with a scheme-like word and a
 colon (`postgresql:`, `sqlite:`, `user:`), or with a known scheme and `//`.
 A relative path with a colon in it stays usable as `./name:with:colon`.
+Nor does a value that looks like a libpq connection string
+(`host=db.example dbname=spool user=spool`): one that begins, after any
+spaces, with a libpq keyword and `=`, or has one after a space, and is not
+shaped like a URL (`looks_like_conninfo`). psycopg parses it (its
+`conninfo_to_dict`, libpq's own parser): this module only recognizes it,
+and never imports psycopg. A path of that shape is written `./host=x.db`.
 
 URLs are parsed with SQLAlchemy's `make_url`, the parser of the library that
 opens them. A password is never shown: every place that prints, logs or
 records a URL uses `masked()`, which also masks a URL that cannot be parsed
 (everything from the end of its scheme to its last `@`, and the values of
-secret query options).
+secret query options) and the secret values of a connection string.
 """
 
 from __future__ import annotations
@@ -38,10 +46,46 @@ ENCODE_HINT = (
     "(@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)"
 )
 Kind = Literal["postgresql", "sqlite"]
+LIBPQ_KEYWORDS = (
+    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service",
+    "options", "application_name", "fallback_application_name", "connect_timeout",
+    "client_encoding", "keepalives", "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "tcp_user_timeout", "target_session_attrs", "load_balance_hosts",
+    "sslmode", "sslnegotiation", "sslcert", "sslkey", "sslpassword", "sslrootcert", "sslcrl",
+    "sslcrldir", "sslsni", "requirepeer", "require_auth", "channel_binding", "gssencmode",
+    "krbsrvname", "gsslib", "gssdelegation", "min_protocol_version", "max_protocol_version",
+    "ssl_min_protocol_version", "ssl_max_protocol_version",
+)  # fmt: skip
+"""libpq's connection keywords: one of them followed by `=` marks a
+connection string (which keywords psycopg accepts is psycopg's to say)."""
+_KEYWORD = "(?:" + "|".join(LIBPQ_KEYWORDS) + ")"
+_CONNINFO_START = re.compile(rf"^\s*{_KEYWORD}\s*=", re.IGNORECASE)
+_CONNINFO_KEY = re.compile(rf"(?:^|\s){_KEYWORD}\s*=", re.IGNORECASE)
+_CONNINFO_SECRET = re.compile(
+    r"(?i)(?:^|\s)(?:" + "|".join(SECRET_QUERY_KEYS) + r")\s*=\s*"
+    r"('(?:\\[\s\S]|[^'\\])*(?:'|\\?\Z)"
+    r"|(?:\\[\s\S]|[^\\])*?(?:\\?\Z|(?=\s+" + _KEYWORD + r"\s*=)|(?=\s*\Z)))"
+)
+"""A secret's value in a connection string: a quoted value to its closing
+quote (or the end, if it has none); an unquoted one up to the next libpq
+keyword and `=`, so a value holding an unquoted space is masked whole."""
 
 
 def looks_like_url(text: str) -> bool:
-    """True for anything shaped like a URL (see the module docstring)."""
+    """True for anything shaped like a URL or a libpq connection string (see
+    the module docstring): a location on a server or a URL, never a file."""
+    return _url_shaped(text) or looks_like_conninfo(text)
+
+
+def looks_like_conninfo(text: str) -> bool:
+    """True for a libpq connection string: it begins with a libpq keyword and
+    `=`, or is not shaped like a URL and has one after a space."""
+    if _CONNINFO_START.match(text):
+        return True
+    return not _url_shaped(text) and bool(_CONNINFO_KEY.search(text))
+
+
+def _url_shaped(text: str) -> bool:
     return "://" in text or bool(_SCHEME_WORD.match(text) or _KNOWN_NO_COLON.match(text))
 
 
@@ -58,6 +102,10 @@ def parse_db_url(text: str, source: str) -> tuple[Kind, str]:
     ("sqlite", the file's path as written). Anything else is INVALID_INPUT
     naming what is wrong; nothing is created either way."""
     shown = masked(text)
+    if looks_like_conninfo(text):
+        from spoolctl.db.backends.postgresql.url import parse_conninfo
+
+        return "postgresql", parse_conninfo(text, source, shown)
     if text != text.strip():
         raise bad_url(f"{source}: the database URL {shown!r} begins or ends with spaces", shown)
     scheme = scheme_of(text) or ""
@@ -88,8 +136,13 @@ def masked(url: str) -> str:
     """The URL with its password (and any secret query option) replaced by
     ***; a URL that cannot be parsed unambiguously is masked roughly
     (`_masked_roughly`: from the end of its scheme to its last `@`, and every
-    secret query option's value)."""
-    if "@" not in url and not any(key in url.lower() for key in SECRET_QUERY_KEYS):
+    secret query option's value). A connection string's secret values are
+    masked first (`key=value` after a space or at the start, as libpq reads
+    them), whatever else the text is."""
+    secret_keys = any(key in url.lower() for key in SECRET_QUERY_KEYS)
+    if secret_keys:
+        url = _masked_conninfo(url)
+    if ("@" not in url and not secret_keys) or looks_like_conninfo(url):
         return url
     parsed = parsed_url(url)
     if parsed is None:
@@ -114,6 +167,17 @@ def parsed_url(url: str) -> Any:
         return make_url(url)
     except (ArgumentError, ValueError):
         return None
+
+
+def _masked_conninfo(text: str) -> str:
+    """text with the value of every secret `key=value` of a connection
+    string (password, passfile, sslpassword) replaced by ***."""
+    shown, last = [], 0
+    for found in _CONNINFO_SECRET.finditer(text):
+        begin, end = found.span(1)
+        shown.append(text[last:begin] + MASK)
+        last = end
+    return "".join(shown) + text[last:]
 
 
 def _masked_roughly(url: str) -> str:

@@ -1,7 +1,14 @@
 """A PostgreSQL URL: checked with SQLAlchemy's `make_url` (the parser of the
 library that opens it), handed to psycopg as keyword arguments (so no
 reserved character of a password is read again by libpq), and scrubbed of
-its secrets wherever a driver error could echo them."""
+its secrets wherever a driver error could echo them.
+
+Two forms SQLAlchemy cannot read are read by libpq's own parser (psycopg's
+`conninfo_to_dict`) and rewritten as the URL SQLAlchemy opens the same way:
+a connection string (`host=h dbname=q user=u`) and a URL listing several
+hosts (`postgresql://u@h1:5432,h2:5432/q`). Several hosts go in the query,
+`?host=h1,h2&port=5432,5432`, which SQLAlchemy's psycopg dialect hands to
+libpq as they are; so does every other option (`target_session_attrs`)."""
 
 from __future__ import annotations
 
@@ -11,6 +18,18 @@ from urllib.parse import quote
 
 from spoolctl.db.url import ENCODE_HINT, MASK, SECRET_QUERY_KEYS, bad_url, masked, parsed_url
 
+PLAIN_HOST = re.compile(r"[A-Za-z0-9.\-_]+")
+"""A host name or IPv4 address, which the URL's host field holds as it is."""
+LIBPQ_FAULTS = (
+    ("invalid connection option", "it names an option libpq does not know, or a value "
+     "holding a space is not quoted (key='a b')"),
+    ("invalid URI query parameter", "its query names an option libpq does not know"),
+    ("missing", "a word has no '=' after it (quote a value holding a space: key='a b')"),
+    ("unterminated quoted string", "a quoted value is not closed"),
+)  # fmt: skip
+"""libpq's reason for a connection string it cannot parse -> ours. Its own
+words quote fragments of the text, which may be pieces of a password."""
+
 
 def parse_url(text: str, source: str, shown: str) -> str:
     from sqlalchemy.engine import make_url
@@ -18,6 +37,10 @@ def parse_url(text: str, source: str, shown: str) -> str:
 
     if text.count("@") > 1:
         raise bad_url(f"{source}: the URL {shown!r} has more than one '@'; {ENCODE_HINT}", shown)
+    scheme, _, rest = text.partition("://")
+    if "," in re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]:
+        return _rewritten(_libpq_parse(f"postgresql://{rest}", source, shown), scheme, source,
+                          shown)  # fmt: skip
     try:
         url = make_url(text)
     except (ArgumentError, ValueError) as exc:
@@ -30,6 +53,63 @@ def parse_url(text: str, source: str, shown: str) -> str:
         raise bad_url(f"{source}: the URL {shown!r} has port {url.port}, not in 1..65535", shown)
     if not url.database:
         raise bad_url(f"{source}: the PostgreSQL URL {shown!r} names no database", shown)
+    return str(url.render_as_string(hide_password=False))
+
+
+def parse_conninfo(text: str, source: str, shown: str) -> str:
+    """A libpq connection string (`host=h port=5432 dbname=q user=u`) as the
+    PostgreSQL URL that connects the same way; INVALID_INPUT when libpq
+    cannot parse it or it names no database, EXTRA_MISSING without psycopg."""
+    return _rewritten(_libpq_parse(text, source, shown), "postgresql", source, shown)
+
+
+def _libpq_parse(text: str, source: str, shown: str) -> dict[str, str]:
+    from spoolctl.db.backends.postgresql import require_driver
+
+    require_driver()
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        found = conninfo_to_dict(text)
+    except psycopg.Error as exc:
+        words = str(exc)
+        problem = next((ours for theirs, ours in LIBPQ_FAULTS if theirs in words), "malformed")
+        raise bad_url(f"{source}: {shown!r} cannot be parsed by libpq: {problem}", shown) from None
+    return {key: str(value) for key, value in found.items() if value is not None}
+
+
+def _rewritten(params: dict[str, str], scheme: str, source: str, shown: str) -> str:
+    """libpq's parameters as a URL SQLAlchemy opens with the same ones: one
+    plain host in the URL's host and port; several (or a socket folder, an
+    IPv6 address) in the query, with one port each."""
+    from sqlalchemy.engine import URL
+
+    options = dict(params)
+    user, password = options.pop("user", None), options.pop("password", None)
+    database = options.pop("dbname", None)
+    if not database:
+        raise bad_url(f"{source}: {shown!r} names no database: add dbname=NAME", shown)
+    hosts = options.pop("host", "").split(",") if "host" in options else []
+    ports = options.pop("port", "").split(",") if "port" in options else []
+    ports = ports if any(ports) else []  # libpq's "," for two hosts without ports
+    for port in ports:
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise bad_url(f"{source}: {shown!r} has port {port!r}, not a number in 1..65535",
+                          shown, port=port)  # fmt: skip
+    if len(ports) > 1 and len(ports) != max(len(hosts), 1):
+        raise bad_url(f"{source}: {shown!r} lists {len(hosts)} host(s) but {len(ports)} ports: "
+                      "give one port, or one per host", shown)  # fmt: skip
+    if len(ports) == 1 and len(hosts) > 1:
+        ports = ports * len(hosts)
+    host = port_number = None
+    if len(hosts) == 1 and PLAIN_HOST.fullmatch(hosts[0]) and len(ports) <= 1:
+        host, port_number = hosts[0], int(ports[0]) if ports and ports[0] else None
+    else:
+        options.update({"host": ",".join(hosts)} if hosts else {})
+        options.update({"port": ",".join(ports)} if ports else {})
+    url = URL.create(scheme, username=user, password=password, host=host, port=port_number,
+                     database=database, query=options)  # fmt: skip
     return str(url.render_as_string(hide_password=False))
 
 
