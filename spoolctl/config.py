@@ -83,7 +83,16 @@ def read_config(path: Path) -> ConfigFile:
 
 
 def resolve_db(flag: str | None, cwd: Path | None = None) -> DbLocation:
-    """Find the database path by the documented precedence; opens nothing."""
+    """Find the database path by the documented precedence, once the
+    environment every verb that opens a queue reads is valid (a bad value is
+    refused before anything is opened); opens nothing."""
+    auto_migrate()
+    return locate_db(flag, cwd)
+
+
+def locate_db(flag: str | None, cwd: Path | None = None) -> DbLocation:
+    """The database path by the documented precedence, the environment's
+    knobs unchecked (`doctor` reports those as a check of their own)."""
     base = cwd or Path.cwd()
     config = read_config(base / CONFIG_RELPATH)
     if config.exists and not config.valid:  # reported even when --db or the env decides
@@ -112,6 +121,26 @@ def _located(given: str, base: Path, source: str, config: ConfigFile, named: str
     from spoolctl.db.backends import locate
 
     return DbLocation(locate(given, base, named), source, config)
+
+
+AUTO_MIGRATE_ENV = "SPOOLCTL_AUTO_MIGRATE"
+AUTO_MIGRATE_VALUES = ("0", "1")
+
+
+def auto_migrate() -> bool:
+    """SPOOLCTL_AUTO_MIGRATE: 1 upgrades an outdated queue on open; 0, empty
+    or unset refuses it; any other value (true, yes, on) is INVALID_INPUT,
+    never a silent 0."""
+    raw = os.environ.get(AUTO_MIGRATE_ENV)
+    if raw is None or raw == "":
+        return False
+    if raw not in AUTO_MIGRATE_VALUES:
+        raise InvalidInput(
+            f"{AUTO_MIGRATE_ENV} must be 1 (upgrade an outdated queue on open) or 0, got "
+            f"{raw!r}; fix or unset it",
+            name=AUTO_MIGRATE_ENV,
+        )
+    return raw == "1"
 
 
 def env_seconds(name: str, default: float, *, allow_zero: bool = False) -> float:
@@ -184,9 +213,11 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "min": 0,
         "max": MAX_KNOB_S,
     },
-    "SPOOLCTL_AUTO_MIGRATE": {
-        "description": "1 upgrades an outdated database on open instead of refusing",
+    AUTO_MIGRATE_ENV: {
+        "description": "1 upgrades an outdated database on open instead of refusing; 0 (or "
+        "unset) refuses; any other value is INVALID_INPUT",
         "type": "flag",
+        "choices": list(AUTO_MIGRATE_VALUES),
         "default": "0",
     },
     "SPOOLCTL_HANG_THRESHOLD": {

@@ -22,11 +22,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from spoolctl.cli.batch import BATCH_LINE_MAX
+from spoolctl.cli.contract import verb_commands
+from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from tests.helpers import Result, add_job, child_env, rows
-from tests.populated import run_quiet
+from tests.populated import run_quiet, takes_db
+from tests.test_totality import BOUNDS, sample
 from tests.test_web import client_for
 
 pytestmark = pytest.mark.subprocess  # the batch reader is fed from a real process
@@ -249,3 +253,60 @@ def test_the_dashboard_refuses_a_lane_name_ending_in_a_newline(db: Path) -> None
             assert answer.status_code == 400, (action, answer.text)
         assert client.post("/lanes/lane/pause", data={"csrf": csrf.group(1)}).status_code == 303
     assert [r[0] for r in lanes(db)] == [*(r[0] for r in before), "lane"]
+
+
+# -- SPOOLCTL_AUTO_MIGRATE takes 1 or 0, and nothing else silently -----------------
+
+
+NEEDED = {"prune": ["--yes"], "schedule add": ["--every", "1h"]}
+"""So that the verb gets past its own checks to the queue."""
+ARGUMENTS = {"copy-to": ["postgresql://u@127.0.0.1:1/none"]}
+"""Where a valid sample of the totality tests is not valid for the verb."""
+
+
+def verb_line(verb: str, db: Path) -> list[str]:
+    """The verb with --db, --json, whatever bounds it to no wait, and a valid
+    value for each required option and argument (as the totality tests build it)."""
+    command = verb_commands()[verb]
+    args = [*verb.split(), "--db", str(db), "--json", *BOUNDS.get(verb, [])]
+    args += NEEDED.get(verb, [])
+    args += [w for p in command.params if p.required and isinstance(p, click.Option)
+             for w in sample(p)]  # fmt: skip
+    given = [w for p in command.params if isinstance(p, click.Argument) for w in sample(p)]
+    return [*args, "--", *ARGUMENTS.get(verb, given)]
+
+
+@pytest.mark.parametrize("value", ["true", "yes", " 1", "2"])
+def test_an_auto_migrate_value_but_0_or_1_is_refused_by_every_verb_that_reads_it(
+    db: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    add_job(db, "true")
+    before = [tuple(r) for r in rows(db, "SELECT * FROM jobs")]
+    monkeypatch.setenv("SPOOLCTL_AUTO_MIGRATE", value)
+    readers = [v for v in verb_commands() if takes_db(v) and v not in ("web", "doctor")]
+    for verb in readers:
+        error = refused_input(run_quiet(*verb_line(verb, db)))
+        assert "SPOOLCTL_AUTO_MIGRATE must be 1" in error["message"], (verb, error)
+    doctor = run_quiet("doctor", "--db", str(db), "--json")
+    assert doctor.exit_code == 3, doctor.stdout
+    (env,) = [c for c in doctor.envelope["data"]["checks"] if c["id"] == "env_valid"]
+    assert env["status"] == "fail" and "SPOOLCTL_AUTO_MIGRATE" in env["message"]
+    assert [tuple(r) for r in rows(db, "SELECT * FROM jobs")] == before
+
+
+def test_auto_migrate_0_and_unset_refuse_an_outdated_queue_and_1_upgrades_it(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_job(db, "true")
+    old = KNOWN_REVISIONS[0]
+    down = run_quiet("migrate", "--db", str(db), "--downgrade", old, "--yes", "--no-backup")
+    assert down.exit_code == 0, down.stdout + down.stderr
+    for value in ("0", "", "true"):
+        monkeypatch.setenv("SPOOLCTL_AUTO_MIGRATE", value)
+        status = run_quiet("status", "--db", str(db), "--json")
+        code = "INVALID_INPUT" if value == "true" else "SCHEMA_OUTDATED"
+        assert status.envelope["errors"][0]["code"] == code, (value, status.stdout)
+        assert rows(db, "SELECT version_num FROM alembic_version")[0][0] == old
+    monkeypatch.setenv("SPOOLCTL_AUTO_MIGRATE", "1")
+    assert run_quiet("status", "--db", str(db), "--json").exit_code == 0
+    assert rows(db, "SELECT version_num FROM alembic_version")[0][0] == HEAD_REVISION

@@ -22,7 +22,9 @@ from spoolctl.config import (
     ConfigFile,
     DbLocation,
     Timing,
+    auto_migrate,
     busy_timeout_s,
+    locate_db,
     read_config,
     resolve_db,
 )
@@ -90,7 +92,7 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
     config = read_config(Path.cwd() / CONFIG_RELPATH)
     checks = [config_check(config), env_check()]
     try:
-        location: DbLocation | None = resolve_db(db)
+        location: DbLocation | None = locate_db(db)
     except SpoolError as exc:
         location = None
         checks.append(Check("db_path_resolved", "fail", exc.message, blocked_by="config_valid"))
@@ -160,6 +162,7 @@ def env_check() -> Check:
     try:
         Timing.from_env()
         busy_timeout_s()
+        auto_migrate()
     except SpoolError as exc:
         return Check("env_valid", "fail", exc.message, "fix or unset the variable")
     return Check("env_valid", "pass", "environment knobs are valid")
