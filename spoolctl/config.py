@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spoolctl.errors import InvalidInput
+from spoolctl.validate import bounded_text
 
 if TYPE_CHECKING:
     from spoolctl.db.backends.base import Driver
@@ -77,8 +78,13 @@ def read_config(path: Path) -> ConfigFile:
     if "version" in data and data["version"] != CONFIG_VERSION:
         problems.append(f"version must be {CONFIG_VERSION}")
     db_path = data.get("db_path")
-    if "db_path" in data and (not isinstance(db_path, str) or not 1 <= len(db_path) <= 4096):
+    if "db_path" in data and not isinstance(db_path, str):
         problems.append("db_path must be a string of 1 to 4096 characters")
+    elif isinstance(db_path, str):
+        try:  # the rule of --db: a NUL or a lone surrogate (a \u escape) names no file
+            bounded_text(db_path, "db_path", 4096)
+        except InvalidInput as exc:
+            problems.append(exc.message)
     return ConfigFile(path, exists=True, valid=not problems, data=data, problems=tuple(problems))
 
 
@@ -107,12 +113,22 @@ def locate_db(flag: str | None, cwd: Path | None = None) -> DbLocation:
         if not 1 <= len(env) <= 4096 or "\0" in env:
             raise InvalidInput("SPOOLCTL_DB must be a path of 1 to 4096 characters; unset it")
         return _located(env, base, "env", config, "SPOOLCTL_DB")
-    if config.exists and "db_path" in config.data:
-        given = config.data["db_path"]
-        return _located(given, config.path.parent, "config", config, f"db_path in {config.path}")
+    named = config_location(config)
+    if named is not None:
+        return named
     from spoolctl.db.backends import sqlite_at
 
     return DbLocation(sqlite_at(base / DEFAULT_DB_RELPATH), "default", config)
+
+
+def config_location(config: ConfigFile) -> DbLocation | None:
+    """The queue a valid config file's db_path names, by the same rules as
+    --db (a URL is parsed as one, relative paths are relative to the file's
+    folder); None when it names none. Every verb and `config-validate` use it."""
+    if not config.exists or "db_path" not in config.data:
+        return None
+    given = config.data["db_path"]
+    return _located(given, config.path.parent, "config", config, f"db_path in {config.path}")
 
 
 def _located(given: str, base: Path, source: str, config: ConfigFile, named: str) -> DbLocation:

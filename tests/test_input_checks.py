@@ -310,3 +310,53 @@ def test_auto_migrate_0_and_unset_refuse_an_outdated_queue_and_1_upgrades_it(
     monkeypatch.setenv("SPOOLCTL_AUTO_MIGRATE", "1")
     assert run_quiet("status", "--db", str(db), "--json").exit_code == 0
     assert rows(db, "SELECT version_num FROM alembic_version")[0][0] == HEAD_REVISION
+
+
+# -- config-validate refuses the db_path every verb refuses --------------------------
+
+SECRET = "pw-Zq9x"
+BAD_DB_PATHS = [
+    "a\u0000b",  # "\u0000" in the file: a NUL escape
+    "\ud800",  # a lone surrogate: no byte stands behind it
+    f"postgresql:/u:{SECRET}@h/db",
+    f"mysql://u:{SECRET}@h/db",
+    f" postgresql://u:{SECRET}@127.0.0.1:1/db",
+    f"postgresql://u:{SECRET}@127.0.0.1:1x/db",
+    "..",  # relative to the file's folder: a folder, never a queue file
+]
+
+
+@pytest.mark.parametrize("db_path", BAD_DB_PATHS, ids=range(len(BAD_DB_PATHS)))
+def test_config_validate_refuses_a_db_path_that_every_verb_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_path: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPOOLCTL_DB", raising=False)
+    config = tmp_path / ".spoolctl" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"version": 1, "db_path": db_path}))
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    for args in (["config-validate"], ["config-validate", str(config)], ["add", "--", "true"],
+                 ["status"], ["config-show"]):  # fmt: skip
+        result = run_quiet(args[0], "--json", *args[1:])
+        error = refused_input(result)
+        assert SECRET not in result.stdout + result.stderr, args
+        assert str(config) in error["message"], (args, error)
+    text = run_quiet("config-validate")
+    assert text.exit_code == 1 and "Traceback" not in text.stderr, text.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before, "nothing was created"
+
+
+def test_config_validate_passes_what_the_verbs_take(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPOOLCTL_DB", raising=False)
+    config = tmp_path / ".spoolctl" / "config.json"
+    config.parent.mkdir()
+    for db_path in ("queue.db", "sqlite:///queue.db", "postgresql://u@127.0.0.1:1/db"):
+        config.write_text(json.dumps({"version": 1, "db_path": db_path}))
+        result = run_quiet("config-validate", "--json")
+        assert result.exit_code == 0 and result.envelope["data"]["valid"], result.stdout
+        shown = run_quiet("config-show", "--json")
+        assert shown.exit_code == 0 and shown.envelope["data"]["sources"]["db_path"] == "config"

@@ -24,6 +24,7 @@ from spoolctl.config import (
     Timing,
     auto_migrate,
     busy_timeout_s,
+    config_location,
     locate_db,
     read_config,
     resolve_db,
@@ -238,12 +239,14 @@ def config_validate(path: str | None, as_json: bool) -> int:
     """Check a config file (default: ./.spoolctl/config.json).
 
     A file that cannot be read, is not valid JSON, breaks a rule or holds an
-    unknown key is INVALID_INPUT (exit 1, ok:false). No file at all is valid:
-    the defaults apply (exists: false).
+    unknown key is INVALID_INPUT (exit 1, ok:false), and so is a db_path that
+    every other verb would refuse (the same check: a URL that is not one, a
+    folder, a NUL). No file at all is valid: the defaults apply (exists: false).
     """
     target = Path(path) if path is not None else Path.cwd() / CONFIG_RELPATH
     config = read_config(target)
     refuse_invalid(config)
+    config_location(config)
     if config.unknown_keys:
         raise InvalidInput(
             f"{target}: unknown config key(s): {', '.join(config.unknown_keys)}; "
