@@ -91,7 +91,7 @@ def timestamp(raw: str, *, now: float | None = None) -> float:
     """Epoch seconds or ISO-8601 (naive means local time); a past time means now."""
     current = time.time() if now is None else now
     try:
-        value = float(raw)
+        value = float(ascii_number(raw, "time"))
     except ValueError:
         try:
             value = datetime.fromisoformat(raw.strip()).timestamp()
@@ -104,12 +104,33 @@ def timestamp(raw: str, *, now: float | None = None) -> float:
     return max(value, current)
 
 
+INTEGER_RE = re.compile(r"[+-]?[0-9]+")
+"""A whole number in ASCII digits: int() also reads other scripts' digits
+(Arabic-Indic ٣, fullwidth ３) and underscores."""
+
+
+LINE_REF_RE = re.compile(r"@[0-9]+")
+"""A batch line's reference to an earlier line: "@N", N in ASCII digits."""
+
+
+def ascii_number(raw: str, what: str) -> str:
+    """raw, if it is ASCII: float() reads other scripts' digits too."""
+    if not raw.isascii():
+        raise InvalidInput(f"{what} must be written in ASCII digits 0-9, got {raw!r}", value=raw)
+    return raw
+
+
 def int_in_range(value: Any, what: str, low: int | None = None, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
+        text = str(value).strip()
         try:
-            value = int(str(value).strip(), 10)
+            if not INTEGER_RE.fullmatch(text):
+                raise ValueError(text)
+            value = int(text, 10)
         except ValueError:
-            raise InvalidInput(f"{what} must be a whole number, got {value!r}") from None
+            raise InvalidInput(
+                f"{what} must be a whole number in digits 0-9, got {value!r}"
+            ) from None
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"{'' if low is None else low} .. {'' if high is None else high}".strip()
         raise InvalidInput(f"{what} must be in {bounds}, got {value}", value=value)
@@ -144,7 +165,7 @@ def memory_size(raw: str) -> int:
 def cpus(raw: str) -> float:
     """CPUs the job may use (a cgroup quota): a number > 0, at most 1024."""
     try:
-        value = float(str(raw).strip())
+        value = float(ascii_number(str(raw).strip(), "cpus"))
     except ValueError:
         raise InvalidInput(f"cpus must be a number like 0.5 or 2, got {raw!r}") from None
     if not (math.isfinite(value) and 0 < value <= 1024):

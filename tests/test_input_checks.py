@@ -360,3 +360,82 @@ def test_config_validate_passes_what_the_verbs_take(
         assert result.exit_code == 0 and result.envelope["data"]["valid"], result.stdout
         shown = run_quiet("config-show", "--json")
         assert shown.exit_code == 0 and shown.envelope["data"]["sources"]["db_path"] == "config"
+
+
+# -- numbers are ASCII digits: int() and float() read other scripts' digits too ------
+
+OTHER_DIGITS = ["\u0663", "\uff13", "\u0969", "1_0"]
+"""3 in Arabic-Indic and fullwidth digits, in Devanagari, and an underscore
+(int() reads them all: `cancel ٣` canceled job 3)."""
+
+
+def all_jobs(db: Path) -> list[Any]:
+    return [tuple(r) for r in rows(db, "SELECT * FROM jobs ORDER BY id")]
+
+
+def test_job_ids_in_other_digits_are_refused_and_change_nothing(db: Path) -> None:
+    for _ in range(3):
+        add_job(db, "true")
+    before = all_jobs(db)
+    for digits in OTHER_DIGITS:
+        for verb in ("cancel", "show", "retry"):
+            error = refused_input(run_quiet(verb, "--db", str(db), "--json", digits))
+            assert "digits 0-9" in error["message"], (verb, error)
+    assert all_jobs(db) == before
+    assert run_quiet("cancel", "--db", str(db), "--json", "3").exit_code == 0
+    canceled = all_jobs(db)
+    for digits in OTHER_DIGITS:
+        refused_input(run_quiet("retry", "--db", str(db), "--json", digits))
+    assert all_jobs(db) == canceled
+    assert run_quiet("show", "--db", str(db), "--json", " 3 ").exit_code == 0, "ASCII is taken"
+
+
+def test_every_number_parser_takes_ascii_digits_only(db: Path, tmp_path: Path) -> None:
+    add_job(db, "true")
+    before = all_jobs(db)
+    q = ["--db", str(db), "--json"]
+    three = "\uff13"
+    for args in (
+        ["add", *q, "--priority", three, "--", "true"],
+        ["add", *q, "--max-retries", three, "--", "true"],
+        ["add", *q, "--timeout", three, "--", "true"],
+        ["add", *q, "--cpus", three, "--", "true"],
+        ["add", *q, "--at", three, "--", "true"],
+        ["add", *q, "--after-job", "\u0661", "--", "true"],
+        ["list", *q, "--limit", three],
+        ["events", *q, "--since-id", three],
+        ["wait", *q, "--timeout", "0", "--poll-interval", three, "1"],
+        ["output", *q, "1", "--attempt", "\u0661"],
+    ):
+        refused_input(run_quiet(*args))
+    batch = tmp_path / "jobs.ndjson"
+    for line in (
+        {"argv": ["true"], "priority": three},
+        {"argv": ["true"], "timeout": three},
+        {"argv": ["true"], "cpus": three},
+        {"argv": ["true"], "at": three},
+    ):
+        batch.write_text(json.dumps(line) + "\n")
+        refused_input(run_quiet("add", *q, "--batch", str(batch)))
+    batch.write_text(
+        '{"argv": ["true"]}\n' + json.dumps({"argv": ["true"], "after_jobs": ["@\u0661"]}) + "\n"
+    )
+    error = refused_input(run_quiet("add", *q, "--batch", str(batch)))
+    assert error["message"].startswith("batch line 2: after_jobs items are"), error
+    assert all_jobs(db) == before
+
+
+def test_the_dashboard_takes_ascii_job_ids_only(db: Path) -> None:
+    add_job(db, "true")
+    before = all_jobs(db)
+    arabic_one = "%D9%A1"  # ١, as a browser sends it
+    with client_for(db, actions=True) as client:
+        csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/").text)
+        assert csrf is not None
+        assert client.get(f"/jobs/{arabic_one}").status_code == 400
+        assert client.get(f"/events?job={arabic_one}").status_code == 400
+        for action in ("cancel", "retry"):
+            answer = client.post(f"/jobs/{arabic_one}/{action}", data={"csrf": csrf.group(1)})
+            assert answer.status_code == 400, (action, answer.text)
+        assert client.get("/jobs/1").status_code == 200
+    assert all_jobs(db) == before

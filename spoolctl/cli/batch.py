@@ -54,7 +54,7 @@ def after_refs(
     for item in value:
         if isinstance(item, int) and not isinstance(item, bool):
             ids.append(validate.int_in_range(item, f"{key} id", 1, validate.INT64_MAX))
-        elif isinstance(item, str) and item.startswith("@") and item[1:].isdigit():
+        elif isinstance(item, str) and validate.LINE_REF_RE.fullmatch(item):
             if int(item[1:]) not in positions:
                 raise InvalidInput(f"{key} {item!r} names no earlier line holding a job")
             lines.append(positions[int(item[1:])])

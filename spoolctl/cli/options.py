@@ -178,7 +178,7 @@ class Seconds(_Validated):
 
     def check(self, value: str) -> float:
         try:
-            number = float(value)
+            number = float(validate.ascii_number(value, "seconds"))
         except ValueError:
             raise InvalidInput(f"expected a number of seconds, got {value!r}") from None
         low_ok = number >= self.low if self.low_inclusive else number > self.low
