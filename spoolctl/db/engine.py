@@ -21,6 +21,25 @@ LOCK_WAIT_OPTION = "spoolctl_lock_wait_s"
 (a worker waits in short slices so that it keeps running its loop)."""
 
 
+class OpenWrites:
+    """The write transactions this process has open or is opening (from
+    before its lock is asked for until its commit or rollback has returned),
+    and what runs as the last one ends: a worker told to stop (SIGTSTP)
+    inside one stops only then, holding no lock (`worker/suspend.py`).
+    Counted by `write_tx` and `HeldConnection.write_tx`, which every write
+    goes through; exact in a process that writes from one thread (the
+    worker), where signal handlers run too."""
+
+    count = 0
+    after_last: Callable[[], None] | None = None
+
+    @classmethod
+    def ended(cls) -> None:
+        cls.count -= 1
+        if not cls.count and cls.after_last is not None:
+            cls.after_last()
+
+
 class RevisionMismatch(SpoolError):
     """Raised as a transaction opens (the begin hook; on PostgreSQL's write
     engines, with its first statement or at its commit); revision.py turns it
@@ -33,12 +52,16 @@ def write_tx(engine: Engine, lock_wait_s: float | None = None) -> Iterator[Conne
     beyond the timeout becomes `Locked`.
     lock_wait_s: wait at most that long for the lock (never beyond the
     engine's busy timeout)."""
-    if lock_wait_s is None:
-        with translate_errors(engine), engine.begin() as conn:
+    OpenWrites.count += 1
+    try:
+        if lock_wait_s is None:
+            with translate_errors(engine), engine.begin() as conn:
+                yield conn
+            return
+        with translate_errors(engine), engine.connect() as conn, _begin_waiting(conn, lock_wait_s):
             yield conn
-        return
-    with translate_errors(engine), engine.connect() as conn, _begin_waiting(conn, lock_wait_s):
-        yield conn
+    finally:
+        OpenWrites.ended()
 
 
 @contextmanager
@@ -63,16 +86,20 @@ class HeldConnection:
     @contextmanager
     def write_tx(self, lock_wait_s: float) -> Iterator[Connection]:
         """Like `write_tx(engine, lock_wait_s)`, on the held connection."""
-        with translate_errors(self.engine):
-            conn = self._conn
-            if conn is None:
-                conn = self._conn = self.engine.connect()
-            try:
-                with _begin_waiting(conn, lock_wait_s):
-                    yield conn
-            except BaseException:
-                self.close()
-                raise
+        OpenWrites.count += 1
+        try:
+            with translate_errors(self.engine):
+                conn = self._conn
+                if conn is None:
+                    conn = self._conn = self.engine.connect()
+                try:
+                    with _begin_waiting(conn, lock_wait_s):
+                        yield conn
+                except BaseException:
+                    self.close()
+                    raise
+        finally:
+            OpenWrites.ended()
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -16,13 +16,14 @@ from spoolctl.errors import Locked, Unreachable
 from spoolctl.outage import Reconnecting
 from spoolctl.services import due, lanes
 from spoolctl.states import FailureReason
-from spoolctl.wakeup import Signals, StopRequested, counting_signals, wait_readable
+from spoolctl.wakeup import Signals, StopRequested, wait_readable
 from spoolctl.worker import duties, lifecycle
 from spoolctl.worker.firing import ScheduleFiring
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.report import LogSink, WorkerOptions, WorkReport, default_worker_id
 from spoolctl.worker.settle import Settler
 from spoolctl.worker.shift import LOCK_SLICE_S, RETRY_FIRST_S, Shift
+from spoolctl.worker.suspend import worker_signals
 
 NO_PIDFD_TICK_S = 0.005
 GUARD_FENCE_SHARE = 0.75
@@ -82,7 +83,7 @@ class Worker:
         return self.shift.worker_id
 
     def run(self) -> WorkReport:
-        with self.shift.report.timings.wall, counting_signals() as self.signals:
+        with self.shift.report.timings.wall, worker_signals() as self.signals:
             if self._connect():
                 self._serve()
         self.shift.report.stopped_by_signal = self.signals.count > 0
