@@ -3,7 +3,11 @@ IMMEDIATE` from a connection event hook (the pysqlite recipe: the driver's
 own transaction handling is disabled on connect, our BEGIN is emitted on
 begin), waited for in short sleeps; every transaction re-reads the schema
 revision; files are opened `mode=rw` (never created by a connection) or, to
-look without a trace, immutable. SQLite's errors in the contract's words."""
+look without a trace, immutable. SQLite's errors in the contract's words.
+
+A writer that has waited a while for the lock looks for the process holding
+it, without the lock, and fences it where it is a stopped worker of this
+queue silent beyond the hang threshold (`holder.py`; `LockWait`)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -22,6 +26,9 @@ from sqlalchemy.exc import DBAPIError
 from spoolctl.db.backends.base import Synchronous
 from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
 from spoolctl.errors import DiskFull, Locked, StorageFault
+
+if TYPE_CHECKING:
+    from spoolctl.db.backends.sqlite.holder import Holder
 
 
 def make_engine(
@@ -70,12 +77,15 @@ def make_engine(
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.close()
 
+    waits = LockWait(db_path) if write else None
+
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         options = conn.get_execution_options()
         if write and not options.get(READ_ONLY_OPTION, False):
+            sliced = LOCK_WAIT_OPTION in options  # a worker's: it comes back soon
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
-            begin_immediate(conn.connection.driver_connection, wait_s)
+            begin_immediate(conn.connection.driver_connection, wait_s, waits, patient=not sliced)
         else:
             conn.exec_driver_sql("BEGIN")
         if expected_revision is not None:
@@ -154,7 +164,9 @@ BUSY_MAX_SLEEP_S = 0.002
 _yield = getattr(os, "sched_yield", None)
 
 
-def begin_immediate(raw: Any, timeout_s: float) -> None:
+def begin_immediate(
+    raw: Any, timeout_s: float, waits: LockWait | None = None, *, patient: bool = False
+) -> None:
     """Take SQLite's write lock, waiting up to timeout_s for it.
 
     For the first BUSY_SPIN_S a busy lock is retried at once, giving the CPU
@@ -167,6 +179,11 @@ def begin_immediate(raw: Any, timeout_s: float) -> None:
     waiting claimant gets the lock about as soon as it is free instead of
     after SQLite's coarse busy-handler sleeps (which made two workers slower
     than one). Raises sqlite3's busy error on timeout.
+
+    waits: the engine's `LockWait`, which looks for the lock's holder once
+    the lock has been busy a while and fences a stopped worker; `patient`
+    (a wait of the whole busy timeout, not a worker's slice) then also waits
+    for one whose heartbeat is not yet older than the hang threshold.
     """
     began = time.monotonic()
     deadline = began + timeout_s
@@ -175,17 +192,87 @@ def begin_immediate(raw: Any, timeout_s: float) -> None:
     while True:
         try:
             raw.execute("BEGIN IMMEDIATE")
+            if waits is not None and waits.busy_since is not None:
+                waits.busy_since = None
             return
         except sqlite3.OperationalError as exc:
             now = time.monotonic()
+            if not is_busy(exc):
+                raise
+            if waits is not None:
+                deadline = waits.busy(raw, now, deadline, began + timeout_s, patient=patient)
+                now = time.monotonic()
             left = deadline - now
-            if not is_busy(exc) or left <= 0:
+            if left <= 0:
+                if waits is not None:
+                    waits.tell(exc, began)
                 raise
             if now < spin_until and _yield is not None:
                 _yield()
                 continue
             time.sleep(min(sleep_s, left))
-            sleep_s = min(sleep_s * 2, BUSY_MAX_SLEEP_S)
+            cap = BUSY_MAX_SLEEP_S if now < began + timeout_s else LONG_WAIT_SLEEP_S
+            sleep_s = min(sleep_s * 2, cap)
+
+
+LOOK_AFTER_S = 1.0
+"""How long the lock stays busy (over one wait, or a worker's waits one after
+another) before a writer looks for its holder: far beyond any transaction
+of spoolctl's, short beside the busy timeout."""
+LOOK_EVERY_S = 0.5
+"""How often a writer looks again while the lock stays busy."""
+AFTER_FENCE_S = 1.0
+"""How long, at least, a writer waits for the lock once it fenced its holder."""
+LONG_WAIT_SLEEP_S = 0.05
+"""The sleep between tries past the busy timeout (waiting for a stopped
+worker to become fenceable)."""
+
+
+class LockWait:
+    """One write engine's waits for the lock: since when the lock has been
+    busy, and what the last look for its holder found (`holder.py`, loaded
+    only here, on the slow path)."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.db_path = db_path
+        self.busy_since: float | None = None
+        """When the lock was first found busy since a writer last took it."""
+        self.next_look_at = 0.0
+        self.holder: Holder | None = None
+        self.looked_at = 0.0
+
+    def busy(
+        self, raw: Any, now: float, deadline: float, timeout_at: float, *, patient: bool
+    ) -> float:
+        """The lock was busy at `now`: look for its holder if due; the
+        wait's deadline, moved on where the holder was fenced (time to take
+        the lock) or will be fenceable soon (patient waits only, by at most
+        the hang threshold past the busy timeout)."""
+        if self.busy_since is None:
+            self.busy_since = now
+        waited_long = now - self.busy_since >= LOOK_AFTER_S
+        if now < self.next_look_at or not (waited_long or now >= deadline):
+            return deadline
+        from spoolctl.db.backends.sqlite.holder import look
+
+        self.holder = holder = look(raw, self.db_path)
+        self.looked_at = after = time.monotonic()
+        self.next_look_at = after + LOOK_EVERY_S
+        if holder is None:
+            return deadline
+        if holder.fenced:
+            self.busy_since, self.next_look_at = None, 0.0
+            return max(deadline, after + AFTER_FENCE_S)
+        if patient and holder.fenceable_in_s is not None:
+            slack = 2 * LOOK_EVERY_S  # a look or two once it is fenceable
+            until = after + holder.fenceable_in_s + slack
+            return max(deadline, min(until, timeout_at + holder.hang_s + slack))
+        return deadline
+
+    def tell(self, exc: BaseException, began: float) -> None:
+        """The wait gives up: the error names the holder this wait found."""
+        if self.holder is not None and self.looked_at >= began:
+            exc.spoolctl_lock_holder = self.holder  # type: ignore[attr-defined]
 
 
 def _check_revision(conn: Connection, expected: str) -> None:
@@ -255,11 +342,20 @@ def translate_errors(engine: Engine) -> Iterator[None]:
             raise
         text = str(raw)
         if isinstance(raw, sqlite3.OperationalError) and is_busy(raw):
-            raise Locked(
-                "the queue database stayed locked beyond the busy timeout; try again",
-                sqlite_error=text,
-            ) from None
+            raise locked(text, getattr(raw, "spoolctl_lock_holder", None)) from None
         raise unusable_file(text, db_path_of(engine)) from None
+
+
+def locked(text: str, holder: Holder | None) -> Locked:
+    """LOCKED, naming the process that held the lock where the wait found it."""
+    message = "the queue database stayed locked beyond the busy timeout; try again"
+    if holder is None:
+        return Locked(message, sqlite_error=text)
+    return Locked(
+        f"{message} (pid {holder.pid} holds the write lock: {holder.why})",
+        sqlite_error=text,
+        lock_holder=holder.as_detail(),
+    )
 
 
 def unusable_file(text: str, where: str) -> StorageFault:
