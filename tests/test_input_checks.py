@@ -28,7 +28,7 @@ import pytest
 from spoolctl.cli.batch import BATCH_LINE_MAX
 from spoolctl.cli.contract import verb_commands
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
-from tests.helpers import Result, add_job, child_env, rows
+from tests.helpers import REPO, Result, add_job, child_env, rows
 from tests.populated import run_quiet, takes_db
 from tests.test_totality import BOUNDS, sample
 from tests.test_web import client_for
@@ -439,3 +439,40 @@ def test_the_dashboard_takes_ascii_job_ids_only(db: Path) -> None:
             assert answer.status_code == 400, (action, answer.text)
         assert client.get("/jobs/1").status_code == 200
     assert all_jobs(db) == before
+
+
+# -- the lease guard carries the worker's command line, as docs/security.md says -----
+
+GUARDED = """
+import sys
+from spoolctl.lease_guard import LeaseGuard
+guard = LeaseGuard(3600.0)
+print(guard.pid, flush=True)
+sys.stdin.read()
+guard.close()
+"""
+
+
+def test_the_lease_guard_shows_the_workers_command_line_password_included() -> None:
+    """A fork keeps its parent's argv: the guard's /proc/PID/cmdline holds a
+    password given in --db as the worker's does, and the security page says
+    so, with the ways to keep it out of the URL."""
+    url = f"postgresql://spool:{SECRET}@db.example/spool"
+    argv = [sys.executable, "-c", GUARDED, "work", "--db", url]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env()
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        guard = int(proc.stdout.readline())
+        worker_line = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        guard_line = Path(f"/proc/{guard}/cmdline").read_bytes()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert guard_line == worker_line and SECRET.encode() in guard_line
+    page = (REPO / "docs" / "security.md").read_text()
+    section = page.split("**Passwords in command lines.**", 1)[1].split("\n- **", 1)[0]
+    for words in ("lease guard", "/proc/PID/cmdline", "PGPASSFILE", "passfile=", "db_path",
+                  "SPOOLCTL_DB", "every job"):  # fmt: skip
+        assert words in " ".join(section.split()), words
