@@ -61,9 +61,14 @@ class Suspension:
         try:
             while self.served < self.asked:
                 self.served = self.asked
-                os.kill(os.getpid(), signal.SIGSTOP)
+                stop_self()
         finally:
             self.stopping = False
+
+
+def stop_self() -> None:
+    """SIGSTOP this process; returns once it is continued."""
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 @contextmanager
