@@ -52,6 +52,11 @@ that share a module-scoped fixture (a queue filled once, a server or browser
 of the module's own, the differential suite's one run of every scenario)
 are put in one xdist group per module, so that they run on one worker and the
 fixture is built once; every other test is spread singly.
+
+A loaded machine: every deadline of the tests (wait_for, patience(), each
+test's pytest-timeout limit) is scaled by SPOOLCTL_TEST_TIMEOUT_SCALE
+(tests/helpers.py), and SPOOLCTL_TEST_LOAD=N has the run start N busy loops
+of its own, once per run, in the controller (tests/load.py).
 """
 
 from __future__ import annotations
@@ -71,7 +76,8 @@ import pytest
 
 from devtools import pg_server as pg_tools
 from tests import forkserver
-from tests.helpers import Db, stop_started_workers
+from tests.helpers import TIMEOUT_SCALE, Db, stop_started_workers
+from tests.load import Load, load_from_env
 
 pytest_plugins = ["tests.pg_fixtures"]
 
@@ -87,8 +93,23 @@ def pytest_configure(config: pytest.Config) -> None:
         "sqlite_only(reason): opt a test out of its module's both_backends mark",
     ):
         config.addinivalue_line("markers", line)
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
+        LOAD.start()  # before the watch: the session's, not a test's
     _watch_what_tests_do()
     _signals_as_from_a_terminal()
+
+
+LOAD = Load(load_from_env())
+"""SPOOLCTL_TEST_LOAD's busy loops (tests/load.py), one set per run."""
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    LOAD.stop()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    lines = [f"deadlines x{TIMEOUT_SCALE:g} (SPOOLCTL_TEST_TIMEOUT_SCALE, tests/helpers.py)"]
+    return lines + ([LOAD.describe()] if LOAD.procs else [])
 
 
 def _signals_as_from_a_terminal() -> None:
@@ -133,7 +154,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.browser)
         if _shares_module_state(item):
             item.add_marker(pytest.mark.xdist_group(_module_id(item)))
+        _scale_timeout(item)
     _mark_pg_xfails(items)
+
+
+def _scale_timeout(item: pytest.Item) -> None:
+    """pytest-timeout's limit for the test (its `timeout` mark, else --timeout,
+    PYTEST_TIMEOUT or the ini's) times TIMEOUT_SCALE, as every deadline of
+    the tests: a test's whole run slows down with the machine as its waits
+    do. The scaled mark goes first, so it is the one pytest-timeout reads."""
+    mark = item.get_closest_marker("timeout")
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = {}
+    if mark is not None:
+        kwargs = {k: v for k, v in mark.kwargs.items() if k != "timeout"}
+        seconds = mark.kwargs.get("timeout", mark.args[0] if mark.args else None)
+        args = tuple(mark.args[1:])
+    else:
+        config = item.config
+        seconds = (
+            config.getoption("timeout", None)
+            or os.environ.get("PYTEST_TIMEOUT")
+            or config.getini("timeout")
+        )
+    if seconds and float(seconds) > 0 and TIMEOUT_SCALE != 1:
+        scaled = pytest.mark.timeout(float(seconds) * TIMEOUT_SCALE, *args, **kwargs)
+        item.add_marker(scaled, append=False)
 
 
 def _fixture_names(item: pytest.Item) -> list[str]:

@@ -30,6 +30,37 @@ Db: TypeAlias = Path | str
 """A queue: an SQLite file's path, or a PostgreSQL URL (what `--db` takes)."""
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _timeout_scale() -> float:
+    raw = os.environ.get("SPOOLCTL_TEST_TIMEOUT_SCALE", "4")
+    try:
+        scale = float(raw)
+    except ValueError:
+        scale = -1.0
+    if not 0 < scale <= 100:  # also NaN and inf
+        raise ValueError(f"SPOOLCTL_TEST_TIMEOUT_SCALE must be a number in (0, 100], got {raw!r}")
+    return scale
+
+
+TIMEOUT_SCALE = _timeout_scale()
+"""Every deadline of the tests is its written number of seconds times this
+(env SPOOLCTL_TEST_TIMEOUT_SCALE, default 4): `wait_for`, `patience()`, and
+each test's pytest-timeout limit (tests/conftest.py). A written number is
+what a test needs on an idle machine, with a margin; on two cores saturated
+by other work (./scripts/test's own three processes and their workers, or
+SPOOLCTL_TEST_LOAD) a verb or a worker's loop can be many times slower.
+A deadline only bounds how long a failure takes to show: a condition
+that holds ends the wait at once, so a generous scale costs nothing."""
+
+
+def patience(seconds: float) -> float:
+    """A deadline for something that takes CPU (a process to start, exit, or
+    get through its loop): `seconds` on an idle machine, scaled for a loaded
+    one (TIMEOUT_SCALE). Not for durations a test sets up on purpose."""
+    return seconds * TIMEOUT_SCALE
+
+
 FAST_KNOBS = {
     "SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "0.2",
     "SPOOLCTL_TEST_REAP_THRESHOLD": "1.0",
@@ -120,14 +151,20 @@ def stop_started_workers() -> None:
 def wait_for(
     condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = ""
 ) -> Any:
-    """Poll until condition() is truthy; fail with `what` after the deadline."""
-    deadline = time.monotonic() + timeout
+    """Poll until condition() is truthy; fail with `what` after the deadline:
+    `timeout` seconds on an idle machine, scaled by TIMEOUT_SCALE (never a
+    proof that something does not happen: that is waited for otherwise)."""
+    limit = patience(timeout)
+    deadline = time.monotonic() + limit
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or condition}")
+            raise AssertionError(
+                f"timed out after {limit:g}s ({timeout:g}s x SPOOLCTL_TEST_TIMEOUT_SCALE"
+                f" {TIMEOUT_SCALE:g}) waiting for {what or condition}"
+            )
         time.sleep(interval)
 
 
