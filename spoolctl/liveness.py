@@ -4,20 +4,27 @@ ending an orphaned attempt and confirming it is gone. Beside `procs.py`
 (the OS edge it uses); the state changes that follow a verdict are
 `services/reaper.py`'s, sequenced by the worker (`worker/reaping.py`).
 
-Liveness of a stale owner, in order: a different boot means dead; the pid
-gone (ProcessLookupError) means dead; not ours to signal (PermissionError)
-is inconclusive, so alive; a pid now held by another process (different
-start time, or no `spoolctl` in its command line) means recycled, so dead.
-An owner that is alive but silent beyond the hang threshold is fenced:
-killed, confirmed dead, then reaped. An owner that cannot be probed from
-here (another hostname) is judged by the lease rule of `services/lease.py`.
+A worker's pid is only probed where it means that worker: on the same
+machine, which is the same host name and the same pid space (machine id,
+PID namespace, cgroup namespace: `procs.pid_space`). Liveness of such an
+owner, in order: a different boot means dead; the pid gone
+(ProcessLookupError) means dead; not ours to signal (PermissionError) is
+inconclusive, so alive; a pid now held by another process (different start
+time, or no `spoolctl` in its command line) means recycled, so dead. An
+owner that is alive but silent beyond the hang threshold is fenced: killed,
+confirmed dead, then reaped. Any other owner (another host name, another
+PID namespace, or one whose row does not say: written before revision
+0008, or replaced by a later registration under its worker id) cannot be
+probed from here and is judged by the lease rule of `services/lease.py`.
 Before a job is requeued, what is left of its attempt is ended and confirmed
 gone: the recorded process group, and every process that carries the
-attempt's token in its environment.
+attempt's token in its environment. Whatever the verdict, the judging
+worker never fences or kills itself, nor a process of its own jobs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
 from enum import Enum
 from typing import Any
 
@@ -58,18 +65,29 @@ def _liveness(
     return procs.is_same_process(identity, procs.WORKER_MARKER, existed_at=existed_at)
 
 
-def probeable(worker_hostname: str | None, hostname: str) -> bool:
-    """Whether a worker's process can be checked from this machine."""
-    return worker_hostname is None or worker_hostname == hostname
+def probeable(
+    worker_hostname: str | None, worker_space: str | None, *, hostname: str, pid_space: str | None
+) -> bool:
+    """Whether a worker's process can be checked from here: the same host name
+    and the same pid space (machine, PID namespace, cgroup namespace). A
+    worker whose pid space is unknown (None on either side) cannot."""
+    return worker_hostname == hostname and pid_space is not None and worker_space == pid_space
 
 
 def owner_verdict(
-    cand: Candidate, *, now: float, hang_threshold_s: float, boot_id: str, hostname: str
+    cand: Candidate,
+    *,
+    now: float,
+    hang_threshold_s: float,
+    boot_id: str,
+    hostname: str,
+    pid_space: str | None,
 ) -> Verdict:
     """Is the worker that owns `cand` dead, alive, alive but hung, or beyond
     its lease (when it cannot be probed from here)?"""
     silent_since = max(cand.worker_heartbeat_at or cand.heartbeat_at, cand.heartbeat_at)
-    if not probeable(cand.worker_hostname, hostname):
+    worker_space = cand.worker_pid_space
+    if not probeable(cand.worker_hostname, worker_space, hostname=hostname, pid_space=pid_space):
         expired = lease.lease_expired(now, silent_since, hang_threshold_s)
         return Verdict.LEASE_EXPIRED if expired else Verdict.ALIVE
     identity = cand.worker_identity
@@ -83,50 +101,79 @@ def owner_verdict(
     return Verdict.ALIVE
 
 
-def worker_is_dead(row: Any, *, boot_id: str, hostname: str) -> bool:
-    if not probeable(row.hostname, hostname):
+def worker_is_dead(row: Any, *, boot_id: str, hostname: str, pid_space: str | None) -> bool:
+    """Whether a worker row names a dead process: only told for a worker on
+    this machine (`probeable`)."""
+    if not probeable(row.hostname, row.pid_space, hostname=hostname, pid_space=pid_space):
         return False
     identity = procs.ProcessIdentity(row.pid, row.process_started_at)
     return _liveness(row.boot_id, identity, boot_id=boot_id) is procs.Liveness.DEAD
 
 
-def fence(cand: Candidate) -> bool:
-    """SIGKILL a hung owner and confirm it is gone (only if still the same process)."""
+def fence(cand: Candidate, spared: Container[int] = frozenset()) -> bool:
+    """SIGKILL a hung owner and confirm it is gone (only if still the same
+    process). Never this worker or a process of its jobs (`spared`: this
+    worker's pid and its jobs' leaders): False, not fenced."""
     if cand.worker_identity is None:
         return True
+    if procs.belongs_to(cand.worker_identity.pid, spared):
+        return False
     procs.kill_process_if_same(cand.worker_identity, procs.WORKER_MARKER)
     return procs.is_same_process(cand.worker_identity, procs.WORKER_MARKER) is procs.Liveness.DEAD
 
 
 def end_orphan(
-    cand: Candidate, *, same_machine: bool = True, cells: containment.Containment | None = None
+    cand: Candidate,
+    *,
+    same_machine: bool = True,
+    cells: containment.Containment | None = None,
+    spared: Container[int] = frozenset(),
 ) -> OrphanCheck:
     """Kill what is left of the candidate's attempt and confirm it is gone.
 
     On this machine: the recorded process group (pid plus start time), then
     every process carrying the attempt's token, which also finds an attempt
     whose pid was never recorded. A same-user process started since the
-    attempt whose environment cannot be read leaves the end unconfirmed. For a
-    worker that cannot be probed (`same_machine` False) recorded pids mean
+    attempt whose environment cannot be read leaves the end unconfirmed. For
+    a worker that cannot be probed (`same_machine` False) recorded pids mean
     nothing here: only token holders that happen to be visible are killed.
+    Nothing that is this worker or one of its jobs (`spared`, with their
+    groups and sessions) is ever killed: a recorded group whose number one
+    of them holds cannot still exist here.
     """
     if same_machine and cells is not None:
-        why = _end_cgroups(cand, cells)
+        why = _end_cgroups(cand, cells, spared)
         if why is not None:
             return OrphanCheck(False, None, None, why)
-    if same_machine and cand.job_identity is not None and cand.job_pgid is not None:
-        reason = procs.end_group(cand.job_identity, cand.job_pgid, ORPHAN_WAIT_S)
+    group = _recorded_group(cand, spared) if same_machine else None
+    if group is not None:
+        identity, pgid = group
+        reason = procs.end_group(identity, pgid, ORPHAN_WAIT_S)
         if reason is not None:
-            identity = cand.job_identity
             return OrphanCheck(False, identity.pid, identity.started_at, reason)
     if cand.token is None or cand.attempt_started_at is None:
         return OrphanCheck(True)
     if same_machine and cand.attempt_started_at < procs.boot_time() - procs.START_TIME_TOLERANCE_S:
         return OrphanCheck(True)  # started before this machine booted: nothing of it runs
-    return _end_token_holders(cand.token, cand.attempt_started_at, strict=same_machine)
+    return _end_token_holders(cand.token, cand.attempt_started_at, same_machine, spared)
 
 
-def _end_cgroups(cand: Candidate, cells: containment.Containment) -> str | None:
+def _recorded_group(
+    cand: Candidate, spared: Container[int]
+) -> tuple[procs.ProcessIdentity, int] | None:
+    """The attempt's recorded leader and process group, where they are one to
+    end: held by nothing of this worker's."""
+    identity, pgid = cand.job_identity, cand.job_pgid
+    if identity is None or pgid is None:
+        return None
+    if pgid in spared or procs.belongs_to(identity.pid, spared):
+        return None
+    return identity, pgid
+
+
+def _end_cgroups(
+    cand: Candidate, cells: containment.Containment, spared: Container[int]
+) -> str | None:
     """End the attempt's cgroup (the path its row recorded) and every cgroup
     the dead worker left in this worker's sites; None once all are gone.
     What is in a cgroup cannot have left it, setsid() or not."""
@@ -134,8 +181,8 @@ def _end_cgroups(cand: Candidate, cells: containment.Containment) -> str | None:
     if recorded and containment.end_path(recorded, ORPHAN_WAIT_S) is False:
         return f"cgroup {recorded.splitlines()[0]} still has processes after a kill"
     owner = cand.worker_identity
-    if cand.worker_id is None or owner is None:
-        return None
+    if cand.worker_id is None or owner is None or owner.pid in spared:
+        return None  # a worker of this pid's leftovers would be this worker's own
     if not cells.sweep(cand.worker_id, owner.pid, ORPHAN_WAIT_S):
         return f"the cgroups worker {cand.worker_id} left still have processes after a kill"
     return None
@@ -145,9 +192,13 @@ TOKEN_SCANS = 3
 """A token holder may fork while it is being killed: scan again, a few times."""
 
 
-def _end_token_holders(token: str, started_at: float, *, strict: bool) -> OrphanCheck:
+def _end_token_holders(
+    token: str, started_at: float, strict: bool, spared: Container[int]
+) -> OrphanCheck:
     for _ in range(TOKEN_SCANS):
         scan = procs.find_token(token, started_at)
+        found = [i for i in scan.found if not procs.belongs_to(i.pid, spared)]
+        scan = procs.TokenScan(found, [p for p in scan.unreadable if p not in spared])
         if strict and scan.unreadable:
             pid = scan.unreadable[0]
             why = f"cannot read the environment of pid {pid} to tell whether it is the job"

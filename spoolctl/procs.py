@@ -3,6 +3,8 @@ telling whether a recorded process is still the same living process.
 
 A process is identified by its pid plus its start time (psutil's create_time),
 so a pid recycled by an unrelated process is never mistaken for the original.
+A pid only means that process where it was read: in the same PID namespace
+of the same machine (`pid_space`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import IO
@@ -50,6 +52,61 @@ def boot_id() -> str:
     """Identifies this boot of the machine: a different value means a restart
     (SPOOLCTL_TEST_BOOT_ID poses as another machine)."""
     return os.environ.get("SPOOLCTL_TEST_BOOT_ID") or f"{psutil.boot_time():.0f}"
+
+
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def pid_space() -> str | None:
+    """Where this process's pids name the processes they name: the machine
+    (its machine id), the PID namespace (the device and inode of
+    /proc/self/ns/pid, with the start of that namespace's PID 1, since a
+    namespace's inode number is reused once it is gone) and the cgroup
+    namespace (the recorded cgroup paths of jobs are read relative to it).
+    Host name and boot time do not tell these apart: `unshare --pid`, a
+    container sharing the host's UTS namespace or network, a Kubernetes pod on
+    the host network all keep them. None when the namespace cannot be read:
+    then no other worker's pids are taken for this one's, nor this one's for
+    theirs."""
+    try:
+        pid_ns = os.stat("/proc/self/ns/pid")
+    except OSError:
+        return None
+    cgroup_ns = _namespace("cgroup")
+    return (
+        f"machine {_machine_id() or '?'} pid {pid_ns.st_dev}:{pid_ns.st_ino}@{_init_started()}"
+        f" cgroup {cgroup_ns}"
+    )
+
+
+def _machine_id() -> str | None:
+    for path in MACHINE_ID_FILES:
+        try:
+            with open(path, encoding="ascii", errors="replace") as handle:
+                found = handle.read(64).strip()
+        except OSError:
+            continue
+        if found:
+            return found
+    return None
+
+
+def _namespace(kind: str) -> str:
+    try:
+        found = os.stat(f"/proc/self/ns/{kind}")
+    except OSError:
+        return "?"
+    return f"{found.st_dev}:{found.st_ino}"
+
+
+def _init_started() -> str:
+    """When this PID namespace's PID 1 started, in clock ticks since boot
+    (as /proc shows it here), or '?'."""
+    try:
+        with open("/proc/1/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "?"
 
 
 def boot_time() -> float:
@@ -176,6 +233,18 @@ def end_group(identity: ProcessIdentity, pgid: int, wait_s: float = 5.0) -> str 
     if not wait_gone(identity.pid, wait_s) or not wait_group_gone(pgid, wait_s):
         return f"process group {pgid} still runs {wait_s:.0f}s after SIGKILL"
     return None
+
+
+def belongs_to(pid: int, spared: Container[int]) -> bool:
+    """Whether pid is one of `spared`, or in the process group or session
+    one of them leads (a job leads its own session: its children stay in
+    it unless they leave)."""
+    if pid in spared:
+        return True
+    try:
+        return os.getpgid(pid) in spared or os.getsid(pid) in spared
+    except OSError:
+        return False
 
 
 def kill_process_if_same(identity: ProcessIdentity, marker: str, wait_s: float = 5.0) -> bool:

@@ -15,7 +15,7 @@ import pytest
 
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from tests.helpers import Result, child_env, cli, inproc, rows, start_worker, wait_for
-from tests.test_migrations import ATTEMPTS_0005, JOBS_0005
+from tests.test_migrations import ATTEMPTS_0005, JOBS_0005, WORKERS_0001
 
 pytestmark = pytest.mark.subprocess
 
@@ -35,9 +35,11 @@ EVERY_REVISIONS_COLUMNS = {
     "job_events": "id, job_id, at, event, worker_id, detail",
     "jobs": JOBS_0005,
     "attempts": ATTEMPTS_0005,
+    "workers": WORKERS_0001,
 }
 """Columns compared across revisions where a later one adds some (0005's
-job_events.seq, null on SQLite; 0007's cgroup, usage and limit columns)."""
+job_events.seq, null on SQLite; 0007's cgroup, usage and limit columns;
+0008's workers.pid_space)."""
 
 
 def contents(db: Path) -> dict[str, Any]:
@@ -350,16 +352,20 @@ OLD_RELEASE = (
     "jobs.indexes -= {i for i in jobs.indexes if i.name == 'ix_jobs_needs_limits'}; "
     "[t._columns.remove(t.c[n]) for t, n in ((jobs, 'memory_bytes'), (jobs, 'cpus'), "
     "(jobs, 'require_limits'), (attempts, 'cgroup'), (attempts, 'peak_memory_bytes'), "
-    "(attempts, 'cpu_time_s'))]; "
+    "(attempts, 'cpu_time_s'), (tables.workers, 'pid_space'))]; "
+    "import spoolctl.services.heartbeat as beat; row = beat.worker_row; "
+    "beat.worker_row = lambda info, now: {k: v for k, v in row(info, now).items() "
+    "if k != 'pid_space'}; "
     "import spoolctl.worker.firing as firing; firing.due_schedules = lambda conn, now: []; "
     "from spoolctl.cli import main; main(sys.argv[1:])"
 )
 """spoolctl as the release whose head was the oldest revision: the same code,
 except that it knows no later revision and never looks at the tables or
 columns later revisions added (paused lanes, job dependencies, schedules,
-0007's limits and cgroups): its claims take the one-by-one path (the one-statement
-claim reads the lanes table in SQL) without the limit columns, and it runs
-jobs without cgroups (whose path and usage 0007 records)."""
+0007's limits and cgroups, 0008's pid space): its claims take the one-by-one path
+(the one-statement claim reads the lanes table in SQL) without the limit columns,
+it runs jobs without cgroups (whose path and usage 0007 records), and it
+registers without a pid space."""
 
 
 def old_release(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.Popen[str]:

@@ -139,14 +139,19 @@ ATTEMPTS_0005 = (
     "exit_code, error, failure_reason, stdout_path, stderr_path, job_pid, job_pgid, "
     "job_started_at"
 )
+WORKERS_0001 = (
+    "id, hostname, pid, process_started_at, boot_id, queue, slots, concurrency, "
+    "started_at, heartbeat_at, stopped_at, state, jobs_run"
+)
 EVERY_REVISIONS_COLUMNS = {
     "job_events": "id, job_id, at, event, worker_id, detail",
     "jobs": JOBS_0005,
     "attempts": ATTEMPTS_0005,
+    "workers": WORKERS_0001,
 }
 """Columns compared across revisions where a later one adds some (0005's
 job_events.seq stays null on SQLite: `unpositioned` checks it; 0007's
-cgroup, usage and limit columns start null)."""
+cgroup, usage and limit columns and 0008's workers.pid_space start null)."""
 
 
 def contents(db: Path) -> dict[str, Any]:

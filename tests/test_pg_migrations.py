@@ -32,7 +32,7 @@ from spoolctl.db.tables import metadata
 from spoolctl.db.url import masked
 from tests.helpers import Result, child_env, inproc, wait_for
 from tests.pg_server import libpq_url
-from tests.test_migrations import ATTEMPTS_0005, JOBS_0005
+from tests.test_migrations import ATTEMPTS_0005, JOBS_0005, WORKERS_0001
 
 FIRST = KNOWN_REVISIONS[0]
 CATALOG = {
@@ -107,10 +107,11 @@ EVERY_REVISIONS_COLUMNS = {
     "job_events": "id, job_id, at, event, worker_id, detail",
     "jobs": JOBS_0005,
     "attempts": ATTEMPTS_0005,
+    "workers": WORKERS_0001,
 }
 """Columns compared across revisions where a later one adds some (0005's
 job_events.seq, which starts equal to the id: `positions`; 0007's
-cgroup, usage and limit columns start null)."""
+cgroup, usage and limit columns and 0008's workers.pid_space start null)."""
 
 
 def contents(url: str) -> dict[str, list[tuple[Any, ...]]]:

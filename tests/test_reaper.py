@@ -268,6 +268,7 @@ def candidate(pid: int, started_at: float | None, **changes: object) -> reaper.C
         worker_boot_id=procs.boot_id(),
         worker_hostname=socket.gethostname(),
         worker_heartbeat_at=now - 100,
+        worker_pid_space=procs.pid_space(),
     )
     fields.update(changes)
     return reaper.Candidate(**fields)  # type: ignore[arg-type]
@@ -280,6 +281,7 @@ def verdict(cand: reaper.Candidate, hang_threshold_s: float = 600.0) -> liveness
         hang_threshold_s=hang_threshold_s,
         boot_id=procs.boot_id(),
         hostname=socket.gethostname(),
+        pid_space=procs.pid_space(),
     )
 
 
@@ -332,10 +334,10 @@ def stale_ghost_job(db: Db, folder: Path, pid: int, started_at: float | None) ->
     old = time.time() - 100
     _sql(
         db,
-        "INSERT INTO workers (id, hostname, pid, process_started_at, boot_id, queue,"
+        "INSERT INTO workers (id, hostname, pid, process_started_at, boot_id, pid_space, queue,"
         " concurrency, started_at, heartbeat_at, state, jobs_run)"
-        " VALUES ('ghost', ?, ?, ?, ?, 'default', 1, ?, ?, 'running', 0)",
-        (socket.gethostname(), pid, started_at, procs.boot_id(), old, old),
+        " VALUES ('ghost', ?, ?, ?, ?, ?, 'default', 1, ?, ?, 'running', 0)",
+        (socket.gethostname(), pid, started_at, procs.boot_id(), procs.pid_space(), old, old),
     )
     _sql(
         db,

@@ -32,6 +32,7 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0005_ledger_positions",
     "0006_schedules",
     "0007_containment",
+    "0008_pid_space",
 )
 """Every revision this code knows, oldest first."""
 HEAD_REVISION = KNOWN_REVISIONS[-1]

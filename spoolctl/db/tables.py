@@ -160,6 +160,7 @@ workers = Table(
     Column("stopped_at", Float),
     Column("state", String(16), nullable=False),
     Column("jobs_run", Int, nullable=False, server_default="0"),
+    Column("pid_space", Text),  # procs.pid_space: where `pid` names this worker (0008)
 )
 Index("ix_workers_state_heartbeat", workers.c.state, workers.c.heartbeat_at)
 

@@ -29,17 +29,26 @@ class WorkerInfo:
     queue: str
     slots: int | None
     concurrency: int
+    pid_space: str | None = None
+    """Where `pid` names this worker (`procs.pid_space`): machine id, PID and
+    cgroup namespace; None where it could not be read."""
 
 
 def register_worker(conn: Connection, info: WorkerInfo, now: float) -> None:
     """Insert the worker row, or take over a row of a stopped or dead worker that
     used the same --worker-id (the caller checks that one is not alive)."""
-    values = dict(
+    statements(conn).upsert(conn, workers, worker_row(info, now), "id")
+
+
+def worker_row(info: WorkerInfo, now: float) -> dict[str, Any]:
+    """The columns a registration writes."""
+    return dict(
         id=info.id,
         hostname=info.hostname,
         pid=info.pid,
         process_started_at=info.process_started_at,
         boot_id=info.boot_id,
+        pid_space=info.pid_space,
         queue=info.queue,
         slots=info.slots,
         concurrency=info.concurrency,
@@ -48,7 +57,6 @@ def register_worker(conn: Connection, info: WorkerInfo, now: float) -> None:
         state=WorkerState.RUNNING.value,
         stopped_at=None,
     )
-    statements(conn).upsert(conn, workers, values, "id")
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,9 @@ class Candidate:
     """The attempt's SPOOLCTL_ATTEMPT_TOKEN, carried by all its processes."""
     cgroup: str | None = None
     """The attempt's cgroup directories, one a line, where it had one."""
+    worker_pid_space: str | None = None
+    """Where the owner's pid means it (`procs.pid_space`); None: unknown (a
+    row written before revision 0008, or no row of the owner at all)."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def _candidate(conn: Connection, row: Any, skew: float = 0.0) -> Candidate:
     worker = None
     if row.locked_by is not None:
         worker = conn.execute(select(workers).where(workers.c.id == row.locked_by)).first()
-    if worker is not None and row.locked_pid is not None and worker.pid != row.locked_pid:
+    if worker is not None and _registered_since(worker, row):
         # A later worker re-registered under the same --worker-id: the row now
         # describes it, not the process that claimed this job.
         worker = None
@@ -145,7 +148,18 @@ def _candidate(conn: Connection, row: Any, skew: float = 0.0) -> Candidate:
         attempt_started_at=None if attempt is None else _local(attempt.started_at, skew),
         token=_token_of(attempt),
         cgroup=None if attempt is None else attempt.cgroup,
+        worker_pid_space=None if worker is None else worker.pid_space,
     )
+
+
+def _registered_since(worker: Any, row: Any) -> bool:
+    """Whether the worker row was registered after the job was claimed, by
+    another process under the same worker id: another pid, or, where the
+    claim time is known, a registration after it (a restart in a fresh PID
+    namespace can get the very pid the dead process had)."""
+    if row.locked_pid is not None and worker.pid != row.locked_pid:
+        return True
+    return row.locked_at is not None and worker.started_at > row.locked_at
 
 
 def _local(stamp: float | None, skew: float) -> float | None:

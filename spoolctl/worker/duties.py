@@ -58,7 +58,7 @@ class Heartbeat:
         if shift.guard is not None:
             shift.guard.renewed()
         with shift.report.timings.db:
-            self.reaping.bury_dead_workers(now)
+            self.reaping.bury_dead_workers(now, shift)
         for job_id in lost:
             execution = shift.running[job_id]
             execution.kill_now()
@@ -133,7 +133,7 @@ class ReapPass:
             return
         shift.last_reap_pass = now
         with shift.report.timings.db:
-            self.reaping.pass_now(now, shift.running)
+            self.reaping.pass_now(now, shift)
 
 
 class SpawnRecords:

@@ -4,32 +4,59 @@ when it ends."""
 
 from __future__ import annotations
 
-from spoolctl import outage, procs
+from typing import Any
+
+from spoolctl import liveness, outage, procs
 from spoolctl.db.engine import write_tx
 from spoolctl.errors import Conflict
 from spoolctl.services import heartbeat
-from spoolctl.worker.shift import Shift
+from spoolctl.worker.shift import Predecessor, Shift
 
 
 def register(shift: Shift, waited: outage.Outage | None, tried_at: float) -> None:
     """The worker's row; a live process already running under the same
-    worker id is a CONFLICT."""
+    worker id (on this machine, where its pid can be checked) is a CONFLICT.
+    A process found gone there is remembered as this worker's predecessor."""
     now = shift.clock()
     with write_tx(shift.engine) as conn:
         existing = heartbeat.get_worker(conn, shift.worker_id)
-        if existing is not None and existing.state == "running":
-            other = procs.ProcessIdentity(existing.pid, existing.process_started_at)
-            alive = procs.is_same_process(other, procs.WORKER_MARKER)
-            if existing.pid != shift.identity.pid and alive is not procs.Liveness.DEAD:
-                raise Conflict(
-                    f"worker id {shift.worker_id!r} is in use by live pid {existing.pid}",
-                    worker_id=shift.worker_id,
-                )
+        predecessor = None if existing is None else _predecessor(shift, existing)
+        if existing is not None and predecessor is None and _in_use(shift, existing):
+            raise Conflict(
+                f"worker id {shift.worker_id!r} is in use by live pid {existing.pid}",
+                worker_id=shift.worker_id,
+            )
         heartbeat.register_worker(conn, info(shift), now)
         if waited is not None:
             wait = heartbeat.ServerWait(waited.waited_s(tried_at), waited.failures, waited.error)
             heartbeat.record_server_wait(conn, shift.worker_id, shift.options.queue, wait, now)
     shift.last_beat = now
+    shift.predecessor = predecessor
+
+
+def _in_use(shift: Shift, row: Any) -> bool:
+    """Whether a row of this worker id, not found gone, says another process
+    on this machine runs under it."""
+    return row.state == "running" and row.pid != shift.identity.pid and _here(shift, row)
+
+
+def _here(shift: Shift, row: Any) -> bool:
+    """Whether a worker row's pid can be checked from this worker: the same
+    host and pid space (`liveness.probeable`); elsewhere it means nothing here."""
+    return liveness.probeable(row.hostname, row.pid_space, hostname=shift.hostname,
+                              pid_space=shift.pid_space)  # fmt: skip
+
+
+def _predecessor(shift: Shift, row: Any) -> Predecessor | None:
+    """The process a worker row of this worker id names, where it can be
+    checked from here and is gone (another boot, or no such living process)."""
+    identity = procs.ProcessIdentity(row.pid, row.process_started_at)
+    if identity == shift.identity or not _here(shift, row):
+        return None
+    if not liveness.worker_is_dead(row, boot_id=shift.boot_id, hostname=shift.hostname,
+                                   pid_space=shift.pid_space):  # fmt: skip
+        return None
+    return Predecessor(identity, row.boot_id)
 
 
 def info(shift: Shift) -> heartbeat.WorkerInfo:
@@ -39,6 +66,7 @@ def info(shift: Shift) -> heartbeat.WorkerInfo:
         pid=shift.identity.pid,
         process_started_at=shift.identity.started_at,
         boot_id=shift.boot_id,
+        pid_space=shift.pid_space,
         queue=shift.options.queue,
         slots=shift.options.slots,
         concurrency=shift.options.concurrency,

@@ -6,8 +6,8 @@ module sequences them around short transactions."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Container
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -19,6 +19,7 @@ from spoolctl.db.engine import read_tx, write_quietly
 from spoolctl.errors import Locked, Unreachable
 from spoolctl.services import reaper
 from spoolctl.states import JobState
+from spoolctl.worker.shift import Shift
 
 
 @dataclass
@@ -39,10 +40,11 @@ class Reaping:
     whose end could not be confirmed, is looked at once per heartbeat interval,
     not before every claim."""
 
-    def stale(self, conn: Connection, now: float, own: Container[int]) -> list[reaper.Candidate]:
-        """Running jobs (not this worker's own `own` ones) whose heartbeat is
+    def stale(self, conn: Connection, now: float, shift: Shift) -> list[reaper.Candidate]:
+        """Running jobs (not this worker's own running ones) whose heartbeat is
         older than the reap threshold and that are due for judging: read inside
         the caller's claim transaction."""
+        own = shift.running
         return [
             cand
             for cand in reaper.reap_candidates(conn, now, self.timing.reap_threshold_s)
@@ -50,38 +52,61 @@ class Reaping:
             and self.deferred.get(cand.job_id, 0.0) <= now
         ]
 
-    def pass_now(self, now: float, own: Container[int]) -> None:
+    def pass_now(self, now: float, shift: Shift) -> None:
         """A reap pass of its own, for a worker too busy to claim (claims run
         one before they take anything)."""
         try:
             with read_tx(self.engine) as conn:
-                candidates = self.stale(conn, now, own)
+                candidates = self.stale(conn, now, shift)
         except (Locked, Unreachable):
             return
-        self.reap(candidates, now)
+        self.reap(candidates, now, shift)
 
-    def reap(self, candidates: list[reaper.Candidate], now: float) -> None:
+    def reap(self, candidates: list[reaper.Candidate], now: float, shift: Shift) -> None:
         """Judge each stale owner; reap the jobs of dead (or fenced, or beyond
         their lease) ones once what is left of their attempt is confirmed gone.
-        Inconclusive means alive; unconfirmed means the job stays running."""
+        Inconclusive means alive; unconfirmed means the job stays running.
+        Whatever the verdict, nothing of `shift` (this worker, its jobs) is
+        fenced or killed."""
         for cand in candidates:
-            self._judge(cand, now)
+            self._judge(self._as_claimed(cand, shift), now, shift)
 
-    def _judge(self, cand: reaper.Candidate, now: float) -> None:
+    def _as_claimed(self, cand: reaper.Candidate, shift: Shift) -> reaper.Candidate:
+        """A job this worker id claimed before this process registered, whose
+        row is this process's now: judged by the predecessor it replaced,
+        where that one was found gone on this machine (else by the lease)."""
+        before = shift.predecessor
+        if before is None or cand.worker_id != self.worker_id or cand.worker_hostname is not None:
+            return cand
+        if cand.locked_pid != before.identity.pid:
+            return cand
+        return replace(
+            cand,
+            worker_identity=before.identity,
+            worker_boot_id=before.boot_id,
+            worker_hostname=self.hostname,
+            worker_pid_space=shift.pid_space,
+        )
+
+    def _judge(self, cand: reaper.Candidate, now: float, shift: Shift) -> None:
         verdict = liveness.owner_verdict(
             cand,
             now=now,
             hang_threshold_s=self.timing.hang_threshold_s,
             boot_id=self.boot_id,
             hostname=self.hostname,
+            pid_space=shift.pid_space,
         )
+        spared = shift.spared()
         if verdict is liveness.Verdict.ALIVE or (
-            verdict is liveness.Verdict.HUNG and not liveness.fence(cand)
+            verdict is liveness.Verdict.HUNG and not liveness.fence(cand, spared)
         ):
             self._defer(cand, now)
             return
         same_machine = verdict is not liveness.Verdict.LEASE_EXPIRED
-        check = liveness.end_orphan(cand, same_machine=same_machine, cells=self.cells)
+        check = liveness.end_orphan(
+            cand, same_machine=same_machine, cells=self.cells, spared=spared
+        )
         if not check.gone:
             self._defer(cand, now)
             if write_quietly(self.engine, partial(self._flag, cand, check), self.lock_wait_s):
@@ -119,8 +144,9 @@ class Reaping:
             reaper_id=self.worker_id,
         )
 
-    def bury_dead_workers(self, now: float) -> None:
-        """Mark rows of workers that died idle as dead."""
+    def bury_dead_workers(self, now: float, shift: Shift) -> None:
+        """Mark rows of workers that died idle (on this machine, where their
+        pid can be checked) as dead."""
         try:
             with read_tx(self.engine) as conn:
                 stale = reaper.stale_workers(conn, now, self.timing.reap_threshold_s)
@@ -130,11 +156,13 @@ class Reaping:
             row
             for row in stale
             if row.id != self.worker_id
-            and liveness.worker_is_dead(row, boot_id=self.boot_id, hostname=self.hostname)
+            and liveness.worker_is_dead(
+                row, boot_id=self.boot_id, hostname=self.hostname, pid_space=shift.pid_space
+            )
         ]
         if dead:
             bury = partial(reaper.bury_workers, rows=dead, now=now)
             write_quietly(self.engine, bury, self.lock_wait_s)
         for row in dead:  # the empty cgroup directories a dead worker left on this machine
-            if self.cells is not None:
+            if self.cells is not None and row.pid != shift.identity.pid:
                 self.cells.sweep(row.id, row.pid, liveness.ORPHAN_WAIT_S)

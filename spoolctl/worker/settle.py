@@ -53,7 +53,7 @@ class Settler:
                     riding = self._spawns_riding(ended, now)
                     execute.record_spawns(conn, riding)
                     scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
-                    stale = self.reaping.stale(conn, now, shift.running) if scan else []
+                    stale = self.reaping.stale(conn, now, shift) if scan else []
                     claiming = None if stale else self._claiming(conn, now, wanted)
                 # the outcomes first: where the claim sent beside them came up
                 # short, its next look sees the jobs their successes released
@@ -74,7 +74,7 @@ class Settler:
         if scan:
             shift.last_reap_pass = now
         if stale:
-            self.reaping.reap(stale, now)
+            self.reaping.reap(stale, now, shift)
             claims = self._claim_only(now, wanted)
         return claims
 

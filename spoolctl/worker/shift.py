@@ -56,6 +56,14 @@ class Backoff:
         return now < self.blocked_until
 
 
+@dataclass(frozen=True)
+class Predecessor:
+    """A dead process that held a worker id before the one holding it now."""
+
+    identity: procs.ProcessIdentity
+    boot_id: str | None
+
+
 @dataclass
 class Shift:
     queue: Queue
@@ -69,6 +77,12 @@ class Shift:
     identity: procs.ProcessIdentity = field(default_factory=procs.self_identity)
     hostname: str = field(default_factory=procs.hostname)
     boot_id: str = field(default_factory=procs.boot_id)
+    pid_space: str | None = field(default_factory=procs.pid_space)
+    """Where this worker's pid means it (machine, PID and cgroup namespace)."""
+    predecessor: Predecessor | None = None
+    """The process that held this worker id before, on this machine and in
+    this pid space, found gone when this one registered: the jobs it claimed
+    are judged by it, the row that told of it being this worker's now."""
     running: dict[int, execute.Execution] = field(default_factory=dict)
     backoff: Backoff = field(default_factory=Backoff)
     guard: LeaseGuard | None = None
@@ -108,6 +122,12 @@ class Shift:
     def free_slot(self) -> int:
         used = {e.slot for e in self.running.values()}
         return next(i for i in range(self.options.concurrency) if i not in used)
+
+    def spared(self) -> frozenset[int]:
+        """What a reap must never kill: this worker and its jobs' leaders
+        (whose groups and sessions are theirs: `procs.belongs_to`)."""
+        leaders = {e.proc.pid for e in self.running.values() if e.proc is not None}
+        return frozenset({self.identity.pid, *leaders})
 
     def guard_groups(self) -> None:
         """Tell the lease guard which process groups run now."""
