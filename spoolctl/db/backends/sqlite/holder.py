@@ -198,8 +198,7 @@ def _here(row: dict[str, Any]) -> bool:
         return False
     if "pid_space" not in row:
         return True  # a schema before revision 0008: host name and boot tell it
-    here = getattr(procs, "pid_space", None)  # procs.pid_space, from revision 0008 on
-    space = here() if callable(here) else None
+    space = procs.pid_space()
     return space is not None and row["pid_space"] == space
 
 
