@@ -83,9 +83,8 @@ def make_engine(
     def _on_begin(conn: Connection) -> None:
         options = conn.get_execution_options()
         if write and not options.get(READ_ONLY_OPTION, False):
-            sliced = LOCK_WAIT_OPTION in options  # a worker's: it comes back soon
             wait_s = min(busy_timeout_s, options.get(LOCK_WAIT_OPTION, busy_timeout_s))
-            begin_immediate(conn.connection.driver_connection, wait_s, waits, patient=not sliced)
+            begin_immediate(conn.connection.driver_connection, wait_s, waits)
         else:
             conn.exec_driver_sql("BEGIN")
         if expected_revision is not None:
@@ -164,9 +163,7 @@ BUSY_MAX_SLEEP_S = 0.002
 _yield = getattr(os, "sched_yield", None)
 
 
-def begin_immediate(
-    raw: Any, timeout_s: float, waits: LockWait | None = None, *, patient: bool = False
-) -> None:
+def begin_immediate(raw: Any, timeout_s: float, waits: LockWait | None = None) -> None:
     """Take SQLite's write lock, waiting up to timeout_s for it.
 
     For the first BUSY_SPIN_S a busy lock is retried at once, giving the CPU
@@ -181,9 +178,11 @@ def begin_immediate(
     than one). Raises sqlite3's busy error on timeout.
 
     waits: the engine's `LockWait`, which looks for the lock's holder once
-    the lock has been busy a while and fences a stopped worker; `patient`
-    (a wait of the whole busy timeout, not a worker's slice) then also waits
-    for one whose heartbeat is not yet older than the hang threshold.
+    the lock has been busy a while and fences a stopped worker whose
+    heartbeat is older than the hang threshold. The wait never goes past the
+    busy timeout for a holder that is not fenceable yet (a verb in a shell
+    loop would seem to hang for up to the hang threshold): the error names
+    it, and when it will be (`LOCKED`'s detail.lock_holder).
     """
     began = time.monotonic()
     deadline = began + timeout_s
@@ -200,7 +199,7 @@ def begin_immediate(
             if not is_busy(exc):
                 raise
             if waits is not None:
-                deadline = waits.busy(raw, now, deadline, began + timeout_s, patient=patient)
+                deadline = waits.busy(raw, now, deadline)
                 now = time.monotonic()
             left = deadline - now
             if left <= 0:
@@ -211,8 +210,7 @@ def begin_immediate(
                 _yield()
                 continue
             time.sleep(min(sleep_s, left))
-            cap = BUSY_MAX_SLEEP_S if now < began + timeout_s else LONG_WAIT_SLEEP_S
-            sleep_s = min(sleep_s * 2, cap)
+            sleep_s = min(sleep_s * 2, BUSY_MAX_SLEEP_S)
 
 
 LOOK_AFTER_S = 1.0
@@ -223,9 +221,6 @@ LOOK_EVERY_S = 0.5
 """How often a writer looks again while the lock stays busy."""
 AFTER_FENCE_S = 1.0
 """How long, at least, a writer waits for the lock once it fenced its holder."""
-LONG_WAIT_SLEEP_S = 0.05
-"""The sleep between tries past the busy timeout (waiting for a stopped
-worker to become fenceable)."""
 
 
 class LockWait:
@@ -241,13 +236,10 @@ class LockWait:
         self.holder: Holder | None = None
         self.looked_at = 0.0
 
-    def busy(
-        self, raw: Any, now: float, deadline: float, timeout_at: float, *, patient: bool
-    ) -> float:
+    def busy(self, raw: Any, now: float, deadline: float) -> float:
         """The lock was busy at `now`: look for its holder if due; the
         wait's deadline, moved on where the holder was fenced (time to take
-        the lock) or will be fenceable soon (patient waits only, by at most
-        the hang threshold past the busy timeout)."""
+        the lock)."""
         if self.busy_since is None:
             self.busy_since = now
         waited_long = now - self.busy_since >= LOOK_AFTER_S
@@ -263,10 +255,6 @@ class LockWait:
         if holder.fenced:
             self.busy_since, self.next_look_at = None, 0.0
             return max(deadline, after + AFTER_FENCE_S)
-        if patient and holder.fenceable_in_s is not None:
-            slack = 2 * LOOK_EVERY_S  # a look or two once it is fenceable
-            until = after + holder.fenceable_in_s + slack
-            return max(deadline, min(until, timeout_at + holder.hang_s + slack))
         return deadline
 
     def tell(self, exc: BaseException, began: float) -> None:

@@ -64,10 +64,12 @@ class Holder:
     fenceable_in_s: float | None = None
     """A stopped worker whose heartbeat is younger than the hang threshold:
     fenceable once this much more time has passed, if it stays so."""
-    hang_s: float = 0.0
 
     def as_detail(self) -> dict[str, Any]:
-        return {"pid": self.pid, "fenced": self.fenced, "why": self.why}
+        detail: dict[str, Any] = {"pid": self.pid, "fenced": self.fenced, "why": self.why}
+        if self.fenceable_in_s is not None:
+            detail["fenceable_in_s"] = round(self.fenceable_in_s, 1)
+        return detail
 
 
 def look(raw: sqlite3.Connection, db_path: Path) -> Holder | None:
@@ -155,11 +157,11 @@ def _judge(raw: sqlite3.Connection, pid: int) -> Holder:
     if silent_s <= hang_s:
         silent = f"{max(silent_s, 0.0):.1f}s"
         why = f"a stopped worker, silent {silent}, not yet the hang threshold's {hang_s:g}s"
-        return Holder(pid, why, fenceable_in_s=min(hang_s - silent_s, hang_s), hang_s=hang_s)
+        return Holder(pid, why, fenceable_in_s=min(hang_s - silent_s, hang_s))
     identity = procs.ProcessIdentity(pid, started)
     if _stopped(pid) and procs.kill_process_if_same(identity, procs.WORKER_MARKER, FENCE_WAIT_S):
-        return Holder(pid, "", fenced=True, hang_s=hang_s)
-    return Holder(pid, "a stopped worker that could not be fenced", hang_s=hang_s)
+        return Holder(pid, "", fenced=True)
+    return Holder(pid, "a stopped worker that could not be fenced")
 
 
 def _hang_threshold_s() -> float:
