@@ -6,6 +6,7 @@ Pure functions raising InvalidInput; the click parameter types and the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -123,14 +124,13 @@ def ascii_number(raw: str, what: str) -> str:
 def int_in_range(value: Any, what: str, low: int | None = None, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         text = str(value).strip()
-        try:
-            if not INTEGER_RE.fullmatch(text):
-                raise ValueError(text)
-            value = int(text, 10)
-        except ValueError:
-            raise InvalidInput(
-                f"{what} must be a whole number in digits 0-9, got {value!r}"
-            ) from None
+        parsed = None
+        if INTEGER_RE.fullmatch(text):
+            with contextlib.suppress(ValueError):  # more than 4,300 digits
+                parsed = int(text, 10)
+        if parsed is None:
+            raise InvalidInput(f"{what} must be a whole number in digits 0-9, got {value!r}")
+        value = parsed
     if (low is not None and value < low) or (high is not None and value > high):
         bounds = f"{'' if low is None else low} .. {'' if high is None else high}".strip()
         raise InvalidInput(f"{what} must be in {bounds}, got {value}", value=value)
