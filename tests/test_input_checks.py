@@ -106,14 +106,21 @@ def test_metrics_output_never_replaces_what_is_not_a_metrics_file(
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(sock))
     try:
-        for target, reason in [
-            (fifo, "not_a_regular_file"), (folder, "not_a_regular_file"),
-            (sock, "not_a_regular_file"), (link, "symlink"), (db, "inside_spool"),
+        refusals = [
+            (fifo, "not_a_regular_file"),
+            (folder, "not_a_regular_file"),
+            (db.parent, "not_a_regular_file"),
+            (sock, "not_a_regular_file"),
+            (link, "symlink"),
+            (db, "inside_spool"),
             (db.parent / "queue.db-wal", "inside_spool"),
             (db.parent / "queue.db-shm", "inside_spool"),
-            (db.parent / "output" / "x.prom", "inside_spool"), (db.parent, "inside_spool"),
-            (other, "not_a_metrics_file"), (alias, "not_a_metrics_file"),
-        ]:  # fmt: skip
+            (db.parent / "queue.db-journal", "inside_spool"),
+            (db.parent / "output" / "x.prom", "inside_spool"),
+            (other, "not_a_metrics_file"),
+            (alias, "not_a_metrics_file"),
+        ]
+        for target, reason in refusals:
             assert refused_output(db, target)["detail"]["reason"] == reason, target
     finally:
         listener.close()
@@ -139,7 +146,8 @@ def test_metrics_output_replaces_an_earlier_exposition_and_makes_a_new_file(
     add_job(db, "true")
     earlier = tmp_path / "spoolctl.prom"
     earlier.write_text(EXPOSITION)
-    for target in (earlier, tmp_path / "new.prom"):
+    beside_the_queue = db.parent / "spoolctl.prom"  # `--db ./queue.db --output ./x.prom`
+    for target in (earlier, tmp_path / "new.prom", beside_the_queue):
         result = run_quiet("metrics", "--db", str(db), "--output", str(target), "--json")
         assert result.exit_code == 0, result.stdout
         assert 'spoolctl_jobs{queue="default",state="queued"} 1.0' in target.read_text()

@@ -54,8 +54,8 @@ KINDS = (
     type=BoundedText("output file", 4096),
     default=None,
     help="Write the exposition to this file atomically instead of stdout: a new file, or "
-    "a text file such as an earlier exposition. A link, folder, device, FIFO, socket, a "
-    "path in the queue's spool folder or a file that is not text is INVALID_INPUT.",
+    "a text file such as an earlier exposition. A link, folder, device, FIFO, socket, one "
+    "of the queue's own files or a file that is not text is INVALID_INPUT.",
 )
 @db_option
 @json_option
@@ -68,14 +68,14 @@ def metrics(output: str | None, db: str | None, as_json: bool) -> int:
     latency. With --output the file is replaced in one rename (a reader never
     sees half of it). --output refuses, with INVALID_INPUT (detail.reason)
     and writing nothing, a path that is a symbolic link (symlink), a folder,
-    device, FIFO or socket (not_a_regular_file), one inside the queue's spool
-    folder: the database, its -wal and -shm, output/ (inside_spool), or a
+    device, FIFO or socket (not_a_regular_file), one of the queue's own
+    files: the database, its -wal, -shm or -journal, output/ (inside_spool), or a
     file that is not text, such as an SQLite database (not_a_metrics_file),
     or one it cannot look at (unreadable). Needs the metrics extra: pip install 'spoolctl[metrics]'.
     """
     exposition = load_exposition()
     driver = driver_of(db)
-    target = None if output is None else output_target(output, driver.spool)
+    target = None if output is None else output_target(output, driver.spool, driver.output_root)
     snapshot, found = snapshot_of(driver)
     text = exposition.render(snapshot).decode("utf-8")
     data: dict[str, Any] = {
@@ -146,19 +146,20 @@ def write_atomically(path: Path, text: str) -> Path:
     return target
 
 
-def output_target(given: str, spool: Path) -> Path:
+def output_target(given: str, spool: Path, output_root: Path) -> Path:
     """Where --output may write, checked before anything is read or written:
     a path that does not exist yet, or a regular text file (an earlier
     exposition). Never a symbolic link, a folder, a device, a FIFO or a
     socket (a rename would replace it: as root, --output /dev/null replaced
-    the system's /dev/null), nothing inside the queue's spool folder (the
-    database, its -wal and -shm, output/), and no file that is not text (an
-    SQLite database, any binary)."""
+    the system's /dev/null), none of the queue's own files (the database, its
+    -wal, -shm or -journal, anything under the output folder), and no file
+    that is not text (an SQLite database, any binary). Other files beside
+    the database may be written: `--db ./queue.db` with
+    `--output ./spoolctl.prom` is usual."""
     target = Path(given).expanduser().absolute()
-    spool_real = os.path.realpath(spool)
-    real = os.path.realpath(target)
-    if real == spool_real or real.startswith(spool_real.rstrip(os.sep) + os.sep):
-        refuse(given, f"is inside the queue's spool folder {spool}", "inside_spool")
+    real = Path(os.path.realpath(target))
+    if _is_queue_file(real, Path(os.path.realpath(spool)), Path(os.path.realpath(output_root))):
+        refuse(given, f"is one of the queue's own files (in {spool})", "inside_spool")
     try:
         found = os.lstat(target)
     except FileNotFoundError:
@@ -177,6 +178,34 @@ def output_target(given: str, spool: Path) -> Path:
             given, "holds data that is not text (not an earlier exposition)", "not_a_metrics_file"
         )
     return target
+
+
+SIDECARS = ("-wal", "-shm", "-journal")
+"""What SQLite keeps beside a database file while it is used."""
+
+
+def _is_queue_file(real: Path, spool: Path, output_root: Path) -> bool:
+    """The output folder or anything in it, or a file of an SQLite database
+    in the spool folder: the database itself or one of its sidecars (an
+    empty -wal after a checkpoint is not told apart by its content)."""
+    if real == output_root or output_root in real.parents:
+        return True
+    if real.parent != spool:
+        return False
+    name = real.name
+    for suffix in SIDECARS:
+        if name.endswith(suffix):
+            name = name.removesuffix(suffix)
+            break
+    return _starts_as_sqlite(spool / name)
+
+
+def _starts_as_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
 
 
 def is_text(path: Path) -> bool:
