@@ -159,13 +159,21 @@ def auto_migrate() -> bool:
     return raw == "1"
 
 
+def _ascii(raw: str) -> str:
+    """A number as the environment may give it: ASCII digits only (float()
+    also takes other scripts' digits and underscores), else ValueError."""
+    if not raw.isascii() or "_" in raw:
+        raise ValueError(raw)
+    return raw
+
+
 def env_seconds(name: str, default: float, *, allow_zero: bool = False) -> float:
     """A duration from the environment: finite, > 0 (or 0 where it means 'never')."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = float(_ascii(raw))
     except ValueError:
         raise InvalidInput(f"{name} must be a number of seconds, got {raw!r}", name=name) from None
     low_ok = value >= 0 if allow_zero else value > 0
@@ -200,7 +208,7 @@ def local_clock() -> Callable[[], float]:
     if not raw:
         return time.time
     try:
-        skew = float(raw)
+        skew = float(_ascii(raw))
     except ValueError:
         raise InvalidInput(f"SPOOLCTL_TEST_CLOCK_SKEW must be a number, got {raw!r}") from None
     if not (math.isfinite(skew) and abs(skew) <= MAX_KNOB_S):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 STREAMS = ("stdout", "stderr")
 JOBS_PER_FOLDER = 1000
-_NAME = re.compile(r"(\d+)\.(\d+)\.(stdout|stderr)")
+_NAME = re.compile(r"([0-9]+)\.([0-9]+)\.(stdout|stderr)")  # \d takes any script's digits
 
 
 def folder_name(job_id: int) -> str:

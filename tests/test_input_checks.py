@@ -25,6 +25,7 @@ from typing import Any
 import click
 import pytest
 
+from spoolctl import layout
 from spoolctl.cli.batch import BATCH_LINE_MAX
 from spoolctl.cli.contract import verb_commands
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
@@ -431,6 +432,23 @@ def test_every_number_parser_takes_ascii_digits_only(db: Path, tmp_path: Path) -
     error = refused_input(run_quiet("add", *q, "--batch", str(batch)))
     assert error["message"].startswith("batch line 2: after_jobs items are"), error
     assert all_jobs(db) == before
+
+
+def test_the_environment_takes_ascii_digits_only(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    add_job(db, "true")
+    before = all_jobs(db)
+    for digits in OTHER_DIGITS:
+        monkeypatch.setenv("SPOOLCTL_BUSY_TIMEOUT", digits)
+        error = refused_input(run_quiet("add", "--db", str(db), "--json", "--", "true"))
+        assert "SPOOLCTL_BUSY_TIMEOUT" in error["message"], error
+    assert all_jobs(db) == before
+
+
+def test_an_output_file_named_in_other_digits_belongs_to_no_job() -> None:
+    assert layout.job_of("3.1.stdout") == 3
+    for digits in OTHER_DIGITS:
+        assert layout.job_of(f"{digits}.1.stdout") is None
+        assert layout.job_of(f"3.{digits}.stderr") is None
 
 
 def test_the_dashboard_takes_ascii_job_ids_only(db: Path) -> None:
