@@ -133,8 +133,10 @@ def end_orphan(
 
     On this machine: the recorded process group (pid plus start time), then
     every process carrying the attempt's token, which also finds an attempt
-    whose pid was never recorded. A same-user process started since the
-    attempt whose environment cannot be read leaves the end unconfirmed. For
+    whose pid was never recorded, or was recorded without its start time (an
+    older spoolctl wrote the pid of an ended job so: that names no process).
+    A same-user process started since the attempt whose environment cannot
+    be read leaves the end unconfirmed. For
     a worker that cannot be probed (`same_machine` False) recorded pids mean
     nothing here: only token holders that happen to be visible are killed.
     Nothing that is this worker or one of its jobs (`spared`, with their
@@ -162,9 +164,10 @@ def _recorded_group(
     cand: Candidate, spared: Container[int]
 ) -> tuple[procs.ProcessIdentity, int] | None:
     """The attempt's recorded leader and process group, where they are one to
-    end: held by nothing of this worker's."""
+    end: a pid with its start time (without one it is no identity: the
+    attempt's token tells instead), held by nothing of this worker's."""
     identity, pgid = cand.job_identity, cand.job_pgid
-    if identity is None or pgid is None:
+    if identity is None or identity.started_at is None or pgid is None:
         return None
     if pgid in spared or procs.belongs_to(identity.pid, spared):
         return None

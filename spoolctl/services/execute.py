@@ -358,18 +358,24 @@ _RECORD_CONTAINED = Prepared(
 
 
 def record_spawns(conn: Connection, executions: list[Execution]) -> None:
-    """`record_spawn` for each, with the start time read now (None for a job
-    that has ended meanwhile)."""
+    """`record_spawn` for each whose leader has not been waited for, with the
+    start time read now. A leader this worker has reaped is gone (its pid may
+    already name another process): its attempt gets nothing here, and its
+    pid is written with its outcome, on the ended attempt."""
     for execution in executions:
         pid = execution.pid
-        record_spawn(conn, execution, None if pid is None else procs.process_start_time(pid))
+        if pid is None or execution.returncode is not None:
+            continue
+        record_spawn(conn, execution, procs.process_start_time(pid))
 
 
 def record_spawn(conn: Connection, execution: Execution, started_at: float | None) -> None:
     """Store the job's pid, group and start time on its attempt, so a reaper can
     later kill an orphaned group after checking it is still the same process.
-    Without a start time (the job already ended) nothing will ever be killed."""
-    if execution.proc is None:
+    Never a pid without its start time (`started_at` None: nothing is
+    written): a reaper could neither confirm such a pid gone nor tell it from
+    a process that took the number since."""
+    if execution.proc is None or started_at is None:
         return
     params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid}
     if execution.cell is None:

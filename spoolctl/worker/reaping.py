@@ -21,6 +21,9 @@ from spoolctl.services import reaper
 from spoolctl.states import JobState
 from spoolctl.worker.shift import Shift
 
+RETELL_S = 3600.0
+"""How long the log goes without hearing again of an orphan still unconfirmed."""
+
 
 @dataclass
 class Reaping:
@@ -39,6 +42,9 @@ class Reaping:
     """Job id -> when to judge it again: an owner found alive, or an orphan
     whose end could not be confirmed, is looked at once per heartbeat interval,
     not before every claim."""
+    told: dict[int, tuple[tuple[Any, ...], float]] = field(default_factory=dict)
+    """Job id -> the unconfirmed orphan last told to the log (attempt, pid,
+    reason) and when: the same one is told again only after RETELL_S."""
 
     def stale(self, conn: Connection, now: float, shift: Shift) -> list[reaper.Candidate]:
         """Running jobs (not this worker's own running ones) whose heartbeat is
@@ -110,11 +116,12 @@ class Reaping:
         if not check.gone:
             self._defer(cand, now)
             if write_quietly(self.engine, partial(self._flag, cand, check), self.lock_wait_s):
-                self._tell("orphan_unconfirmed", cand, pid=check.pid, reason=check.reason)
+                self._tell_unconfirmed(cand, check, now)
             return
         ended: list[JobState | None] = []
         if write_quietly(self.engine, partial(self._reap_one, cand, ended), self.lock_wait_s):
             self.deferred.pop(cand.job_id, None)
+            self.told.pop(cand.job_id, None)
             if ended and ended[0] is not None:
                 self._tell("reaped", cand, verdict=verdict.value, job_state=ended[0].value)
 
@@ -127,6 +134,19 @@ class Reaping:
         threshold = self.timing.reap_threshold_s
         ended[:] = [reaper.reap(conn, cand, now=self.clock(), threshold_s=threshold,
                                 reaper_id=self.worker_id)]  # fmt: skip
+
+    def _tell_unconfirmed(
+        self, cand: reaper.Candidate, check: reaper.OrphanCheck, now: float
+    ) -> None:
+        """Log an unconfirmed orphan once, not at every look (once per
+        heartbeat interval for as long as it stays): again only when what
+        stands in the way changes, or RETELL_S later."""
+        seen = (cand.attempt_id, check.pid, check.reason)
+        last = self.told.get(cand.job_id)
+        if last is not None and last[0] == seen and now - last[1] < RETELL_S:
+            return
+        self.told[cand.job_id] = (seen, now)
+        self._tell("orphan_unconfirmed", cand, pid=check.pid, reason=check.reason)
 
     def _tell(self, event: str, cand: reaper.Candidate, **facts: Any) -> None:
         if self.log is not None:

@@ -12,7 +12,6 @@ from spoolctl.db.backends import statements
 from spoolctl.services import claim as claiming
 from spoolctl.services import due, execute
 from spoolctl.services.outcome import Ending, Outcome, Recording
-from spoolctl.states import JobState
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
 from spoolctl.worker.spin import Spin
@@ -57,7 +56,7 @@ class Settler:
                     claiming = None if stale else self._claiming(conn, now, wanted)
                 # the outcomes first: where the claim sent beside them came up
                 # short, its next look sees the jobs their successes released
-                states = self._states(conn, ended, recording)
+                states = recording.states()  # None: the attempt was no longer ours
                 claims = [] if claiming is None else claiming.claims()
                 if claiming is not None:
                     self._claimed(conn, now, wanted, claims)
@@ -94,8 +93,9 @@ class Settler:
             self.shift.output.copy(conn, ids, final=True)
 
     def _settle(self, conn: Connection, ended: Ended, now: float, *, answer_now: bool) -> Recording:
-        """Record the ended attempts together (`_states` reads the answer). A
-        job whose spawn was not recorded yet has its pid stored with its end."""
+        """Record the ended attempts together (`Recording.states` reads the
+        answer). A job whose spawn was not recorded yet has its pid stored with
+        its end."""
         endings = [
             Ending(execution.claim.job_id, execution.claim.attempt_id,
                    execution.claim.attempt_no, outcome,
@@ -105,17 +105,6 @@ class Settler:
         return Recording(
             conn, endings, worker_id=self.shift.worker_id, now=now, answer_now=answer_now
         )
-
-    def _states(
-        self, conn: Connection, ended: Ended, recording: Recording
-    ) -> list[JobState | None]:
-        """Each ended job's state after its end; where the attempt is no longer
-        ours, the pid is kept on it all the same."""
-        states = recording.states()
-        for (execution, _), state in zip(ended, states, strict=True):
-            if state is None and not execution.spawn_recorded and execution.pid is not None:
-                execute.record_spawn(conn, execution, None)
-        return states
 
     def _claiming(self, conn: Connection, now: float, wanted: int) -> claiming.Claiming:
         shift = self.shift

@@ -146,11 +146,15 @@ class Shift:
 
     def spawns_unrecorded(self, now: float, after_s: float) -> list[execute.Execution]:
         """Running jobs spawned at least `after_s` ago whose spawn record has
-        not landed."""
+        not landed, and whose leader has not been waited for (one that has is
+        gone: its pid goes with its outcome, while the write of that lags)."""
         return [
             e
             for e in self.running.values()
-            if e.proc is not None and not e.spawn_recorded and now >= e.started_at + after_s
+            if e.proc is not None
+            and e.returncode is None
+            and not e.spawn_recorded
+            and now >= e.started_at + after_s
         ]
 
     def finished_one(
