@@ -61,6 +61,7 @@ until one lands, the attempt token in the job's environment is what lets a
 reaper find the job should this worker die (the spawn-window guarantee does
 not rest on the record)."""
 OUTPUT_DIR_MODE = 0o700
+OUTPUT_FILE_MODE = 0o600
 
 
 def encoded_environment() -> dict[bytes, bytes]:
@@ -289,10 +290,11 @@ class Execution:
 
 
 def open_output(stdout_path: str, stderr_path: str) -> tuple[BinaryIO, BinaryIO]:
-    """Open an attempt's two output files for append. Their folders are made
-    (0700: output may hold secrets) only when an open finds one missing, so
-    the common case costs two opens and no mkdir or stat. Tried three times:
-    `prune` may remove a folder it has just emptied between our mkdir and open."""
+    """Open an attempt's two output files for append (created 0600). Their
+    folders are made (0700: output may hold secrets) only when an open finds
+    one missing, so the common case costs two opens and no mkdir or stat.
+    Tried three times: `prune` may remove a folder it has just emptied
+    between our mkdir and open."""
     for _ in range(2):
         try:
             return _open_both(stdout_path, stderr_path)
@@ -303,11 +305,22 @@ def open_output(stdout_path: str, stderr_path: str) -> tuple[BinaryIO, BinaryIO]
 
 
 def _open_both(stdout_path: str, stderr_path: str) -> tuple[BinaryIO, BinaryIO]:
-    out = open(stdout_path, "ab")  # noqa: SIM115 - returned open
+    out = _open_private(stdout_path)
     try:
-        return out, open(stderr_path, "ab")
+        return out, _open_private(stderr_path)
     except BaseException:
         out.close()
+        raise
+
+
+def _open_private(path: str) -> BinaryIO:
+    """Open for append, created 0600 whatever the umask (output may hold
+    secrets; the umask only takes bits away)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, OUTPUT_FILE_MODE)
+    try:
+        return os.fdopen(fd, "ab")
+    except BaseException:
+        os.close(fd)
         raise
 
 
