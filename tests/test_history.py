@@ -424,10 +424,14 @@ class Chaos:
                 if done is not None:
                     self.faults.injected[kind] += 1
                     self.faults.log.append({"at": time.time(), "kind": kind, **done})
+                elif not self.faults.injected[kind] and kind not in order:
+                    order.insert(0, kind)  # nothing to act on yet (no session open): later
                 next_at = time.monotonic() + self.rng.uniform(0.7, 1.8)
             time.sleep(0.05)
         self.fleet.wake_all()
         self.disk.tick(float("inf"))
+        for kind in order:
+            self.faults.not_injected[kind] = "found nothing to act on while the faults went on"
 
 
 # -- one run ----------------------------------------------------------------------------
