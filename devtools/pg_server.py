@@ -23,6 +23,12 @@ folder nobody else can enter. What differs is the profile:
 server_at(url, source) wraps a server someone else runs (the tests'
 SPOOLCTL_TEST_PG_URL, the benchmark's BENCH_PG_URL): nothing is started or
 stopped, databases are created on it.
+
+start_replica(primary, base_dir) adds a hot standby to a server started
+here (pg_basebackup -R over the loopback replication connection initdb's
+pg_hba.conf allows, then started on a port of its own), synchronous by
+default; a server started here can also be crashed (pg_ctl stop -m
+immediate) and a standby promoted (tests/test_pg_replica.py's failover).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import socket
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -276,6 +283,25 @@ class PgServer:
             cwd=self.root,
         )
 
+    def crash(self) -> None:
+        """pg_ctl stop -m immediate, keeping the folder: the server ends at once
+        without a checkpoint, as a machine that lost its power would, and
+        start_again() recovers it from its WAL (only a server started here)."""
+        if self.data_dir is None:
+            raise PgServerError("only a server started by devtools/pg_server.py can be stopped")
+        _pg_ctl_stop(self._run_as, self.data_dir, "immediate")
+
+    def promote(self) -> None:
+        """pg_ctl promote -w: a standby (start_replica) leaves recovery and
+        takes writes; returns once it does."""
+        if self.data_dir is None:
+            raise PgServerError("only a server started by devtools/pg_server.py can be promoted")
+        _run(
+            [*self._run_as, str(pg_bin_dir() / "pg_ctl"), "promote", "-w", "-t", "60",
+             "-D", str(self.data_dir)],
+            cwd=self.data_dir.parent,
+        )  # fmt: skip
+
     def stop(self) -> None:
         """Close the admin connection; for a server started here, pg_ctl stop -m fast
         and remove its folder. Safe to call twice."""
@@ -319,36 +345,19 @@ def start_private_server(base_dir: Path, profile: Profile) -> PgServer:
     Returns once the server accepts connections; call .stop() when done (an
     exit of this process does it too)."""
     bin_dir = pg_bin_dir()
-    run_as: list[str] = []
-    owner: tuple[int, int] | None = None
-    if os.geteuid() == 0:
-        nobody = pwd.getpwnam("nobody")
-        owner = (nobody.pw_uid, nobody.pw_gid)
-        if shutil.which("setpriv") is None:
-            raise PgServerError("running as root: PostgreSQL must run as nobody, via setpriv")
-        run_as = ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups"]
-        for path in (bin_dir / "postgres", bin_dir.parent / "lib"):
-            if not _reachable_by_others(path):
-                raise PgServerError(f"user nobody cannot reach the PostgreSQL binaries in {path}")
-
+    run_as, owner = server_user(bin_dir)
     reap_orphans()
     root = _server_folder(base_dir, owner, profile)
     extra_dirs: list[Path] = []
     try:
-        (root / OWNER_FILE).write_text(_process_tag(os.getpid()))
+        sockets = server_sockets(root, owner, extra_dirs)
         data_dir = root / "data"
-        sockets = root / "sockets"
-        sockets.mkdir(mode=0o700)
-        if len(str(sockets)) + len("/.s.PGSQL.65535") > _SOCKET_PATH_MAX:
-            sockets = Path(tempfile.mkdtemp(prefix="spoolctl-pgs-"))
-            extra_dirs.append(sockets)
         password = secrets.token_urlsafe(24)
         pwfile = root / "pwfile"
         with open(os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
             out.write(password + "\n")
         if owner is not None:
-            for path in (root, sockets, pwfile):
-                os.chown(path, *owner)
+            os.chown(pwfile, *owner)
 
         _run(
             [
@@ -378,6 +387,103 @@ def start_private_server(base_dir: Path, profile: Profile) -> PgServer:
     server = PgServer(admin, root=root, data_dir=data_dir, run_as=run_as, extra_dirs=extra_dirs)
     atexit.register(server.stop)  # a session that dies before its teardown still stops it
     return server
+
+
+def server_user(bin_dir: Path) -> tuple[list[str], tuple[int, int] | None]:
+    """How to run the server's programs: as ourselves, or under root as user
+    nobody (setpriv's prefix, and nobody's uid and gid)."""
+    if os.geteuid() != 0:
+        return [], None
+    nobody = pwd.getpwnam("nobody")
+    owner = (nobody.pw_uid, nobody.pw_gid)
+    if shutil.which("setpriv") is None:
+        raise PgServerError("running as root: PostgreSQL must run as nobody, via setpriv")
+    for path in (bin_dir / "postgres", bin_dir.parent / "lib"):
+        if not _reachable_by_others(path):
+            raise PgServerError(f"user nobody cannot reach the PostgreSQL binaries in {path}")
+    return ["setpriv", f"--reuid={owner[0]}", f"--regid={owner[1]}", "--clear-groups"], owner
+
+
+def server_sockets(root: Path, owner: tuple[int, int] | None, extra_dirs: list[Path]) -> Path:
+    """In a fresh server folder: its owner file (for reap_orphans) and the
+    folder of its Unix socket (in the temp dir, added to extra_dirs, when the
+    socket's path would be too long there)."""
+    (root / OWNER_FILE).write_text(_process_tag(os.getpid()))
+    sockets = root / "sockets"
+    sockets.mkdir(mode=0o700)
+    if len(str(sockets)) + len("/.s.PGSQL.65535") > _SOCKET_PATH_MAX:
+        sockets = Path(tempfile.mkdtemp(prefix="spoolctl-pgs-"))
+        extra_dirs.append(sockets)
+    if owner is not None:
+        for path in (root, sockets):
+            os.chown(path, *owner)
+    return sockets
+
+
+def start_replica(
+    primary: PgServer, base_dir: Path, profile: Profile = FAST, *, synchronous: bool = True
+) -> PgServer:
+    """A hot standby of `primary` (a server started here), streaming its WAL:
+    pg_basebackup -R over the primary's loopback replication connection
+    (initdb's pg_hba.conf allows it, with the same password; wal_level is
+    replica by default), then started on a free port of its own with
+    profile's settings. With `synchronous`, the primary then waits for the
+    standby on every commit (synchronous_standby_names '*', set after the
+    copy so the standby does not inherit it; synchronous_commit is on by
+    default), and this returns once the standby streams synchronously: a
+    commit the primary acknowledged is on the standby. Its admin URL is the
+    primary's on the standby's port; stop() stops and removes it."""
+    if primary.data_dir is None:
+        raise PgServerError("a replica is made of a server started by devtools/pg_server.py")
+    bin_dir = pg_bin_dir()
+    run_as, owner = server_user(bin_dir)
+    root = _server_folder(base_dir, owner, profile)
+    extra_dirs: list[Path] = []
+    try:
+        sockets = server_sockets(root, owner, extra_dirs)
+        data_dir = root / "data"
+        source = (
+            f"host={primary.host} port={primary.port} user={primary.user} "
+            f"password={primary.password} application_name=spoolctl_replica"
+        )
+        _run(
+            [*run_as, str(bin_dir / "pg_basebackup"), "-D", str(data_dir), "-d", source,
+             "-R", "-X", "stream", "-c", "fast", "--no-sync"],
+            cwd=root,
+        )  # fmt: skip
+        port = _start(bin_dir, data_dir, sockets, root, run_as, profile)
+    except BaseException:
+        for folder in (root, *extra_dirs):
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    admin = make_url(primary.admin_url()).set(port=port)
+    replica = PgServer(admin, root=root, data_dir=data_dir, run_as=run_as, extra_dirs=extra_dirs)
+    atexit.register(replica.stop)
+    if synchronous:
+        try:
+            _wait_for_synchronous(primary)
+        except BaseException:
+            replica.stop()
+            raise
+    return replica
+
+
+def _wait_for_synchronous(primary: PgServer, timeout_s: float = 60.0) -> None:
+    """Make the primary wait for its standby on every commit, and return once
+    the standby streams as its synchronous one."""
+    with primary.connect(autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+        conn.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+            ).fetchone()
+            if found is not None and found[0] > 0:
+                return
+            if time.monotonic() > deadline:
+                raise PgServerError(f"the standby did not stream synchronously in {timeout_s} s")
+            time.sleep(0.05)
 
 
 def _start(

@@ -5,7 +5,9 @@ is set, so that no server is started.
 
 The server start itself lives in devtools/pg_server.py, which the benchmark
 uses too (with its DURABLE profile); this module only chooses for the tests
-and re-exports what they use, so their imports stay as they were.
+and re-exports what they use, so their imports stay as they were. A test
+that needs servers it may crash or promote (tests/test_pg_replica.py)
+starts its own with start_private_server and start_replica.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from devtools.pg_server import (
     reap_orphans,
     server_at,
     start_private_server,
+    start_replica,
 )
 
 __all__ = [
     "ENV_URL",
+    "FAST",
     "SETUP_HINT",
     "PgServer",
     "PgServerError",
@@ -34,6 +38,8 @@ __all__ = [
     "pg_bin_dir",
     "reap_orphans",
     "server_from_env",
+    "start_private_server",
+    "start_replica",
     "start_server",
 ]
 
