@@ -8,7 +8,11 @@ RETRY_MAX_S between tries, for as long as the caller's bound allows (none for
 a worker's loop; ONE_SHOT_WAIT_S for `work --once` and `--drain`; a
 follower's idle timeout). Only `Unreachable` is waited out: a login the
 server refuses or a database that does not exist is an answer, not an
-outage. A stop signal ends the wait at once (`StopRequested`).
+outage. A server that takes no writes (a standby, a database set
+read-only) is waited out too: the PostgreSQL driver's error for it is
+DB_UNUSABLE to a one-shot verb and an `Unreachable` to whoever waits, since
+a failover or an operator ends it without any change on this side. A stop
+signal ends the wait at once (`StopRequested`).
 """
 
 from __future__ import annotations

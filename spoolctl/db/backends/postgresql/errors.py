@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -19,6 +20,20 @@ from spoolctl.errors import (
     StorageFault,
     Unreachable,
 )
+
+
+class ReadOnlyServer(StorageFault, Unreachable):
+    """The server takes no writes: a hot standby (in recovery), a server or
+    role with default_transaction_read_only on, or, with several hosts and
+    target_session_attrs=read-write, none that takes writes now. A verb
+    answers DB_UNUSABLE (reason read_only, exit 3), as for a read-only file;
+    a worker waits for it as for an outage (it is an `Unreachable` too): a
+    failover promotes a standby, and an operator turns the setting off,
+    without anything changing on the worker's side."""
+
+    def __init__(self, message: str, **detail: Any) -> None:
+        super().__init__(message, reason="read_only", **detail)
+
 
 LOST_STATES = ("57P01", "57P02", "57P03", "53300")
 """Terminated by an administrator, crash shutdown, cannot connect now, too
@@ -35,7 +50,8 @@ def translate_errors(engine: Engine) -> Iterator[None]:
     is `Locked` (retryable, exit 4); a server that did not answer or dropped
     the connection is `Unreachable` (exit 4); a server that answered but
     cannot be used (login refused, no such database, read-only, full, not a
-    queue) is `StorageFault` (DB_UNUSABLE, exit 3) with its reason; a bad
+    queue) is `StorageFault` (DB_UNUSABLE, exit 3) with its reason, a
+    read-only one `ReadOnlyServer`, which workers wait out; a bad
     connection option in the URL is INVALID_INPUT. Messages never carry the
     password. Integrity violations (bugs) pass through."""
     import psycopg
@@ -51,6 +67,13 @@ def translate_errors(engine: Engine) -> Iterator[None]:
         state = getattr(exc.orig, "sqlstate", None) or ""
         if exc.connection_invalidated is False and state.startswith("23"):
             raise
+        if state == "25006" or (not state and _refused_as_read_only(str(exc.orig))):
+            # A ReadOnlyServer: every pooled session may be read-only (one on
+            # a standby, or one opened while the database or role was set
+            # read-only keeps that default for its life). The next transaction
+            # opens a fresh one, which reads the setting again and lets libpq
+            # choose a host again.
+            engine.dispose()
         raise translated(exc, state, engine) from None
 
 
@@ -70,6 +93,14 @@ def translated(exc: DBAPIError, state: str, engine: Engine) -> SpoolError:
             f"the database URL {where} has a connection option the driver refuses: {detail}",
             db=where,
             database_error=detail,
+        )
+    standby = None if state else _refused_as_read_only(scrub(str(raw), url))
+    if standby is not None or state == "25006":
+        return ReadOnlyServer(
+            f"the PostgreSQL server of {where} takes no writes (a hot standby, or "
+            f"default_transaction_read_only is on): {standby or detail}",
+            database=where,
+            database_error=standby or detail,
         )
     if _connection_lost(exc, state, detail):
         return Unreachable(
@@ -111,6 +142,20 @@ UNUSABLE_WORDS = (
     ("read-only transaction", "read_only"),
 )
 """libpq's words for a connection refused for good (it gives no SQLSTATE then)."""
+STANDBY_WORDS = ("session is read-only", "server is in hot standby mode")
+"""libpq's words for a server it connected to and left, because it takes no
+writes where target_session_attrs asks for one that does (read-write,
+primary): with several hosts, a line for each, the last one first."""
+
+
+def _refused_as_read_only(text: str) -> str | None:
+    """The line of a failed connect that says a server takes no writes, if
+    any: with several hosts, one that answered so is why no host would do,
+    whatever the others (down, unreachable) said."""
+    lines = (line.strip(" -") for line in text.splitlines())
+    return next((line for line in lines if any(w in line for w in STANDBY_WORDS)), None)
+
+
 BAD_OPTION_WORDS = ("invalid connection option", "invalid sslmode value", "invalid integer value")
 
 

@@ -1,5 +1,6 @@
 """`doctor`'s checks of a PostgreSQL queue: the server answers with a usable
-version, the schema is current, the ledger's readers keep up; this machine's
+version and takes writes (not a standby, not read-only), the schema is
+current, the ledger's readers keep up; this machine's
 spool folder (its workers' output files) is writable with space. A probe
 that fails reports a failed check, never an exception."""
 
@@ -22,9 +23,10 @@ def postgres_checks(driver: PostgresDriver) -> list[Check]:
     reached = guarded("database_connect", lambda: connect_check(driver))
     checks.append(reached)
     if reached.status == "fail":
-        checks.append(Check("schema_version", "skip", "cannot connect",
-                            blocked_by="database_connect"))  # fmt: skip
+        checks += [Check(name, "skip", "cannot connect", blocked_by="database_connect")
+                   for name in ("database_writable", "schema_version")]  # fmt: skip
     else:
+        checks.append(guarded("database_writable", lambda: writable_check(driver)))
         checks.append(guarded("schema_version", lambda: schema_check(driver)))
     if checks[-1].status != "pass":
         checks.append(Check("ledger_lag", "skip", "queue not readable",
@@ -46,6 +48,37 @@ def connect_check(driver: PostgresDriver) -> Check:
         return Check("database_connect", "fail", f"PostgreSQL {shown} is older than 16",
                      "use PostgreSQL 16 or newer")  # fmt: skip
     return Check("database_connect", "pass", f"PostgreSQL {shown}")
+
+
+READ_ONLY = "DB_UNUSABLE (reason read_only)"
+"""How a failed database_writable check begins: what every write would answer."""
+
+
+def writable_check(driver: PostgresDriver) -> Check:
+    """The server takes writes: not a hot standby (pg_is_in_recovery), and
+    default_transaction_read_only off for this login (set on the server, the
+    database or the role). Readers work either way."""
+    engine = driver.peek_engine()
+    try:
+        with read_tx(engine) as conn:
+            standby, read_only = conn.exec_driver_sql(
+                "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only')"
+            ).one()
+    finally:
+        engine.dispose()
+    if standby:
+        return Check("database_writable", "fail",
+                     f"{READ_ONLY}: the server is a hot standby (in recovery): add, work and "
+                     "every other write are refused; reads work",
+                     "point --db at the primary, or name every server in one URL with "
+                     "target_session_attrs=read-write (docs/postgresql.md)")  # fmt: skip
+    if read_only == "on":
+        return Check("database_writable", "fail",
+                     f"{READ_ONLY}: default_transaction_read_only is on for this login: add, "
+                     "work and every other write are refused; reads work",
+                     "turn it off where it is set (postgresql.conf, ALTER DATABASE or ALTER "
+                     "ROLE … SET default_transaction_read_only = off)")  # fmt: skip
+    return Check("database_writable", "pass", "the server takes writes (a primary, not read-only)")
 
 
 TRANSACTION_STALE_S = 60.0
