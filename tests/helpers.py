@@ -168,6 +168,27 @@ def wait_for(
         time.sleep(interval)
 
 
+def signal_taken(proc: subprocess.Popen[Any], sig: int, what: str = "") -> None:
+    """Send `sig` to proc and wait until the process has taken it: no longer
+    pending, and asleep again (woken by it, it handled it and went back to
+    waiting), or ended. Standard signals do not queue: a second one sent
+    before the first was taken (at once, or while a loaded machine gives the
+    process no CPU: a fixed pause is no proof) would reach it as one."""
+    bit = 1 << (sig - 1)
+    proc.send_signal(sig)
+
+    def taken() -> bool:
+        try:
+            with open(f"/proc/{proc.pid}/status") as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        except OSError:
+            return True  # gone
+        pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+        return fields["State"].strip()[0] in "SZX" and not pending & bit
+
+    wait_for(taken, interval=0.01, what=what or f"pid {proc.pid} to take signal {sig}")
+
+
 def is_postgres(db: Db) -> bool:
     """db is a PostgreSQL URL (anything shaped `scheme://`), not a file."""
     return isinstance(db, str) and "://" in db

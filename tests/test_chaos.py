@@ -38,7 +38,7 @@ import pytest
 
 from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
-from tests.helpers import Db, cli, rows, start_worker, wait_for
+from tests.helpers import Db, cli, patience, rows, start_worker, wait_for
 
 pytestmark = pytest.mark.subprocess
 
@@ -94,7 +94,7 @@ class Fleet:
     def kill_one(self, rng: random.Random) -> None:
         victim = self.live.pop(rng.randrange(len(self.live)))
         victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=10)
+        victim.wait(timeout=patience(10))
         self.kills += 1
 
     def kill_one_running(self, rng: random.Random) -> bool:
@@ -111,7 +111,7 @@ class Fleet:
             if not running:
                 return False
             victim.send_signal(signal.SIGKILL)
-            victim.wait(timeout=10)
+            victim.wait(timeout=patience(10))
         finally:
             if victim.poll() is None:
                 victim.send_signal(signal.SIGCONT)
@@ -132,7 +132,7 @@ class Fleet:
             wait_for(lambda proc=proc: self.in_loop(proc.pid), what=f"worker {proc.pid} loop")
             proc.send_signal(signal.SIGTERM)
         for proc in self.live:
-            assert proc.wait(timeout=30) == 0, "a worker failed under chaos"
+            assert proc.wait(timeout=patience(30)) == 0, "a worker failed under chaos"
         self.live.clear()
 
     def in_loop(self, pid: int) -> bool:

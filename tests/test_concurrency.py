@@ -13,7 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Db, add_job, attempts_of, cli, execute, job, rows, start_worker, wait_for
+from tests.helpers import (
+    Db,
+    add_job,
+    attempts_of,
+    cli,
+    execute,
+    job,
+    patience,
+    rows,
+    start_worker,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends, pytest.mark.subprocess]
 
@@ -36,7 +47,7 @@ def stop_fleet(fleet: list[subprocess.Popen[str]]) -> None:
     for worker in fleet:
         worker.send_signal(signal.SIGTERM)
     for worker in fleet:
-        worker.communicate(timeout=20)
+        worker.communicate(timeout=patience(20))
         assert worker.returncode == 0
 
 

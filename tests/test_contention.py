@@ -21,7 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import Db, WriteLock, attempts_of, child_env, job, rows, start_worker, wait_for
+from tests.helpers import (
+    Db,
+    WriteLock,
+    attempts_of,
+    child_env,
+    job,
+    patience,
+    rows,
+    start_worker,
+    wait_for,
+)
 from tests.populated import Populated, populate, run_quiet
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends, pytest.mark.subprocess]
@@ -63,7 +73,7 @@ def submit_concurrently(db: Db) -> list[tuple[str, int, object]]:
     ]
     answers = []
     for proc in procs:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=patience(60))
         assert proc.returncode == 0, err
         answers += [tuple(json.loads(line)) for line in out.splitlines()]
     return answers  # type: ignore[return-value]
@@ -166,4 +176,4 @@ def test_a_worker_that_hits_a_busy_lock_keeps_running_and_records_once_free(
     assert Path(attempts_of(q.db, running_id)[0]["stdout_path"]).read_text() == "ran\n"
     assert worker.poll() is None, "the worker died of a busy lock"
     worker.send_signal(signal.SIGTERM)
-    assert worker.wait(timeout=20) == 0
+    assert worker.wait(timeout=patience(20)) == 0

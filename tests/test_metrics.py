@@ -27,7 +27,7 @@ from spoolctl.web.access import QueueAccess
 from spoolctl.web.app import create_app
 from spoolctl.web.common import Settings
 from spoolctl.web.request_guard import Guard
-from tests.helpers import Db, add_job, is_postgres, start_worker, wait_for
+from tests.helpers import Db, add_job, is_postgres, patience, signal_taken, start_worker, wait_for
 from tests.populated import run_quiet
 from tests.test_query_plans import assert_indexed, plans_of
 
@@ -139,10 +139,9 @@ def test_live_workers_their_attempts_and_free_slots(db: Path) -> None:
         running = {k: v for k, v in samples.items() if k[0] == "spoolctl_worker_running_attempts"}
         assert list(running.values()) == [1], running
     finally:
-        worker.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
+        signal_taken(worker, signal.SIGTERM)
         worker.send_signal(signal.SIGTERM)  # the second signal kills the job's group
-        worker.communicate(timeout=30)
+        worker.communicate(timeout=patience(30))
 
 
 @pytest.mark.both_backends
@@ -171,7 +170,7 @@ def test_kept_totals_agree_with_a_fresh_count_through_runs_and_prunes(db: Db) ->
     finally:
         queue.dispose()
     assert read() == fresh_totals(db), "a running attempt is not counted yet"
-    worker.communicate(timeout=30)
+    worker.communicate(timeout=patience(30))
     assert read() == fresh_totals(db) == {("succeeded", ""): 2, ("failed", "process_exit"): 2}
     assert slow
     result = run_quiet("prune", "--db", str(db), "--older-than", "0", "--state", "dead", "--yes")

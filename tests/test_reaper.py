@@ -33,6 +33,7 @@ from tests.helpers import (
     events_of,
     execute,
     job,
+    patience,
     pid_alive,
     rows,
     start_worker,
@@ -96,7 +97,7 @@ def orphan_pids(folder: Path, attempt: int = 1) -> list[int]:
 
 def crash_worker(worker: subprocess.Popen[str]) -> float:
     worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=10)
+    worker.wait(timeout=patience(10))
     return time.time()
 
 
@@ -222,7 +223,7 @@ def test_a_heartbeating_worker_is_never_reaped(db: Path, tmp_path: Path) -> None
     drain(db, env={"SPOOLCTL_HANG_THRESHOLD": "1"})
 
     owner.send_signal(signal.SIGTERM)
-    assert owner.wait(timeout=10) == 0
+    assert owner.wait(timeout=patience(10)) == 0
     row = job(db, job_id)
     assert (row["state"], row["attempts"], row["crashes"]) == ("done", 0, 0)
     assert events_of(db, job_id) == ["added", "claimed", "succeeded"]
@@ -422,7 +423,7 @@ def test_a_stopped_worker_is_fenced_after_the_hang_threshold(db: Path, tmp_path:
     hung.send_signal(signal.SIGSTOP)
     try:
         drain(db, env={"SPOOLCTL_HANG_THRESHOLD": "2"})
-        assert hung.wait(timeout=10) == -signal.SIGKILL, "the hung worker was not fenced"
+        assert hung.wait(timeout=patience(10)) == -signal.SIGKILL, "the hung worker was not fenced"
     finally:
         hung.kill()
         hung.wait()
@@ -458,7 +459,7 @@ def test_a_stopped_worker_within_the_hang_threshold_is_left_alone(db: Db, tmp_pa
         for proc in (stopped, watcher):
             proc.send_signal(signal.SIGCONT)
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=10)
+            proc.wait(timeout=patience(10))
     assert (job(db, job_id)["crashes"], marker.read_text()) == (0, "1\n")
     assert events_of(db, job_id) == ["added", "claimed", "succeeded"]
 
@@ -511,7 +512,7 @@ def test_a_crashed_worker_restarted_under_the_same_id_still_gets_its_job_reaped(
         assert (row["state"], row["pid"]) == ("running", restarted.pid)
     finally:
         restarted.send_signal(signal.SIGTERM)
-        restarted.wait(timeout=10)
+        restarted.wait(timeout=patience(10))
     assert (job(db, job_id)["crashes"], job(db, job_id)["attempts"]) == (1, 1)
     assert json.loads((tmp_path / "check.2").read_text()) == []
 
@@ -530,7 +531,7 @@ def test_an_orphan_group_is_only_killed_while_its_number_is_still_the_jobs() -> 
 
         same = procs.ProcessIdentity(leader.pid, started)
         assert procs.end_group(same, leader.pid) is None
-        assert leader.wait(timeout=5) == -signal.SIGKILL
+        assert leader.wait(timeout=patience(5)) == -signal.SIGKILL
     finally:
         leader.kill()
         leader.wait()

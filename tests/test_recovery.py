@@ -44,8 +44,10 @@ from tests.helpers import (
     events_of,
     execute_all,
     job,
+    patience,
     pid_alive,
     rows,
+    signal_taken,
     start_worker,
     wait_for,
 )
@@ -170,7 +172,7 @@ def _unconfirmed_orphan_scenario(base: Path) -> None:
     orphan = pid_in(pidfile)
     wait_for(lambda: attempts_of(db, job_id)[0]["job_pid"] == orphan, what="pid recorded")
     owner.send_signal(signal.SIGKILL)
-    owner.wait(timeout=10)
+    owner.wait(timeout=patience(10))
 
     other_env = child_env()
     assert _nobody_can_run_spoolctl(other_env), (
@@ -336,7 +338,7 @@ def test_a_worker_with_every_slot_busy_still_reaps(db: Db, tmp_path: Path) -> No
     doomed = start_worker(db)
     orphan = pid_in(crashed_pid)
     doomed.send_signal(signal.SIGKILL)
-    doomed.wait(timeout=10)
+    doomed.wait(timeout=patience(10))
 
     wait_for(lambda: job(db, orphaned)["state"] == "queued", timeout=15, what="the reap")
     assert not pid_alive(orphan), "requeued while its orphan still ran"
@@ -344,7 +346,6 @@ def test_a_worker_with_every_slot_busy_still_reaps(db: Db, tmp_path: Path) -> No
     (reaped,) = attempts_of(db, orphaned)
     assert reaped["state"] == "abandoned"
     assert saturated.poll() is None
+    signal_taken(saturated, signal.SIGINT)  # two signals at once may reach it as one
     saturated.send_signal(signal.SIGINT)
-    time.sleep(0.5)  # two signals sent at once may reach it as one (they do not queue)
-    saturated.send_signal(signal.SIGINT)
-    saturated.communicate(timeout=20)
+    saturated.communicate(timeout=patience(20))

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import add_job, attempts_of, cli, job, start_worker
+from tests.helpers import add_job, attempts_of, cli, job, patience, start_worker
 
 pytestmark = [
     pytest.mark.timeout(600),
@@ -60,7 +60,7 @@ def _kill_soon_after_spawn(worker: subprocess.Popen[str], delay_s: float) -> boo
         time.sleep(0.0005)
     time.sleep(delay_s)
     worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=10)
+    worker.wait(timeout=patience(10))
     return True
 
 

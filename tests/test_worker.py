@@ -28,8 +28,10 @@ from tests.helpers import (
     events_of,
     inproc,
     job,
+    patience,
     pid_alive,
     rows,
+    signal_taken,
     start_worker,
     wait_for,
 )
@@ -119,7 +121,7 @@ def test_first_signal_lets_the_running_job_finish(db: Db, tmp_path: Path) -> Non
     wait_for(started.exists, what="job start")
 
     worker.send_signal(signal.SIGTERM)
-    out, _ = worker.communicate(timeout=20)
+    out, _ = worker.communicate(timeout=patience(20))
 
     assert worker.returncode == 0
     data = json.loads(out)["data"]
@@ -139,10 +141,9 @@ def test_second_signal_kills_the_group_and_records_a_failure(db: Db, tmp_path: P
     worker = start_worker(db)
     pids = running_pids(db, job_id, pidfile)
 
+    signal_taken(worker, signal.SIGTERM)  # two distinct signals, not one coalesced delivery
     worker.send_signal(signal.SIGTERM)
-    time.sleep(0.2)  # two distinct signals, not one coalesced delivery
-    worker.send_signal(signal.SIGTERM)
-    out, _ = worker.communicate(timeout=20)
+    out, _ = worker.communicate(timeout=patience(20))
 
     assert worker.returncode == 0 and json.loads(out)["data"]["stopped_by_signal"] is True
     (attempt,) = attempts_of(db, job_id)
@@ -171,7 +172,7 @@ def test_cancelling_a_running_job_makes_its_worker_kill_the_group(db: Db, tmp_pa
         wait_for(lambda: job(db, after)["state"] == "done", what="the worker to carry on")
     finally:
         worker.send_signal(signal.SIGTERM)
-        worker.communicate(timeout=20)
+        worker.communicate(timeout=patience(20))
     assert worker.returncode == 0
     assert job(db, job_id)["state"] == "canceled"
     (attempt,) = attempts_of(db, job_id)
@@ -219,7 +220,7 @@ def test_a_force_retried_job_does_not_rerun_while_its_first_attempt_lives(
     finally:
         for worker in (owner, other):
             worker.send_signal(signal.SIGTERM)
-            worker.communicate(timeout=20)
+            worker.communicate(timeout=patience(20))
     assert (tmp_path / "seen.2").read_text() in ("gone", "Z"), "two attempts ran at once"
     first, _ = attempts_of(db, job_id)
     assert (first["state"], first["failure_reason"]) == ("canceled", "canceled")
@@ -293,7 +294,7 @@ def test_the_worker_row_is_registered_heartbeats_and_stops(db: Db) -> None:
         )
     finally:
         worker.send_signal(signal.SIGTERM)
-        worker.communicate(timeout=20)
+        worker.communicate(timeout=patience(20))
     (row,) = rows(db, "SELECT * FROM workers")
     assert row["state"] == "stopped" and row["stopped_at"] >= row["heartbeat_at"] - 1
 
@@ -314,7 +315,7 @@ def test_a_stopped_workers_id_can_be_reused_but_a_live_ones_cannot(db: Db) -> No
         assert clash.envelope["errors"][0]["code"] == "CONFLICT"
     finally:
         live.send_signal(signal.SIGTERM)
-        live.communicate(timeout=20)
+        live.communicate(timeout=patience(20))
 
 
 @pytest.mark.parametrize(
