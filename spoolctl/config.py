@@ -161,10 +161,9 @@ def auto_migrate() -> bool:
 
 def _ascii(raw: str) -> str:
     """A number as the environment may give it: ASCII digits only (float()
-    also takes other scripts' digits and underscores), else ValueError."""
-    if not raw.isascii() or "_" in raw:
-        raise ValueError(raw)
-    return raw
+    also takes other scripts' digits and underscores); anything else is
+    made a text float() refuses."""
+    return raw if raw.isascii() and "_" not in raw else "not a number"
 
 
 def env_seconds(name: str, default: float, *, allow_zero: bool = False) -> float:
