@@ -25,7 +25,17 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from spoolctl.containment import cgroup, hierarchy
-from spoolctl.containment.sites import ENV, Site, Status, choose, tag
+from spoolctl.containment.sites import (
+    ENV,
+    UNKNOWN_NAMESPACE,
+    Site,
+    Status,
+    choose,
+    legacy_tag,
+    owner,
+    pid_namespace,
+    tag,
+)
 
 __all__ = [
     "ENV",
@@ -235,7 +245,7 @@ class Containment:
             for _, directory in pairs:
                 try:
                     cgroup.make(directory)
-                except FileNotFoundError:  # its parent was removed as a leftover: again
+                except FileNotFoundError:  # its parent was removed under it: made again
                     cgroup.make(os.path.dirname(directory))
                     cgroup.make(directory)
                 made.append(directory)
@@ -250,26 +260,34 @@ class Containment:
 
     def sweep(self, worker_id: str, pid: int, wait_s: float) -> bool:
         """End and remove every attempt cgroup a dead worker (its id and pid)
-        left in this worker's sites, then its directories; whether all went."""
+        left in this worker's sites, then its directories; whether all went.
+        The reaper asks only for a worker of this pid space, so its directory
+        carries this worker's PID namespace; the name an older spoolctl gave
+        it (without the namespace) is swept too: that id and pid were the
+        dead worker's, its registration the latest of that id."""
         if not self.contained:
             return True
-        name, clean = tag(worker_id, pid), True
+        names, clean = (tag(worker_id, pid), legacy_tag(worker_id, pid)), True
         for site in self.status.sites:
-            folder = site.tag_dir(name)
-            try:
-                leaves = sorted(e.path for e in os.scandir(folder) if e.is_dir())
-            except OSError:
-                continue
-            for leaf in leaves:
-                clean = end_dirs([leaf], wait_s) and clean
-            clean = cgroup.remove(folder) and clean
+            for folder in (site.tag_dir(name) for name in names):
+                try:
+                    leaves = sorted(e.path for e in os.scandir(folder) if e.is_dir())
+                except OSError:
+                    continue
+                for leaf in leaves:
+                    clean = end_dirs([leaf], wait_s) and clean
+                clean = cgroup.remove(folder) and clean
         return clean
 
     def remove_empty_leftovers(self) -> None:
-        """Remove the empty directories of workers on this machine whose
-        process is gone (a SIGKILLed worker that had no job, or whose jobs
-        ended): a worker's directory name ends with its pid. Anything with a
+        """Remove the empty directories of workers in this PID namespace
+        whose process is gone (a SIGKILLed worker that had no job, or whose
+        jobs ended): a worker's directory name ends with its namespace and
+        its pid (`sites.owner`). Another namespace's worker may share this
+        cgroup tree, and its pid names nothing here, or another process: its
+        directories are never judged (`_owner_gone`). Anything with a
         process in it is left to the reaper, which judges the job first."""
+        namespace = pid_namespace()
         for site in self.status.sites:
             top = os.path.join(site.base, "spoolctl")
             try:
@@ -277,7 +295,7 @@ class Containment:
             except OSError:
                 continue
             for folder in found:
-                if not _owner_gone(folder):
+                if not _owner_gone(folder, namespace):
                     continue
                 with suppress(OSError):
                     for leaf in [e.path for e in os.scandir(folder) if e.is_dir()]:
@@ -293,14 +311,25 @@ class Containment:
             cgroup.remove(site.tag_dir(self.tag), 0)
 
 
-def _owner_gone(folder: str) -> bool:
-    """Whether the worker a directory is named after (its trailing pid) is
-    gone from this machine; False when the name carries no pid."""
-    tail = os.path.basename(folder).rsplit("-", 1)[-1]
-    if not tail.isdigit() or int(tail) == os.getpid():
+def _owner_gone(folder: str, namespace: str) -> bool:
+    """Whether the worker a directory is named after is gone: told only for
+    a worker of `namespace` (this worker's PID namespace), where its pid
+    names it. False for a directory of another namespace's worker (alive or
+    not, that cannot be told from here), for one named in the format before
+    the namespace was in the name (an older spoolctl's, from any namespace:
+    the reaper's `sweep` of that worker removes it, or it stays, empty), for
+    any name that carries no pid, and for all while this worker's namespace
+    is unknown. A namespace's inode is reused only once that namespace is
+    gone, and every worker that was in it with it: a directory named after
+    this namespace is one of a worker in it, or of a dead one."""
+    found = owner(os.path.basename(folder))
+    if found is None or found[0] != namespace or namespace == UNKNOWN_NAMESPACE:
+        return False
+    pid = found[1]
+    if pid == os.getpid():
         return False
     try:
-        os.kill(int(tail), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return True
     except OSError:

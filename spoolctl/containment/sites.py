@@ -5,7 +5,10 @@ or the subtree SPOOLCTL_CGROUP names) with the role it plays: the primary
 site holds the kill (v2 `cgroup.kill` or a freezer); memory and cpu limits
 and accounting come from whichever hierarchy holds that controller (the v2
 one with the controller enabled, else its v1 hierarchy). A worker's attempt
-cgroups are `<base>/spoolctl/<worker tag>/a<attempt id>` in each site.
+cgroups are `<base>/spoolctl/<worker tag>/a<attempt id>` in each site; the
+tag names the worker's PID namespace and pid (`tag`, `owner`), since workers
+in separate PID namespaces (containers, `unshare --pid`) can share one
+cgroup tree.
 
 `choose` decides from what the files allow: with `probe` (a worker starting)
 it makes the worker's directories and moves itself into a test cgroup and
@@ -30,6 +33,8 @@ ENV = "SPOOLCTL_CGROUP"
 use (a delegated one); unset or `auto` finds the worker's own."""
 TOP = "spoolctl"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]")
+UNKNOWN_NAMESPACE = "nx"
+_NAMESPACE = re.compile(r"n(?:[0-9]+|x)")
 
 
 @dataclass(frozen=True)
@@ -84,12 +89,48 @@ class Status:
         return f"containment: a cgroup per attempt {where}"
 
 
-def tag(worker_id: str, pid: int) -> str:
+def tag(worker_id: str, pid: int, namespace: str | None = None) -> str:
     """A worker's directory name: its id made safe, with a hash that keeps
-    two ids apart which the making-safe would merge, and its pid (a worker
-    started again under the same id is another directory)."""
+    two ids apart which the making-safe would merge, its PID namespace
+    (`pid_namespace`: this process's unless given) and its pid (a worker
+    started again under the same id is another directory). A pid names the
+    worker only in that namespace: `owner` reads both back."""
+    return f"{_named(worker_id)}-{namespace or pid_namespace()}-{pid}"
+
+
+def legacy_tag(worker_id: str, pid: int) -> str:
+    """The name spoolctl gave a worker's directory before it carried the
+    PID namespace (written by a worker in any namespace)."""
+    return f"{_named(worker_id)}-{pid}"
+
+
+def _named(worker_id: str) -> str:
     digest = hashlib.sha1(worker_id.encode()).hexdigest()[:8]
-    return f"w-{_SAFE.sub('_', worker_id)[:64]}-{digest}-{pid}"
+    return f"w-{_SAFE.sub('_', worker_id)[:64]}-{digest}"
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace as a directory name carries it: `n` and
+    the inode of /proc/self/ns/pid, which no two PID namespaces that exist at
+    the same time share on one kernel (and a cgroup tree is one kernel's);
+    UNKNOWN_NAMESPACE when it cannot be read. One stat, read where a tag is
+    made (a worker's start, the reaper's sweep), never per job."""
+    try:
+        return f"n{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return UNKNOWN_NAMESPACE
+
+
+def owner(name: str) -> tuple[str | None, int] | None:
+    """The PID namespace and pid a worker's directory name carries: the
+    namespace None for a name in the format before it was there (whose
+    second last part is the id's hex digest, never `n<digits>`), None for a
+    name that is no worker's."""
+    head, _, pid = name.rpartition("-")
+    if not name.startswith("w-") or not pid.isdigit():
+        return None
+    namespace = head.rpartition("-")[2]
+    return (namespace if _NAMESPACE.fullmatch(namespace) else None), int(pid)
 
 
 def choose(layout: Layout, setting: str | None, worker_id: str | None, *, probe: bool) -> Status:
