@@ -12,6 +12,10 @@ namespaces) is counted as not injected, with why; nothing asserts that a
 fault hit a running job. Each run's figures go to SPOOLCTL_HISTORY_REPORT
 (JSON lines) when it is set, and to the test's properties (junit XML).
 SPOOLCTL_HISTORY_SEED repeats a run's choices (its seed is in the figures).
+For a post-mortem a run leaves in its tmp_path the record (history/record),
+the faults with their times (faults.jsonl), each worker's log (worker-N.log,
+`--log-format json`: every reap with its verdict) and, where the spool was a
+tmpfs, a copy of the SQLite queue (spool-kept/).
 """
 
 from __future__ import annotations
