@@ -103,6 +103,7 @@ def read_only(result: Result, password: str) -> dict[str, Any]:
     (error,) = result.envelope["errors"]
     assert (result.exit_code, error["code"]) == (3, "DB_UNUSABLE"), error
     assert error["detail"]["reason"] == "read_only" and "takes no writes" in error["message"]
+    assert "target_session_attrs=read-write" in error["remediation"], error
     return dict(error)
 
 

@@ -179,6 +179,9 @@ HINTS: dict[str, tuple[str, ...]] = {
         "check the permissions of the file and its folder for this user",
     ),
     f"{StorageFault.code}:read_only": (
+        # a server's (its detail names the database): a standby or a read-only one
+        "point --db at the primary, or name every server in it with "
+        "target_session_attrs=read-write so that the one taking writes is chosen{database:.0}",
         "make the file and its folder writable for this user, or remount the disk read-write",
     ),
     f"{StorageFault.code}:not_creatable": (
