@@ -9,7 +9,6 @@ new database or to migrate one.
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from sqlalchemy import Connection
 
+from spoolctl.config import auto_migrate
 from spoolctl.errors import NotAQueue, SchemaOutdated, SchemaTooNew
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def refuse_unless_current(status: SchemaStatus, where: Driver) -> None:
 
 
 def auto_migrate_enabled() -> bool:
-    return os.environ.get("SPOOLCTL_AUTO_MIGRATE", "") == "1"
+    return auto_migrate()  # the one reading of SPOOLCTL_AUTO_MIGRATE (config.py)
 
 
 def migrations_dir() -> Path:
