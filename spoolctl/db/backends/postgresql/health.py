@@ -23,14 +23,15 @@ def postgres_checks(driver: PostgresDriver) -> list[Check]:
     reached = guarded("database_connect", lambda: connect_check(driver))
     checks.append(reached)
     if reached.status == "fail":
-        checks += [Check(name, "skip", "cannot connect", blocked_by="database_connect")
-                   for name in ("database_writable", "schema_version")]  # fmt: skip
+        checks += [
+            Check(name, "skip", "cannot connect", blocked_by="database_connect")
+            for name in ("database_writable", "schema_version")
+        ]
     else:
         checks.append(guarded("database_writable", lambda: writable_check(driver)))
         checks.append(guarded("schema_version", lambda: schema_check(driver)))
     if checks[-1].status != "pass":
-        checks.append(Check("ledger_lag", "skip", "queue not readable",
-                            blocked_by=checks[-1].id))  # fmt: skip
+        checks.append(Check("ledger_lag", "skip", "queue not readable", blocked_by=checks[-1].id))
     else:
         checks.append(guarded("ledger_lag", lambda: ledger_check(driver)))
     return checks
@@ -45,8 +46,12 @@ def connect_check(driver: PostgresDriver) -> Check:
     finally:
         engine.dispose()
     if number < MIN_POSTGRES_VERSION:
-        return Check("database_connect", "fail", f"PostgreSQL {shown} is older than 16",
-                     "use PostgreSQL 16 or newer")  # fmt: skip
+        return Check(
+            "database_connect",
+            "fail",
+            f"PostgreSQL {shown} is older than 16",
+            "use PostgreSQL 16 or newer",
+        )
     return Check("database_connect", "pass", f"PostgreSQL {shown}")
 
 
@@ -67,17 +72,23 @@ def writable_check(driver: PostgresDriver) -> Check:
     finally:
         engine.dispose()
     if standby:
-        return Check("database_writable", "fail",
-                     f"{READ_ONLY}: the server is a hot standby (in recovery): add, work and "
-                     "every other write are refused; reads work",
-                     "point --db at the primary, or name every server in one URL with "
-                     "target_session_attrs=read-write (docs/postgresql.md)")  # fmt: skip
+        return Check(
+            "database_writable",
+            "fail",
+            f"{READ_ONLY}: the server is a hot standby (in recovery): add, work and "
+            "every other write are refused; reads work",
+            "point --db at the primary, or name every server in one URL with "
+            "target_session_attrs=read-write (docs/postgresql.md)",
+        )
     if read_only == "on":
-        return Check("database_writable", "fail",
-                     f"{READ_ONLY}: default_transaction_read_only is on for this login: add, "
-                     "work and every other write are refused; reads work",
-                     "turn it off where it is set (postgresql.conf, ALTER DATABASE or ALTER "
-                     "ROLE … SET default_transaction_read_only = off)")  # fmt: skip
+        return Check(
+            "database_writable",
+            "fail",
+            f"{READ_ONLY}: default_transaction_read_only is on for this login: add, "
+            "work and every other write are refused; reads work",
+            "turn it off where it is set (postgresql.conf, ALTER DATABASE or ALTER "
+            "ROLE … SET default_transaction_read_only = off)",
+        )
     return Check("database_writable", "pass", "the server takes writes (a primary, not read-only)")
 
 
@@ -103,15 +114,20 @@ def ledger_check(driver: PostgresDriver) -> Check:
     finally:
         engine.dispose()
     waiting, behind, writer_s = lag["unnumbered"], lag["behind_s"], lag["oldest_writer_s"]
-    parts = [f"{waiting} event(s) committed without a position yet"
-             + (f" (the oldest {behind:.0f} s old)" if waiting else "")]  # fmt: skip
+    parts = [
+        f"{waiting} event(s) committed without a position yet"
+        + (f" (the oldest {behind:.0f} s old)" if waiting else "")
+    ]
     if writer_s is not None:
         app, state = lag["oldest_writer_app"], lag["oldest_writer_state"]
         shown = f"{app or 'unnamed'}, {state}"
         parts.append(f"oldest writing transaction open {writer_s:.1f} s ({shown})")
     message = "; ".join(parts)
     if writer_s is not None and float(writer_s) > max(TRANSACTION_STALE_S, idle_limit_ms() / 1000):
-        return Check("ledger_lag", "warn", message,
-                     "end that transaction (pg_terminate_backend); its events and "
-                     "row locks wait for it")  # fmt: skip
+        return Check(
+            "ledger_lag",
+            "warn",
+            message,
+            "end that transaction (pg_terminate_backend); its events and row locks wait for it",
+        )
     return Check("ledger_lag", "pass", message)
