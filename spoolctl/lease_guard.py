@@ -5,8 +5,9 @@ heartbeat for half of SPOOLCTL_HANG_THRESHOLD, because workers on other
 machines requeue its jobs once it has been silent for the whole of it. A
 worker that is frozen (SIGSTOP) or killed (SIGKILL) cannot fence itself, and
 on another machine no reaper can reach its jobs: their processes would run on
-beside the rerun. So on PostgreSQL (many machines) each worker forks this
-guard when it starts. The guard holds the read end of a pipe and learns from
+beside the rerun. The same holds for a worker in another PID namespace of
+one host (a container sharing an SQLite file). So each worker with a hang
+threshold forks this guard when it starts. The guard holds the read end of a pipe and learns from
 it which process groups the worker runs and when a heartbeat landed. It
 SIGKILLs every group it knows when the pipe closes (the worker died) or when
 no heartbeat has landed for its fence interval (the worker is frozen or cut
@@ -14,7 +15,9 @@ off: three quarters of the threshold, after the worker's own fence at half),
 so the copy on this machine ends before another machine may start one.
 
 The guard ignores SIGINT and SIGTERM (a Ctrl-C to the worker's terminal is
-the worker's to handle) and holds no other descriptor of the worker. The one
+the worker's to handle) and the terminal's stop signals (a Ctrl-Z stops the
+worker, not its guard: the guard goes on counting the lease), and holds no
+other descriptor of the worker. The one
 window left: a worker killed between spawning a job and telling the guard.
 """
 
@@ -78,8 +81,8 @@ class LeaseGuard:
 
 
 def _guard(read_fd: int, fence_after_s: float) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU):
+        signal.signal(number, signal.SIG_IGN)
     _detach_from_worker(read_fd)
     groups: set[int] = set()
     renewed_at = time.monotonic()

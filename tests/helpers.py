@@ -8,8 +8,10 @@ sqlite3 on a file and psycopg on a URL, both with `?` placeholders."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -406,3 +408,25 @@ def add_job(db: Db, *argv: str, **spec: Any) -> int:
         return queue.write(lambda conn: submit(conn, spec_obj, time.time())).job_id
     finally:
         queue.engine.dispose()
+
+
+def kill_worker_and_guard(worker: subprocess.Popen[str], timeout: float = 10) -> None:
+    """SIGKILL a worker and its lease guard (its child in its own process
+    group; jobs have sessions of their own): the whole worker gone at once,
+    as the OOM killer or `kill -9` of its group would, so that its jobs live
+    on for a reaper to find. SIGKILL of the worker alone would let the guard
+    end them the moment its pipe closes."""
+    import psutil
+
+    try:
+        group = os.getpgid(worker.pid)
+        children = psutil.Process(worker.pid).children()
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        children = []
+        group = -1
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+            if os.getpgid(child.pid) == group:
+                child.kill()
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=patience(timeout))

@@ -72,8 +72,8 @@ JOB_S = 3.5
 the reap threshold reruns a job while the copy that a frozen or killed
 worker left still runs), shorter than the lease: the copy left running in
 the victim's namespace, which nothing outside that namespace can see, has
-ended before the lease lets its job run again (an SQLite queue has no lease
-guard to end it)."""
+ended on its own before the lease lets its job run again (a job that
+outlives the lease is its guard's: the last test)."""
 
 JOB = r"""
 lock="$1/$SPOOLCTL_JOB_ID.lock"; log="$1/$SPOOLCTL_JOB_ID.log"
@@ -379,3 +379,38 @@ def test_workers_in_separate_namespaces_wait_for_the_lease_of_a_frozen_and_a_los
     machines: Machines, runs: Path
 ) -> None:
     one_frozen_one_killed(machines, runs, same_second=False, kill_namespace=True)
+
+
+LONG_FIRST = JOB.replace('sleep "$2"', '[ "$SPOOLCTL_ATTEMPT" = 1 ] && sleep "$2" || sleep 0.2')
+"""JOB, whose first attempt outlives the lease (the rerun is short)."""
+
+
+def test_a_frozen_workers_job_that_outlives_the_lease_ends_before_its_rerun(
+    machines: Machines, runs: Path
+) -> None:
+    """Nothing outside a frozen worker's namespace can see or end its job, and
+    the frozen worker cannot fence itself: its lease guard ends the job at
+    three quarters of the lease, before another namespace's worker reruns it
+    (on SQLite too, where one file is shared by containers of one host)."""
+    db = machines.db
+    a = machines.start("a")
+    wait_for(lambda: machines.in_loop(a), timeout=60, what="a in its loop")
+    job_id = add_job(db, "sh", "-c", LONG_FIRST, "job", str(runs), str(10 * HANG_S))
+    wait_for(lambda: running_of(db, a.worker_id) == [job_id], timeout=60, what="a to run it")
+    b = machines.start("b")
+    wait_for(lambda: machines.in_loop(b), timeout=60, what="b in its loop")
+    frozen = a.worker_pid()
+    freeze_outside_a_write(db, frozen)
+    try:
+        until(db, (a, b), lambda: db_state(db, job_id) == "done", 60, "b to rerun the job")
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    check_never_two_copies(runs, [job_id])
+    first = [kind for kind, attempt, _, _ in run_log(runs, job_id) if attempt == 1]
+    assert first == ["start"], f"the first copy was not ended by its guard: {first}"
+    tries = rows(db, "SELECT worker_id, failure_reason FROM attempts WHERE job_id = ?", (job_id,))
+    assert [tuple(t) for t in tries] == [(a.worker_id, "worker_crash"), (b.worker_id, None)]
+
+
+def db_state(db: Db, job_id: int) -> str:
+    return str(rows(db, "SELECT state FROM jobs WHERE id = ?", (job_id,))[0]["state"])

@@ -33,6 +33,7 @@ from tests.helpers import (
     events_of,
     execute,
     job,
+    kill_worker_and_guard,
     patience,
     pid_alive,
     rows,
@@ -95,9 +96,14 @@ def orphan_pids(folder: Path, attempt: int = 1) -> list[int]:
     return [int(p) for p in path.read_text().split()]
 
 
-def crash_worker(worker: subprocess.Popen[str]) -> float:
-    worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=patience(10))
+def crash_worker(worker: subprocess.Popen[str], *, guard_too: bool = True) -> float:
+    """SIGKILL the worker, by default with its lease guard (the OOM killer,
+    `kill -9` of its group), so that its job lives on for the reaper."""
+    if guard_too:
+        kill_worker_and_guard(worker)
+    else:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=patience(10))
     return time.time()
 
 
@@ -107,22 +113,19 @@ def drain(db: Db, env: dict[str, str] | None = None) -> dict[str, object]:
     return result.data  # type: ignore[no-any-return]
 
 
-def on_postgres(db: Db) -> bool:
-    return isinstance(db, str) and db.startswith("postgresql")
-
-
 def test_sigkilled_worker_is_reaped_and_its_orphan_dies_before_the_rerun(
     db: Db, tmp_path: Path
 ) -> None:
     job_id = submit_probe(db, tmp_path)
     first = start_worker(db)
     leader, grandchild = orphan_pids(tmp_path)
-    killed_at = crash_worker(first)
-    if on_postgres(db):  # its lease guard ends the group the moment the worker dies
-        wait_for(lambda: not (pid_alive(leader) or pid_alive(grandchild)), 5,
-                 what="the lease guard to kill the dead worker's job group")  # fmt: skip
-    else:  # the reaper's orphan kill is what ends it
-        assert pid_alive(leader) and pid_alive(grandchild), "the job group outlives its worker"
+    killed_at = crash_worker(first, guard_too=False)
+    # its lease guard ends the group the moment the worker dies
+    wait_for(
+        lambda: not (pid_alive(leader) or pid_alive(grandchild)),
+        5,
+        what="the lease guard to kill the dead worker's job group",
+    )
 
     data = drain(db)
 
@@ -153,10 +156,7 @@ def test_an_orphan_group_whose_leader_already_exited_is_killed_too(
     crash_worker(first)
     (tmp_path / "crashed").touch()
     wait_for(lambda: not pid_alive(leader), 5, what="the leader to exit on its own")
-    if on_postgres(db):
-        wait_for(lambda: not pid_alive(grandchild), 5, what="the lease guard to kill the group")
-    else:
-        assert pid_alive(grandchild)
+    assert pid_alive(grandchild), "the worker and its guard are gone: the reaper ends it"
 
     drain(db)
 

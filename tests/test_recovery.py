@@ -44,6 +44,7 @@ from tests.helpers import (
     events_of,
     execute_all,
     job,
+    kill_worker_and_guard,
     patience,
     pid_alive,
     rows,
@@ -171,8 +172,7 @@ def _unconfirmed_orphan_scenario(base: Path) -> None:
     owner = start_worker(db)
     orphan = pid_in(pidfile)
     wait_for(lambda: attempts_of(db, job_id)[0]["job_pid"] == orphan, what="pid recorded")
-    owner.send_signal(signal.SIGKILL)
-    owner.wait(timeout=patience(10))
+    kill_worker_and_guard(owner)  # with its lease guard: the job lives on
 
     other_env = child_env()
     assert _nobody_can_run_spoolctl(other_env), (

@@ -13,9 +13,10 @@ orphan were not killed first, B's copy would find the lock held and exit 99.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import shutil
-import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.helpers import add_job, attempts_of, cli, job, patience, start_worker
+from tests.helpers import (
+    add_job,
+    attempts_of,
+    cli,
+    job,
+    kill_worker_and_guard,
+    start_worker,
+)
 
 pytestmark = [
     pytest.mark.timeout(600),
@@ -50,17 +58,28 @@ def _children(pid: int) -> list[int]:
         return [c.pid for c in psutil.Process(pid).children()]
 
 
+def _jobs_of(pid: int) -> list[int]:
+    """The worker's children in sessions of their own: its jobs, not its
+    lease guard (which stays in the worker's group)."""
+    found = []
+    for child in _children(pid):
+        with contextlib.suppress(ProcessLookupError):
+            if os.getsid(child) == child:
+                found.append(child)
+    return found
+
+
 def _kill_soon_after_spawn(worker: subprocess.Popen[str], delay_s: float) -> bool:
-    """SIGKILL the worker delay_s after its first child appears; False if it
-    ended before spawning anything."""
+    """SIGKILL the worker and its lease guard delay_s after its first job
+    appears (the guard may not have heard of it yet: the reaper must find it);
+    False if it ended before spawning anything."""
     deadline = time.monotonic() + 30
-    while not _children(worker.pid):
+    while not _jobs_of(worker.pid):
         if worker.poll() is not None or time.monotonic() > deadline:
             return False
         time.sleep(0.0005)
     time.sleep(delay_s)
-    worker.send_signal(signal.SIGKILL)
-    worker.wait(timeout=patience(10))
+    kill_worker_and_guard(worker)
     return True
 
 

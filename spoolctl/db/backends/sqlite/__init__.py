@@ -13,8 +13,9 @@
   (`ensure` creates the spool folder 0700 and the file 0600 when a verb may).
 - Change watch (`watch`): `PRAGMA data_version`, and an inotify watch on the
   write-ahead log that wakes an idle worker when a commit is written.
-- Clock: this machine's (one machine uses the file). No lease guard: every
-  reaper of the file runs on this machine and can check a worker's process.
+- Clock: this machine's (one machine uses the file). A lease guard
+  (`spoolctl/lease_guard.py`) as on PostgreSQL: workers in separate PID
+  namespaces of this machine cannot check each other's processes.
 - Output: the files the jobs write are the store (`backends.files`).
 - Migrations: the backup is `VACUUM INTO` beside the file, taken under the
   migration's write lock; WAL is switched on after the commit.
@@ -139,7 +140,13 @@ class SqliteDriver:
         return DataVersionWatch(engine, self.path)
 
     def lease_guard(self, fence_after_s: float) -> LeaseGuard | None:
-        return None
+        # One queue file may be shared by workers in separate PID namespaces
+        # of one host (containers, `unshare --pid`), which judge each other by
+        # the lease, as machines do: a frozen or killed worker's jobs must end
+        # before another may rerun them, as on PostgreSQL.
+        from spoolctl.lease_guard import LeaseGuard as Guard
+
+        return Guard(fence_after_s)
 
     def identity(self) -> object | None:
         try:
