@@ -194,11 +194,16 @@ def end_path(recorded: str, wait_s: float) -> bool | None:
     """End a recorded attempt's cgroup (its row's path); True when nothing of
     it runs any more and its directories are gone, False when something still
     runs, None when this process may not kill it (another user's cgroup: the
-    caller judges the attempt by its processes instead)."""
+    caller judges the attempt by its processes instead). Every directory
+    still there is looked at, not only the first: a root worker's sweep may
+    have removed the first once it was empty, leaving one this process can
+    neither kill nor remove."""
     directories = [line for line in recorded.splitlines() if line.strip()]
-    primary = directories[0] if directories else ""
-    if os.path.isdir(primary) and not os.access(os.path.join(primary, "cgroup.procs"), os.W_OK):
-        return None
+    for directory in directories:
+        if os.path.isdir(directory) and not os.access(
+            os.path.join(directory, "cgroup.procs"), os.W_OK
+        ):
+            return None
     return end_dirs(directories, wait_s)
 
 
