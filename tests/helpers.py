@@ -430,3 +430,21 @@ def kill_worker_and_guard(worker: subprocess.Popen[str], timeout: float = 10) ->
                 child.kill()
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=patience(timeout))
+
+
+UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
+"""A PID namespace with its own /proc: a "machine" of one host (a container
+sharing the host name and boot), for tests of workers that cannot see each
+other's processes."""
+NS_INIT = '"$@" > "$0.log" 2>&1; echo $? > "$0.rc"; exec sleep 100000'
+"""PID 1 of such a namespace: runs the worker, records its exit code, then
+stays, so a killed worker's jobs live on as on a real machine whose worker
+was killed (the namespace dies only when its PID 1 does)."""
+
+
+def needs_namespaces() -> None:
+    probe = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=30)
+    assert probe.returncode == 0, (
+        "workers in PID namespaces need `unshare --pid --mount-proc` (root, as in CI): "
+        + probe.stderr.decode()
+    )

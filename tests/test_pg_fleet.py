@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -41,7 +40,7 @@ from psycopg.rows import dict_row
 
 from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
-from tests.helpers import STARTED_WORKERS, child_env, wait_for
+from tests.helpers import NS_INIT, STARTED_WORKERS, UNSHARE, child_env, needs_namespaces, wait_for
 from tests.pg_server import libpq_url
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.subprocess]
@@ -64,11 +63,6 @@ echo "end $SPOOLCTL_ATTEMPT $SPOOLCTL_WORKER_ID $up" >> "$log"
 """
 
 SPOOLCTL = (sys.executable, "-m", "spoolctl")
-UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
-NS_INIT = '"$@" > "$0.log" 2>&1; echo $? > "$0.rc"; exec sleep 100000'
-"""PID 1 of an isolated "machine": runs the worker, records its exit code, then
-stays, so the worker's orphaned jobs live on as they would on a real machine
-whose worker was killed (the namespace dies only when its PID 1 does)."""
 
 
 # -- the database, read from outside --------------------------------------------
@@ -319,14 +313,6 @@ def runs(tmp_path: Path) -> Path:
     folder = tmp_path / "runs"
     folder.mkdir()
     return folder
-
-
-def needs_namespaces() -> None:
-    probe = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=30)
-    assert shutil.which("unshare") and probe.returncode == 0, (
-        "isolated machines need `unshare --pid --mount-proc` (root, as in CI): "
-        + probe.stderr.decode()
-    )
 
 
 # -- freezing a worker where it holds nothing --------------------------------------

@@ -43,11 +43,14 @@ import pytest
 from spoolctl.procs import START_TIME_TOLERANCE_S
 from tests.helpers import (
     FAST_KNOBS,
+    NS_INIT,
     STARTED_WORKERS,
+    UNSHARE,
     Db,
     add_job,
     child_env,
     cli,
+    needs_namespaces,
     rows,
     wait_for,
     write_lock_free,
@@ -85,18 +88,6 @@ sleep "$2"
 read up _ < /proc/uptime
 echo "end $SPOOLCTL_ATTEMPT $SPOOLCTL_WORKER_ID $up" >> "$log"
 """
-UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc"]
-NS_INIT = '"$@" > "$0.log" 2>&1; echo $? > "$0.rc"; exec sleep 100000'
-"""PID 1 of a namespace: runs the worker (pid 2 there), records its exit
-code, then stays, so a killed worker's jobs live on in the namespace."""
-
-
-def needs_namespaces() -> None:
-    probe = subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=30)
-    assert shutil.which("unshare") and probe.returncode == 0, (
-        "workers in PID namespaces need `unshare --pid --mount-proc` (root, as in CI): "
-        + probe.stderr.decode()
-    )
 
 
 @dataclass
