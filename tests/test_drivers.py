@@ -8,7 +8,9 @@ from __future__ import annotations
 import io
 import os
 import select as io_select
+import signal
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from spoolctl.errors import Locked
 from spoolctl.services.attempt_output import find_attempt
 from spoolctl.services.events import record_event
 from spoolctl.states import EventKind
-from tests.helpers import Db, WriteLock, add, driver_of, is_postgres, rows
+from tests.helpers import Db, WriteLock, add, driver_of, is_postgres, patience, rows
 
 pytestmark = pytest.mark.both_backends
 
@@ -183,17 +185,23 @@ def poll(condition: object, timeout: float = 10.0) -> bool:
 
 
 @pytest.mark.subprocess
-def test_lease_guard_only_where_other_machines_cannot_check(driver: Driver) -> None:
+def test_every_driver_guards_a_workers_jobs_where_others_may_not_see_them(
+    driver: Driver,
+) -> None:
+    """Machines on PostgreSQL, and PID namespaces of one host on either
+    backend, cannot see each other's processes: each worker's lease guard
+    ends the groups it was told of once the worker is gone."""
     guard = driver.lease_guard(60.0)
-    if not driver.shared:
-        assert guard is None
-        return
     assert guard is not None
+    job = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
-        guard.track(set())
+        guard.track({job.pid})
         guard.renewed()
+        guard.close()  # as the pipe closes when the worker dies
+        assert job.wait(timeout=patience(10)) == -signal.SIGKILL
     finally:
-        guard.close()
+        job.kill()
+        job.wait()
 
 
 def test_identity_changes_when_an_sqlite_file_is_replaced(

@@ -88,7 +88,8 @@ class ChangeWatch(Protocol):
 
 class LeaseGuard(Protocol):
     """A watchdog that kills a worker's job groups when the worker dies or
-    falls silent (PostgreSQL: workers on other machines cannot check it)."""
+    falls silent (workers on other machines, or in other PID namespaces of
+    one host, cannot check it)."""
 
     def track(self, pgids: set[int]) -> None: ...
 
@@ -314,8 +315,8 @@ class Driver(Protocol):
     def change_watch(self, engine: Engine) -> ChangeWatch: ...
 
     def lease_guard(self, fence_after_s: float) -> LeaseGuard | None:
-        """The watchdog a worker forks where other machines' reapers cannot
-        check it (None where every reaper can: one machine)."""
+        """The watchdog a worker forks, since reapers on other machines or in
+        other PID namespaces cannot check it (None where every reaper could)."""
         ...
 
     def identity(self) -> object | None:
