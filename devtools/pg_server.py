@@ -297,10 +297,18 @@ class PgServer:
         if self.data_dir is None:
             raise PgServerError("only a server started by devtools/pg_server.py can be promoted")
         _run(
-            [*self._run_as, str(pg_bin_dir() / "pg_ctl"), "promote", "-w", "-t", "60",
-             "-D", str(self.data_dir)],
+            [
+                *self._run_as,
+                str(pg_bin_dir() / "pg_ctl"),
+                "promote",
+                "-w",
+                "-t",
+                "60",
+                "-D",
+                str(self.data_dir),
+            ],
             cwd=self.data_dir.parent,
-        )  # fmt: skip
+        )
 
     def stop(self) -> None:
         """Close the admin connection; for a server started here, pg_ctl stop -m fast
@@ -447,10 +455,22 @@ def start_replica(
             f"password={primary.password} application_name=spoolctl_replica"
         )
         _run(
-            [*run_as, str(bin_dir / "pg_basebackup"), "-D", str(data_dir), "-d", source,
-             "-R", "-X", "stream", "-c", "fast", "--no-sync"],
+            [
+                *run_as,
+                str(bin_dir / "pg_basebackup"),
+                "-D",
+                str(data_dir),
+                "-d",
+                source,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "--no-sync",
+            ],
             cwd=root,
-        )  # fmt: skip
+        )
         port = _start(bin_dir, data_dir, sockets, root, run_as, profile)
     except BaseException:
         for folder in (root, *extra_dirs):

@@ -121,8 +121,9 @@ class Fleet:
         return True
 
     def running_attempts(self, pid: int) -> set[int]:
-        found = rows(self.db, "SELECT id FROM attempts WHERE worker_pid = ? AND state = 'running'",
-                     (pid,))  # fmt: skip
+        found = rows(
+            self.db, "SELECT id FROM attempts WHERE worker_pid = ? AND state = 'running'", (pid,)
+        )
         return {r["id"] for r in found}
 
     def stop_all(self) -> None:

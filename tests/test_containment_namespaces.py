@@ -104,9 +104,13 @@ def test_a_namespaced_workers_idle_directories_survive_another_namespaces_worker
     work = [sys.executable, "-m", "spoolctl", "work", "--db", str(db), "--poll-interval", "0.2"]
     popen = subprocess.Popen(
         [*UNSHARE, "sh", "-c", NS_INIT, str(tmp_path / "kept"), *work, "--worker-id", kept],
-        env=child_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     first = Machine("kept", popen, tmp_path / "kept")
     try:
         registered = "SELECT pid FROM workers WHERE id = ? AND heartbeat_at > started_at"
@@ -114,13 +118,19 @@ def test_a_namespaced_workers_idle_directories_survive_another_namespaces_worker
         assert row["pid"] > PIDS_TAKEN, "the worker's pid is one the sweeper's namespace lacks"
         folders = worker_folders(kept)
         assert folders and all(f.endswith(f"-{row['pid']}") for f in folders), folders
-        wait_for(lambda: not any(subfolders(f) for f in folders), 15,
-                 what="the worker's directories to be empty (probe removed)")  # fmt: skip
+        wait_for(
+            lambda: not any(subfolders(f) for f in folders),
+            15,
+            what="the worker's directories to be empty (probe removed)",
+        )
 
         second = subprocess.run(
             [*UNSHARE, *work, "--once", "--worker-id", sweeper],  # its PID 1, as in a container
-            env=child_env(), capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
         assert second.returncode == 0, second.stderr
         assert "containment: a cgroup per attempt" in second.stderr, second.stderr

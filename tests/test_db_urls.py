@@ -286,9 +286,11 @@ SEVERAL_HOSTS = [
     ("postgresql://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write", "5432,5433"),
     ("postgres://u:p@h1,h2:5433/db?target_session_attrs=read-write", ",5433"),
     ("postgresql+psycopg://u:p@h1,h2/db?target_session_attrs=read-write", None),
-    ("host=h1,h2 port=5432 user=u password=p dbname=db target_session_attrs=read-write",
-     "5432,5432"),
-]  # fmt: skip
+    (
+        "host=h1,h2 port=5432 user=u password=p dbname=db target_session_attrs=read-write",
+        "5432,5432",
+    ),
+]
 """A URL or connection string naming hosts h1 and h2, and the ports libpq gets."""
 
 
@@ -299,8 +301,13 @@ def test_several_hosts_reach_libpq_as_written(value: str, ports: str | None) -> 
     kind, canonical = parse_db_url(value, "--db")
     shown = masked(canonical)
     assert kind == "postgresql" and ":p@" not in shown and ":***@" in shown
-    expected = {"user": "u", "password": "p", "dbname": "db", "host": "h1,h2",
-                "target_session_attrs": "read-write"}  # fmt: skip
+    expected = {
+        "user": "u",
+        "password": "p",
+        "dbname": "db",
+        "host": "h1,h2",
+        "target_session_attrs": "read-write",
+    }
     assert connect_kwargs(canonical) == {**expected, **({"port": ports} if ports else {})}
     _, params = PGDialect_psycopg().create_connect_args(make_url(canonical))
     assert {key: params[key] for key in expected} == expected, "what SQLAlchemy hands psycopg"

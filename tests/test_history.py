@@ -136,8 +136,12 @@ def test_a_real_job_writes_the_record_the_checker_reads(tmp_path: Path) -> None:
     holds the lock), with the variables a worker exports."""
     folder = history.prepare(tmp_path / "runs")
     env = {**os.environ, "SPOOLCTL_ATTEMPT": "1", "SPOOLCTL_ATTEMPT_TOKEN": "w/1/2.000000"}
-    first = subprocess.Popen(history.job_argv(folder, "k1", 5.0), env=env,
-                             stdout=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    first = subprocess.Popen(
+        history.job_argv(folder, "k1", 5.0),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     record = folder / history.RECORD
     wait_for(lambda: "start k1" in record.read_text(), timeout=30, what="the first copy")
     second = subprocess.run(history.job_argv(folder, "k1", 0.0), env=env, capture_output=True)
@@ -183,8 +187,10 @@ class Submitter(threading.Thread):
         reaper takes under load, and comes first (priority 5): were a crashed
         copy not ended before the job runs again, it would still be running."""
         if self.rng.random() < 0.08:
-            return {"argv": history.job_argv(self.folder, key, self.rng.uniform(5.0, 8.0)),
-                    "priority": 5}  # fmt: skip
+            return {
+                "argv": history.job_argv(self.folder, key, self.rng.uniform(5.0, 8.0)),
+                "priority": 5,
+            }
         return {"argv": history.job_argv(self.folder, key, self.rng.uniform(0.05, 0.3))}
 
     def submit(self, keys: list[str]) -> None:
@@ -232,15 +238,33 @@ class Fleet:
         self.members: list[Member] = []
 
     def start(self, clock_offset_s: int = 0) -> Member:
-        argv = [sys.executable, "-m", "spoolctl", "work", "--db", str(self.db), "--json",
-                "--concurrency", "2", "--poll-interval", "0.1", "--log-format", "json"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "spoolctl",
+            "work",
+            "--db",
+            str(self.db),
+            "--json",
+            "--concurrency",
+            "2",
+            "--poll-interval",
+            "0.1",
+            "--log-format",
+            "json",
+        ]
         if clock_offset_s:
             shift = str(clock_offset_s)
             argv = ["unshare", "--time", "--monotonic", shift, "--boottime", shift, *argv]
         with open(self.root / f"worker-{len(self.members)}.log", "w") as log:
-            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, text=True,
-                                     env=child_env({**WORKER_ENV, **self.env}))  # fmt: skip
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=child_env({**WORKER_ENV, **self.env}),
+            )
         STARTED_WORKERS.append(popen)
         member = Member(popen, clock_offset_s)
         self.members.append(member)
@@ -298,8 +322,15 @@ class Fleet:
                 member.leaving = True
                 code = member.popen.returncode
                 self.faults.observed[f"worker_exit_{code}"] += 1
-                self.faults.log.append({"at": time.time(), "kind": "exit", "pid": member.popen.pid,
-                                        "code": code, "then": self.start().popen.pid})  # fmt: skip
+                self.faults.log.append(
+                    {
+                        "at": time.time(),
+                        "kind": "exit",
+                        "pid": member.popen.pid,
+                        "code": code,
+                        "then": self.start().popen.pid,
+                    }
+                )
 
     def wake_all(self) -> None:
         self.tick(float("inf"))
@@ -335,8 +366,11 @@ class SmallDisk:
         if os.geteuid() != 0:
             self.why_not = "not root: cannot mount a small tmpfs"
             return
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(path)],
-                              capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0:
             self.why_not = f"mount failed: {done.stderr.strip()}"
 
@@ -373,8 +407,12 @@ class SmallDisk:
 def time_namespaces() -> str | None:
     """Why one worker's clocks cannot be stepped here (None: they can)."""
     try:
-        probe = subprocess.run(["unshare", "--time", "--monotonic", "1", "--boottime", "1",
-                                "true"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        probe = subprocess.run(
+            ["unshare", "--time", "--monotonic", "1", "--boottime", "1", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except OSError as exc:
         return f"no unshare: {exc}"
     return None if probe.returncode == 0 else f"unshare --time: {probe.stderr.strip()}"
@@ -505,10 +543,15 @@ def run_history(
             out.writelines(json.dumps(line) + "\n" for line in faults.log)
     figures = history.check(folder / history.RECORD, submitter.said, dead, faults)
     said = submitter.said
-    facts = {"seed": seed, "wall_s": round(time.monotonic() - began, 1),
-             "workers_started": len(fleet.members), "refused_adds": len(said.refused),
-             "refused_codes": dict(Counter(said.refused.values())),
-             "unanswered_adds": len(said.unanswered), "left_unfinished": left[0]}  # fmt: skip
+    facts = {
+        "seed": seed,
+        "wall_s": round(time.monotonic() - began, 1),
+        "workers_started": len(fleet.members),
+        "refused_adds": len(said.refused),
+        "refused_codes": dict(Counter(said.refused.values())),
+        "unanswered_adds": len(said.unanswered),
+        "left_unfinished": left[0],
+    }
     entry = history.publish(name, figures, facts)
     record_property("history", json.dumps(entry, sort_keys=True))
     print(json.dumps(entry, sort_keys=True))

@@ -173,9 +173,12 @@ def test_a_batch_of_endless_input_without_a_newline_is_refused_in_bounded_memory
     add_job(db, "true")
     argv = [sys.executable, "-m", "spoolctl", "add", "--db", str(db), "--json", "--batch", "-"]
     proc = subprocess.Popen(
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env=child_env(),
-    )  # fmt: skip
+    )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     chunk = bytes(1 << 20)
     try:
@@ -279,8 +282,9 @@ def verb_line(verb: str, db: Path) -> list[str]:
     command = verb_commands()[verb]
     args = [*verb.split(), "--db", str(db), "--json", *BOUNDS.get(verb, [])]
     args += NEEDED.get(verb, [])
-    args += [w for p in command.params if p.required and isinstance(p, click.Option)
-             for w in sample(p)]  # fmt: skip
+    args += [
+        w for p in command.params if p.required and isinstance(p, click.Option) for w in sample(p)
+    ]
     given = [w for p in command.params if isinstance(p, click.Argument) for w in sample(p)]
     return [*args, "--", *ARGUMENTS.get(verb, given)]
 
@@ -345,8 +349,13 @@ def test_config_validate_refuses_a_db_path_that_every_verb_refuses(
     config.parent.mkdir()
     config.write_text(json.dumps({"version": 1, "db_path": db_path}))
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    for args in (["config-validate"], ["config-validate", str(config)], ["add", "--", "true"],
-                 ["status"], ["config-show"]):  # fmt: skip
+    for args in (
+        ["config-validate"],
+        ["config-validate", str(config)],
+        ["add", "--", "true"],
+        ["status"],
+        ["config-show"],
+    ):
         result = run_quiet(args[0], "--json", *args[1:])
         error = refused_input(result)
         assert SECRET not in result.stdout + result.stderr, args
@@ -499,6 +508,13 @@ def test_the_lease_guard_shows_the_workers_command_line_password_included() -> N
     assert guard_line == worker_line and SECRET.encode() in guard_line
     page = (REPO / "docs" / "security.md").read_text()
     section = page.split("**Passwords in command lines.**", 1)[1].split("\n- **", 1)[0]
-    for words in ("lease guard", "/proc/PID/cmdline", "PGPASSFILE", "passfile=", "db_path",
-                  "SPOOLCTL_DB", "every job"):  # fmt: skip
+    for words in (
+        "lease guard",
+        "/proc/PID/cmdline",
+        "PGPASSFILE",
+        "passfile=",
+        "db_path",
+        "SPOOLCTL_DB",
+        "every job",
+    ):
         assert words in " ".join(section.split()), words

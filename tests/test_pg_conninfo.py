@@ -118,8 +118,14 @@ def test_without_psycopg_a_connection_string_is_extra_missing(tmp_path: Path) ->
         f"postgresql://u:{SECRET}@h1:5432,h2:5432/q?target_session_attrs=read-write",
     ):
         for verb in (["add", "--json", "--db", value, "--", "true"], ["status", "--db", value]):
-            proc = subprocess.run([sys.executable, "-m", "spoolctl", *verb], capture_output=True,
-                                  text=True, env=env, cwd=cwd, timeout=60)  # fmt: skip
+            proc = subprocess.run(
+                [sys.executable, "-m", "spoolctl", *verb],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=cwd,
+                timeout=60,
+            )
             assert proc.returncode == 3, (verb, proc.stdout, proc.stderr)
             assert "EXTRA_MISSING" in proc.stdout + proc.stderr
             assert "§" not in proc.stdout + proc.stderr
@@ -135,8 +141,14 @@ def test_an_sqlite_path_shaped_like_one_is_written_with_dot_slash(tmp_path: Path
         "code = run(['add', '--json', '--db', './host=x.db', '--', 'true'])\n"
         f"open({str(listing)!r}, 'w').write(json.dumps(sorted(sys.modules)))\nsys.exit(code)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, env=child_env(), timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=child_env(),
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "host=x.db").is_file()
     loaded = set(json.loads(listing.read_text()))

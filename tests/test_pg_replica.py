@@ -183,8 +183,9 @@ def test_a_read_only_database_refuses_writes_and_a_running_worker_waits_it_out(
     url = pair.primary.create_database(name)
     gate = tmp_path / "gate"
     job_id = add(url, "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.05; done")
-    worker = start_worker(url, "--poll-interval", "0.2", env=spool(tmp_path),
-                          log=tmp_path / "worker.log")  # fmt: skip
+    worker = start_worker(
+        url, "--poll-interval", "0.2", env=spool(tmp_path), log=tmp_path / "worker.log"
+    )
 
     def started() -> bool:
         return bool(rows(url, "SELECT 1 FROM attempts WHERE job_pid IS NOT NULL"))
@@ -296,11 +297,24 @@ def run_through_a_failover(pair: Pair, tmp_path: Path, terminal: Terminal) -> No
     assert "session is read-only" in refused["detail"]["database_error"]
     assert "while-only-the-standby-answers" not in acknowledged
     late = subprocess.Popen(
-        [sys.executable, "-m", "spoolctl", "work", "--db", url, "--json", "--worker-id", "late",
-         "--poll-interval", "0.2"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=terminal.follower,
+        [
+            sys.executable,
+            "-m",
+            "spoolctl",
+            "work",
+            "--db",
+            url,
+            "--json",
+            "--worker-id",
+            "late",
+            "--poll-interval",
+            "0.2",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal.follower,
         env=child_env(env),
-    )  # fmt: skip
+    )
     STARTED_WORKERS.append(late)
     wait_for(
         lambda: WAITING in terminal.seen and b"takes no writes" in terminal.seen,

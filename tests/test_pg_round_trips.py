@@ -32,8 +32,11 @@ PASS_ROUND_TRIPS = 2
 output, outcome and claim statements), COMMIT. One by one they were five."""
 
 
-QUIET = {"SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "3600", "SPOOLCTL_TEST_REAP_THRESHOLD": "14400",
-         "SPOOLCTL_HANG_THRESHOLD": "0"}  # fmt: skip
+QUIET = {
+    "SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "3600",
+    "SPOOLCTL_TEST_REAP_THRESHOLD": "14400",
+    "SPOOLCTL_HANG_THRESHOLD": "0",
+}
 """No heartbeat, and so no reap scan inside a pass but the first, falls
 inside a drain however slow the machine (a pass scans for stale jobs once per
 heartbeat interval); with no lease, nothing is fenced for the missing beats."""
@@ -82,8 +85,18 @@ def drained_round_trips(url: str, relay: Relay, jobs: int, folder: Path) -> Drai
     added = cli("add", "--batch", str(batch), db=url, json=True)
     assert added.exit_code == 0, added.stderr
     opened = len(relay.sessions)
-    work = cli("work", "--drain", "--concurrency", "1", *QUIET_FLAGS, "--log-format", "json",
-               db=relayed(url, relay), json=True, env=QUIET)  # fmt: skip
+    work = cli(
+        "work",
+        "--drain",
+        "--concurrency",
+        "1",
+        *QUIET_FLAGS,
+        "--log-format",
+        "json",
+        db=relayed(url, relay),
+        json=True,
+        env=QUIET,
+    )
     assert work.exit_code == 0, work.stderr
     assert work.data["executed"] == jobs
     sessions = relay.sessions[opened:]

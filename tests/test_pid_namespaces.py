@@ -125,8 +125,11 @@ class Machine:
 
     def exit_code(self, timeout: float = 30) -> int:
         rc = Path(f"{self.base}.rc")
-        wait_for(lambda: rc.exists() and rc.read_text().strip(), timeout=timeout,
-                 what=f"{self.name} to exit")  # fmt: skip
+        wait_for(
+            lambda: rc.exists() and rc.read_text().strip(),
+            timeout=timeout,
+            what=f"{self.name} to exit",
+        )
         return int(rc.read_text())
 
     def output(self) -> str:
@@ -155,9 +158,21 @@ class Machines:
         of its own, with this machine's host name and boot (no test knob
         poses as another machine)."""
         base = self.root / f"ns-{name}"
-        work = [sys.executable, "-m", "spoolctl", "work", "--db", str(self.db), "--json",
-                "--worker-id", f"w-{name}", "--concurrency", "2",
-                "--poll-interval", "0.2"]  # fmt: skip
+        work = [
+            sys.executable,
+            "-m",
+            "spoolctl",
+            "work",
+            "--db",
+            str(self.db),
+            "--json",
+            "--worker-id",
+            f"w-{name}",
+            "--concurrency",
+            "2",
+            "--poll-interval",
+            "0.2",
+        ]
         env = child_env({**FAST_KNOBS, "SPOOLCTL_HANG_THRESHOLD": str(HANG_S)})
         for knob in ("SPOOLCTL_TEST_HOSTNAME", "SPOOLCTL_TEST_BOOT_ID"):
             env.pop(knob, None)
@@ -294,8 +309,10 @@ def describe(db: Db, trio: tuple[Machine, ...]) -> str:
     tries = rows(db, "SELECT job_id, attempt_no, worker_id, state, failure_reason FROM attempts")
     crew = rows(db, "SELECT id, pid, process_started_at, heartbeat_at, state FROM workers")
     outputs = "\n".join(f"{m.name}: {m.output()[-1500:]}" for m in trio)
-    return (f"jobs {[tuple(r) for r in jobs]}\nattempts {[tuple(r) for r in tries]}\n"
-            f"workers {[tuple(r) for r in crew]}\n{outputs}")  # fmt: skip
+    return (
+        f"jobs {[tuple(r) for r in jobs]}\nattempts {[tuple(r) for r in tries]}\n"
+        f"workers {[tuple(r) for r in crew]}\n{outputs}"
+    )
 
 
 def until(db: Db, trio: tuple[Machine, ...], condition: Any, timeout: float, what: str) -> None:
@@ -312,8 +329,13 @@ def one_frozen_one_killed(
     trio = a, b, c = three_machines(machines, same_second=same_second)
     job_ids = [add_job(db, "sh", "-c", JOB, "job", str(runs), str(JOB_S)) for _ in range(6)]
     for m in (a, c):
-        until(db, trio, lambda m=m: len(running_of(db, m.worker_id)) == 2, 60,
-              f"{m.name} to run two jobs")  # fmt: skip
+        until(
+            db,
+            trio,
+            lambda m=m: len(running_of(db, m.worker_id)) == 2,
+            60,
+            f"{m.name} to run two jobs",
+        )
     victims = {m.worker_id: running_of(db, m.worker_id) for m in (a, c)}
 
     frozen = a.worker_pid()
@@ -326,8 +348,13 @@ def one_frozen_one_killed(
         os.kill(c.worker_pid(), signal.SIGKILL)
     try:
         lost = victims[a.worker_id] + victims[c.worker_id]
-        until(db, trio, lambda: all(reaped_at(db, j) for j in lost), 60,
-              "b to requeue the frozen and the killed worker's jobs")  # fmt: skip
+        until(
+            db,
+            trio,
+            lambda: all(reaped_at(db, j) for j in lost),
+            60,
+            "b to requeue the frozen and the killed worker's jobs",
+        )
         beats = {
             r["id"]: r["heartbeat_at"] for r in rows(db, "SELECT id, heartbeat_at FROM workers")
         }
@@ -341,21 +368,30 @@ def one_frozen_one_killed(
                 f"job {job_id} of {worker_id} was requeued {silent:.2f}s after its worker's last"
                 f" heartbeat, before its {HANG_S}s lease ran out\n{describe(db, trio)}"
             )
-    until(db, trio, lambda: rows(db, "SELECT count(*) FROM jobs WHERE state = 'done'")[0][0] == 6,
-          60, "every job done")  # fmt: skip
+    until(
+        db,
+        trio,
+        lambda: rows(db, "SELECT count(*) FROM jobs WHERE state = 'done'")[0][0] == 6,
+        60,
+        "every job done",
+    )
     check_never_two_copies(runs, job_ids)
 
     for m in (a, b):
         os.kill(m.worker_pid(), signal.SIGTERM)
         assert m.exit_code() == 0, m.output()
-    mine = rows(db, "SELECT job_id, state, failure_reason FROM attempts WHERE worker_id = ?",
-                (b.worker_id,))  # fmt: skip
+    mine = rows(
+        db, "SELECT job_id, state, failure_reason FROM attempts WHERE worker_id = ?", (b.worker_id,)
+    )
     assert mine and all(r["state"] == "succeeded" for r in mine), (
         f"b lost one of its own jobs: {[tuple(r) for r in mine]}\n{describe(db, trio)}"
     )
     for job_id in victims[a.worker_id] + victims[c.worker_id]:
-        tries = rows(db, "SELECT state, failure_reason FROM attempts WHERE job_id = ?"
-                         " ORDER BY attempt_no", (job_id,))  # fmt: skip
+        tries = rows(
+            db,
+            "SELECT state, failure_reason FROM attempts WHERE job_id = ? ORDER BY attempt_no",
+            (job_id,),
+        )
         assert tries[0]["failure_reason"] == "worker_crash", tries
         assert tries[-1]["state"] == "succeeded", tries
 

@@ -6,7 +6,6 @@ tests/test_pid_namespaces.py."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from spoolctl import liveness, procs
 from spoolctl.cli.queues import open_write
 from spoolctl.db.engine import read_tx
 from spoolctl.services import reaper
-from tests.helpers import Db, add_job, execute_all, pid_alive, wait_for
+from tests.helpers import UNSHARE, Db, add_job, execute_all, needs_namespaces, pid_alive, wait_for
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.timeout(60)]
 
@@ -28,15 +27,19 @@ HERE = procs.pid_space()
 
 
 def test_a_pid_namespace_of_its_own_is_another_pid_space() -> None:
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare")
+    needs_namespaces()
     inside = subprocess.run(
-        ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
-         "from spoolctl import procs; print(procs.pid_space())"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    if inside.returncode != 0:
-        pytest.skip(f"unshare --pid: {inside.stderr.strip()}")
+        [
+            *UNSHARE,
+            sys.executable,
+            "-c",
+            "from spoolctl import procs; print(procs.pid_space())",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert inside.returncode == 0, inside.stderr
     assert HERE is not None and HERE.startswith("machine ")
     assert inside.stdout.strip() not in ("", "None", HERE)
     assert procs.pid_space() == HERE, "the same process, the same space"
@@ -132,9 +135,11 @@ def test_ending_an_orphan_never_kills_a_process_of_the_judges_own_jobs() -> None
     session): nothing of it is killed, and the recorded group counts as gone
     (its number is held here by something else)."""
     job = subprocess.Popen(
-        ["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, text=True,
+        ["sh", "-c", "sleep 60 & echo $!; wait"],
+        stdout=subprocess.PIPE,
+        text=True,
         start_new_session=True,
-    )  # fmt: skip
+    )
     assert job.stdout is not None
     child = int(job.stdout.readline())
     try:
@@ -162,13 +167,18 @@ def test_a_worker_row_registered_after_the_claim_does_not_describe_the_claimer(
     old = time.time() - 100
     execute_all(
         db,
-        ("INSERT INTO workers (id, hostname, pid, process_started_at, boot_id, pid_space, queue,"
-         " concurrency, started_at, heartbeat_at, state, jobs_run) VALUES"
-         " ('w', ?, 2, ?, ?, ?, 'default', 1, ?, ?, 'running', 0)",
-         (socket.gethostname(), time.time() - 1, procs.boot_id(), HERE, old + 50, time.time())),
-        ("UPDATE jobs SET state = 'running', locked_by = 'w', locked_pid = 2, locked_at = ?,"
-         " heartbeat_at = ? WHERE id = ?", (old, old, job_id)),
-    )  # fmt: skip
+        (
+            "INSERT INTO workers (id, hostname, pid, process_started_at, boot_id, pid_space, queue,"
+            " concurrency, started_at, heartbeat_at, state, jobs_run) VALUES"
+            " ('w', ?, 2, ?, ?, ?, 'default', 1, ?, ?, 'running', 0)",
+            (socket.gethostname(), time.time() - 1, procs.boot_id(), HERE, old + 50, time.time()),
+        ),
+        (
+            "UPDATE jobs SET state = 'running', locked_by = 'w', locked_pid = 2, locked_at = ?,"
+            " heartbeat_at = ? WHERE id = ?",
+            (old, old, job_id),
+        ),
+    )
     queue = open_write(str(db))
     try:
         with read_tx(queue.engine) as conn:
@@ -176,8 +186,10 @@ def test_a_worker_row_registered_after_the_claim_does_not_describe_the_claimer(
     finally:
         queue.engine.dispose()
     assert (cand.worker_hostname, cand.worker_pid_space, cand.worker_heartbeat_at) == (
-        None, None, None,
-    )  # fmt: skip
+        None,
+        None,
+        None,
+    )
     assert cand.worker_identity == procs.ProcessIdentity(2, None)
     assert verdict(cand, 600) is liveness.Verdict.ALIVE
     assert verdict(cand, 50) is liveness.Verdict.LEASE_EXPIRED

@@ -233,8 +233,9 @@ def _end_and_sweep_first_cgroup(
     """The operator ends the orphan and a root sweep removes the attempt's
     first (now empty) cgroup, both while the other user's reaper is held."""
     directories = (attempts_of(db, job_id)[0]["cgroup"] or "").splitlines()
-    if len(directories) < 2:
-        pytest.skip("needs an attempt in two cgroup hierarchies (v2 and v1 memory, as on CI)")
+    # as root the worker contains its jobs; with one hierarchy (pure cgroup v2)
+    # nothing is left after the sweep, and the check below holds all the same
+    assert directories, "a root worker records its attempt's cgroup"
     reaper.send_signal(signal.SIGSTOP)
     try:
         os.kill(orphan, signal.SIGKILL)

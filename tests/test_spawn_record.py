@@ -94,18 +94,24 @@ def ghost_job_with_a_bare_job_pid(db: Db, folder: Path) -> int:
     old, pid = time.time() - 100, dead_pid()
     execute_all(
         db,
-        ("INSERT INTO workers (id, hostname, pid, process_started_at, boot_id, pid_space, queue,"
-         " concurrency, started_at, heartbeat_at, state, jobs_run)"
-         " VALUES ('ghost', ?, ?, ?, ?, ?, 'default', 1, ?, ?, 'running', 0)",
-         (socket.gethostname(), pid, old, procs.boot_id(), procs.pid_space(), old, old)),
-        ("UPDATE jobs SET state = 'running', locked_by = 'ghost', locked_pid = ?,"
-         " locked_at = ?, heartbeat_at = ?, started_at = ? WHERE id = ?",
-         (pid, old, old, old, job_id)),
-        ("INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, started_at,"
-         " stdout_path, stderr_path, job_pid, job_pgid, job_started_at) VALUES"
-         " (?, 1, 'ghost', ?, 'running', ?, '/nonexistent/out', '/nonexistent/err', ?, ?, NULL)",
-         (job_id, pid, old, dead_pid(), dead_pid())),
-    )  # fmt: skip
+        (
+            "INSERT INTO workers (id, hostname, pid, process_started_at, boot_id, pid_space, queue,"
+            " concurrency, started_at, heartbeat_at, state, jobs_run)"
+            " VALUES ('ghost', ?, ?, ?, ?, ?, 'default', 1, ?, ?, 'running', 0)",
+            (socket.gethostname(), pid, old, procs.boot_id(), procs.pid_space(), old, old),
+        ),
+        (
+            "UPDATE jobs SET state = 'running', locked_by = 'ghost', locked_pid = ?,"
+            " locked_at = ?, heartbeat_at = ?, started_at = ? WHERE id = ?",
+            (pid, old, old, old, job_id),
+        ),
+        (
+            "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, started_at,"
+            " stdout_path, stderr_path, job_pid, job_pgid, job_started_at) VALUES"
+            " (?, 1, 'ghost', ?, 'running', ?, '/nonexistent/out', '/nonexistent/err', ?, ?, NULL)",
+            (job_id, pid, old, dead_pid(), dead_pid()),
+        ),
+    )
     return job_id
 
 
@@ -145,10 +151,22 @@ def test_an_orphan_left_unconfirmed_is_logged_once(
     told: list[dict[str, Any]] = []
     queue = open_write(str(db))
     timing = Timing(0.2, 1.0, 600.0)
-    reaping = Reaping(queue.engine, timing, "judge", procs.boot_id(), socket.gethostname(),
-                      time.time, 1.0, log=told.append)  # fmt: skip
-    me = SimpleNamespace(running={}, predecessor=None, pid_space=procs.pid_space(),
-                         spared=lambda: frozenset({os.getpid()}))  # fmt: skip
+    reaping = Reaping(
+        queue.engine,
+        timing,
+        "judge",
+        procs.boot_id(),
+        socket.gethostname(),
+        time.time,
+        1.0,
+        log=told.append,
+    )
+    me = SimpleNamespace(
+        running={},
+        predecessor=None,
+        pid_space=procs.pid_space(),
+        spared=lambda: frozenset({os.getpid()}),
+    )
     try:
         for _ in range(4):
             now = time.time()

@@ -43,8 +43,9 @@ def _in_use(shift: Shift, row: Any) -> bool:
 def _here(shift: Shift, row: Any) -> bool:
     """Whether a worker row's pid can be checked from this worker: the same
     host and pid space (`liveness.probeable`); elsewhere it means nothing here."""
-    return liveness.probeable(row.hostname, row.pid_space, hostname=shift.hostname,
-                              pid_space=shift.pid_space)  # fmt: skip
+    return liveness.probeable(
+        row.hostname, row.pid_space, hostname=shift.hostname, pid_space=shift.pid_space
+    )
 
 
 def _predecessor(shift: Shift, row: Any) -> Predecessor | None:
@@ -53,8 +54,9 @@ def _predecessor(shift: Shift, row: Any) -> Predecessor | None:
     identity = procs.ProcessIdentity(row.pid, row.process_started_at)
     if identity == shift.identity or not _here(shift, row):
         return None
-    if not liveness.worker_is_dead(row, boot_id=shift.boot_id, hostname=shift.hostname,
-                                   pid_space=shift.pid_space):  # fmt: skip
+    if not liveness.worker_is_dead(
+        row, boot_id=shift.boot_id, hostname=shift.hostname, pid_space=shift.pid_space
+    ):
         return None
     return Predecessor(identity, row.boot_id)
 

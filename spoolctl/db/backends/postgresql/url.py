@@ -21,12 +21,15 @@ from spoolctl.db.url import ENCODE_HINT, MASK, SECRET_QUERY_KEYS, bad_url, maske
 PLAIN_HOST = re.compile(r"[A-Za-z0-9.\-_]+")
 """A host name or IPv4 address, which the URL's host field holds as it is."""
 LIBPQ_FAULTS = (
-    ("invalid connection option", "it names an option libpq does not know, or a value "
-     "holding a space is not quoted (key='a b')"),
+    (
+        "invalid connection option",
+        "it names an option libpq does not know, or a value "
+        "holding a space is not quoted (key='a b')",
+    ),
     ("invalid URI query parameter", "its query names an option libpq does not know"),
     ("missing", "a word has no '=' after it (quote a value holding a space: key='a b')"),
     ("unterminated quoted string", "a quoted value is not closed"),
-)  # fmt: skip
+)
 """libpq's reason for a connection string it cannot parse -> ours. Its own
 words quote fragments of the text, which may be pieces of a password."""
 
@@ -39,8 +42,9 @@ def parse_url(text: str, source: str, shown: str) -> str:
         raise bad_url(f"{source}: the URL {shown!r} has more than one '@'; {ENCODE_HINT}", shown)
     scheme, _, rest = text.partition("://")
     if "," in re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]:
-        return _rewritten(_libpq_parse(f"postgresql://{rest}", source, shown), scheme, source,
-                          shown)  # fmt: skip
+        return _rewritten(
+            _libpq_parse(f"postgresql://{rest}", source, shown), scheme, source, shown
+        )
     try:
         url = make_url(text)
     except (ArgumentError, ValueError) as exc:
@@ -95,11 +99,15 @@ def _rewritten(params: dict[str, str], scheme: str, source: str, shown: str) -> 
     ports = ports if any(ports) else []  # libpq's "," for two hosts without ports
     for port in ports:
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
-            raise bad_url(f"{source}: {shown!r} has port {port!r}, not a number in 1..65535",
-                          shown, port=port)  # fmt: skip
+            raise bad_url(
+                f"{source}: {shown!r} has port {port!r}, not a number in 1..65535", shown, port=port
+            )
     if len(ports) > 1 and len(ports) != max(len(hosts), 1):
-        raise bad_url(f"{source}: {shown!r} lists {len(hosts)} host(s) but {len(ports)} ports: "
-                      "give one port, or one per host", shown)  # fmt: skip
+        raise bad_url(
+            f"{source}: {shown!r} lists {len(hosts)} host(s) but {len(ports)} ports: "
+            "give one port, or one per host",
+            shown,
+        )
     if len(ports) == 1 and len(hosts) > 1:
         ports = ports * len(hosts)
     host = port_number = None
@@ -108,8 +116,15 @@ def _rewritten(params: dict[str, str], scheme: str, source: str, shown: str) -> 
     else:
         options.update({"host": ",".join(hosts)} if hosts else {})
         options.update({"port": ",".join(ports)} if ports else {})
-    url = URL.create(scheme, username=user, password=password, host=host, port=port_number,
-                     database=database, query=options)  # fmt: skip
+    url = URL.create(
+        scheme,
+        username=user,
+        password=password,
+        host=host,
+        port=port_number,
+        database=database,
+        query=options,
+    )
     return str(url.render_as_string(hide_password=False))
 
 
