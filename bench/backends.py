@@ -232,8 +232,12 @@ class PgQueue:
                 "FROM pg_stat_database WHERE datname = %s",
                 (self.name,),
             ).fetchone()
-        return {"commits": float(row[0]), "rollbacks": float(row[1]), "wal_bytes": float(row[2]),
-                "server_cpu_ms": 1000 * self.srv.server_cpu_s()}  # fmt: skip
+        return {
+            "commits": float(row[0]),
+            "rollbacks": float(row[1]),
+            "wal_bytes": float(row[2]),
+            "server_cpu_ms": 1000 * self.srv.server_cpu_s(),
+        }
 
     def connections(self) -> dict[str, int]:
         rows = (

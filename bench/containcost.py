@@ -90,13 +90,19 @@ def main() -> None:
                 diffs.append(round(got["contained"] - got["plain"], 4))
     finally:
         cells.close()
-    print(json.dumps({
-        "containment": cells.status.as_dict(),
-        "spawns_per_sample": args.spawns,
-        "ms_per_spawn": {n: {"median": statistics.median(s), "samples": s}
-                         for n, s in samples.items()},
-        "extra_ms_per_job": {"median": statistics.median(diffs), "samples": diffs},
-    }, indent=2))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "containment": cells.status.as_dict(),
+                "spawns_per_sample": args.spawns,
+                "ms_per_spawn": {
+                    n: {"median": statistics.median(s), "samples": s} for n, s in samples.items()
+                },
+                "extra_ms_per_job": {"median": statistics.median(diffs), "samples": diffs},
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -134,9 +134,15 @@ def rows(results: dict[str, Any]) -> list[list[str]]:
                 ]
             )
         for k in FLEET_SIZES:
-            out.append([f"  fleet {k} x {SLOTS}: CPU per job (workers and jobs + server)",
-                        *(_drain_cpu(d, f"{b} {k}x{SLOTS}") for b in ("pg", "sqlite")),
-                        "", "", ""])  # fmt: skip
+            out.append(
+                [
+                    f"  fleet {k} x {SLOTS}: CPU per job (workers and jobs + server)",
+                    *(_drain_cpu(d, f"{b} {k}x{SLOTS}") for b in ("pg", "sqlite")),
+                    "",
+                    "",
+                    "",
+                ]
+            )
     elif d is not None:
         out.append([f"fleet:drain: {d['error'][:100]}", "ERROR", "", "", "", ""])
     b = results.get("fleet:db")
@@ -163,11 +169,20 @@ def _drain_cpu(d: dict[str, Any], arm: str) -> str:
 
 def _db_rows(b: dict[str, Any], batch: int) -> list[list[str]]:
     """The database-only rows of one batch size: jobs/s, CPU per job, growth."""
-    out = [[f"== database only (claim + outcome, no spawn), {batch} job(s) per transaction",
-            "", "", "", "", ""]]  # fmt: skip
+    out = [
+        [
+            f"== database only (claim + outcome, no spawn), {batch} job(s) per transaction",
+            "",
+            "",
+            "",
+            "",
+            "",
+        ]
+    ]
     for n in DB_CLIENTS:
-        pg_cell, sqlite_cell = (pg._cell(b["arms"].get(_db_name(x, n, batch), {}))
-                                for x in ("pg", "sqlite"))  # fmt: skip
+        pg_cell, sqlite_cell = (
+            pg._cell(b["arms"].get(_db_name(x, n, batch), {})) for x in ("pg", "sqlite")
+        )
         out.append([f"db-only {n} clients: jobs/s", pg_cell, sqlite_cell, "", "", ""])
     for n in DB_CLIENTS:
         cells = []
@@ -181,11 +196,18 @@ def _db_rows(b: dict[str, Any], batch: int) -> list[list[str]]:
             server = sum(x["server_cpu_ms_per_job"] for x in arm) / len(arm)
             busy = sum(x["cores_busy"] for x in arm) / len(arm)
             cells.append(f"{client:.2f} + {server:.2f} ms; {busy:.1f} cores")
-        out.append([f"  db-only {n} clients: CPU per job (clients + server)", *cells,
-                    "", "", ""])  # fmt: skip
+        out.append([f"  db-only {n} clients: CPU per job (clients + server)", *cells, "", "", ""])
     growth = b["growth_1_to_16" if batch == 1 else "growth_1_to_16_batched"]
-    out.append(["db-only growth, 16 clients / 1", _times(growth.get("pg")),
-                _times(growth.get("sqlite")), "", ">= 5x (PostgreSQL)", ""])  # fmt: skip
+    out.append(
+        [
+            "db-only growth, 16 clients / 1",
+            _times(growth.get("pg")),
+            _times(growth.get("sqlite")),
+            "",
+            ">= 5x (PostgreSQL)",
+            "",
+        ]
+    )
     return out
 
 
@@ -317,16 +339,26 @@ def client(db: str, batch: int) -> None:
         while time.time() < deadline:
             with conn.begin():
                 now = time.time()
-                endings = [Ending(c.job_id, c.attempt_id, c.attempt_no, Outcome(0, None),
-                                  os.getpid()) for c in previous]  # fmt: skip
+                endings = [
+                    Ending(c.job_id, c.attempt_id, c.attempt_no, Outcome(0, None), os.getpid())
+                    for c in previous
+                ]
                 # as a worker's pass does (worker/settle.py): the outcomes and the
                 # claim sent together, answered in one wait where the backend can
                 with statements(conn).pipeline(conn) as gathered:
-                    recording = Recording(conn, endings, worker_id=me, now=now,
-                                          answer_now=not gathered)  # fmt: skip
-                    claiming = Claiming(conn, batch, worker_id=me, worker_pid=os.getpid(),
-                                        queue="default", slots=None,
-                                        output_root=queue.output_root, now=now)  # fmt: skip
+                    recording = Recording(
+                        conn, endings, worker_id=me, now=now, answer_now=not gathered
+                    )
+                    claiming = Claiming(
+                        conn,
+                        batch,
+                        worker_id=me,
+                        worker_pid=os.getpid(),
+                        queue="default",
+                        slots=None,
+                        output_root=queue.output_root,
+                        now=now,
+                    )
                 done += sum(1 for s in recording.states() if s)
                 previous = claiming.claims()
             if not previous:

@@ -71,8 +71,14 @@ def _spoolctl(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def check_source(tree: Path) -> None:
     """The tree's processes import the tree's spoolctl, not another checkout."""
     code = "import spoolctl, sys; sys.stdout.write(spoolctl.__file__)"
-    found = subprocess.run([sys.executable, "-c", code], cwd=tree, env=_env(tree),
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    found = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tree,
+        env=_env(tree),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     if Path(found).resolve().parent.parent != tree:
         raise SystemExit(f"{tree}: its processes import {found}")
 
@@ -103,8 +109,18 @@ def one_drain(
         added = _spoolctl(tree, "add", "--db", db, "--batch", str(batch), "--json")
         if added.returncode != 0:
             raise SystemExit(f"add failed in {tree}: {added.stderr}")
-        argv = [sys.executable, "-m", "spoolctl", "work", "--db", db, "--drain", "--json",
-                "--concurrency", str(concurrency)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "spoolctl",
+            "work",
+            "--db",
+            db,
+            "--drain",
+            "--json",
+            "--concurrency",
+            str(concurrency),
+        ]
         env = _env(tree, Path(tmp) / "spool")
         cpu_before = children_cpu_s()
         server_before = 0.0 if SERVER is None else SERVER.server_cpu_s()
@@ -180,8 +196,9 @@ def _measure(args: argparse.Namespace, command: tuple[str, ...]) -> None:
     load = [os.getloadavg()[0]]
     for _ in range(args.rounds):
         for side in ("before", "after", "after", "before"):
-            runs[side].append(one_drain(trees[side], args.jobs, args.dir, args.workers,
-                                        args.concurrency, command))  # fmt: skip
+            runs[side].append(
+                one_drain(trees[side], args.jobs, args.dir, args.workers, args.concurrency, command)
+            )
             load.append(os.getloadavg()[0])
     result = {
         "jobs": args.jobs,

@@ -67,8 +67,14 @@ MESSAGE_NAMES = {
 
 def _spoolctl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(cwd / "state")}
-    proc = subprocess.run([sys.executable, "-m", "spoolctl", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "spoolctl", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"spoolctl {args[0]}: exit {proc.returncode}: {proc.stderr[-600:]}")
     return proc
@@ -139,8 +145,16 @@ def count(server: PgServer, name: str, jobs: int, concurrency: int, folder: Path
     log = Path(server.root) / "server.log"
     start = log.stat().st_size
     with Relay(server.host, server.port) as relay:
-        out = _spoolctl("work", "--db", relayed_url(url, relay), "--drain", "--json",
-                        "--concurrency", str(concurrency), cwd=folder).stdout  # fmt: skip
+        out = _spoolctl(
+            "work",
+            "--db",
+            relayed_url(url, relay),
+            "--drain",
+            "--json",
+            "--concurrency",
+            str(concurrency),
+            cwd=folder,
+        ).stdout
     with log.open("rb") as file:
         file.seek(start)
         text = file.read().decode("utf-8", "replace")

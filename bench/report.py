@@ -303,9 +303,11 @@ def _scrape_rows(results: dict[str, Any]) -> list[Row]:
     out = [_row(f"== metrics scrape on {_fs(found)} (1k -> 100k jobs, ms, median; ours only)")]
     sizes = found["sizes"]
     small, big = (sizes[s] for s in sorted(sizes, key=int))
-    labels = {"warm_s": "scrape as /metrics serves it (in-process, kept totals)",
-              "cold_s": "scrape by a fresh scraper (in-process, full count)",
-              "process_s": "spoolctl metrics --json (fresh process)"}  # fmt: skip
+    labels = {
+        "warm_s": "scrape as /metrics serves it (in-process, kept totals)",
+        "cold_s": "scrape by a fresh scraper (in-process, full count)",
+        "process_s": "spoolctl metrics --json (fresh process)",
+    }
     for key, label in labels.items():
         ratio = found["ratios_big_to_small"][key]
         cell = (
@@ -313,8 +315,14 @@ def _scrape_rows(results: dict[str, Any]) -> list[Row]:
         )
         if key == "warm_s":
             p95 = big[key]["p95_s"]
-            out.append(_row(f"{label}; p95 at 100k {p95 * 1e3:.1f} ms", cell,
-                            target="100k p95 < 50 ms", verdict=_verdict(p95 < 0.05)))  # fmt: skip
+            out.append(
+                _row(
+                    f"{label}; p95 at 100k {p95 * 1e3:.1f} ms",
+                    cell,
+                    target="100k p95 < 50 ms",
+                    verdict=_verdict(p95 < 0.05),
+                )
+            )
         else:
             out.append(_row(label, cell))
     return out

@@ -46,9 +46,15 @@ def rows(drain: dict[str, Any]) -> list[Row]:
             out.append(row("  ours per job, ms: wall; worker = db + spawn + rest", _split(split)))
     rss = long.get("peak_rss_mb")
     if rss is not None:
-        out.append(row(f"worker peak RSS while draining {jobs:,}: MB", f"{rss['ours']:.1f}",
-                       f"{rss['ref']:.1f}", target="< 60 MB",
-                       verdict=verdict(0 < rss["ours"] < 60)))  # fmt: skip
+        out.append(
+            row(
+                f"worker peak RSS while draining {jobs:,}: MB",
+                f"{rss['ours']:.1f}",
+                f"{rss['ref']:.1f}",
+                target="< 60 MB",
+                verdict=verdict(0 < rss["ours"] < 60),
+            )
+        )
     return out
 
 

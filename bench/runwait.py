@@ -122,9 +122,16 @@ class RunWait:
 def _arm(backend: Any, postmaster: int | None, args: argparse.Namespace, scratch: Path) -> Any:
     def run() -> Sample:
         sampler = RunWait(postmaster)
-        sample = harness.drain_once(backend, OURS, scratch, jobs=args.jobs, workers=args.workers,
-                                    extra=("--concurrency", str(args.slots)),
-                                    job=tuple(args.command.split()), during=sampler)  # fmt: skip
+        sample = harness.drain_once(
+            backend,
+            OURS,
+            scratch,
+            jobs=args.jobs,
+            workers=args.workers,
+            extra=("--concurrency", str(args.slots)),
+            job=tuple(args.command.split()),
+            during=sampler,
+        )
         jobs = args.jobs
         for group in ("workers", "server"):
             cpu_s, wait_s = sampler.totals_s(group)

@@ -54,8 +54,13 @@ def scrape_growth(plan: Plan, target: Target) -> dict[str, Any]:
 def _in_process(db: Path, cwd: Path, reps: int) -> dict[str, list[float]]:
     proc = subprocess.run(
         [str(OURS.python), str(BENCH / "scrapecost.py"), str(db), str(reps)],
-        cwd=cwd, env=clean_env(), capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if proc.returncode != 0:
         raise BenchError(f"scrapecost failed: {proc.stderr[-800:]}")
     found: dict[str, list[float]] = json.loads(proc.stdout)

@@ -74,13 +74,21 @@ def passes(root: Path, count: int, how: str, gap_s: float) -> dict[str, float]:
                 with held.write_tx(0.25) as conn:
                     t1 = time.perf_counter()
                     if previous is not None:
-                        ending = Ending(previous.job_id, previous.attempt_id,
-                                        previous.attempt_no, SUCCESS, None)  # fmt: skip
+                        ending = Ending(
+                            previous.job_id, previous.attempt_id, previous.attempt_no, SUCCESS, None
+                        )
                         record_outcomes(conn, [ending], worker_id="bench", now=now)
                     t2 = time.perf_counter()
-                    (previous,) = claim_up_to(conn, 1, worker_id="bench", worker_pid=os.getpid(),
-                                              queue="default", slots=None,
-                                              output_root=queue.output_root, now=now)  # fmt: skip
+                    (previous,) = claim_up_to(
+                        conn,
+                        1,
+                        worker_id="bench",
+                        worker_pid=os.getpid(),
+                        queue="default",
+                        slots=None,
+                        output_root=queue.output_root,
+                        now=now,
+                    )
                     t3 = time.perf_counter()
                 t4 = time.perf_counter()
                 for i, span in enumerate((t1 - t0, t2 - t1, t3 - t2, t4 - t3)):

@@ -32,8 +32,11 @@ def spoolctl(db: Path, *args: str) -> dict[str, Any]:
     verb, rest = args[0], args[1:]
     proc = subprocess.run(
         [sys.executable, "-m", "spoolctl", verb, "--db", str(db), "--json", *rest],
-        capture_output=True, text=True, check=True, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     data: dict[str, Any] = json.loads(proc.stdout)["data"]
     return data
 
@@ -44,27 +47,68 @@ def add(db: Path, *args: str) -> int:
 
 def demo_queue(db: Path) -> tuple[int, subprocess.Popen[str]]:
     """The demo jobs; returns the running job's id and its worker."""
-    add(db, "--tag", "team=web", "--note", "nightly build", "--", "sh", "-c",
-        "echo compiling 42 modules; echo build ok")  # fmt: skip
+    add(
+        db,
+        "--tag",
+        "team=web",
+        "--note",
+        "nightly build",
+        "--",
+        "sh",
+        "-c",
+        "echo compiling 42 modules; echo build ok",
+    )
     add(db, "--tag", "team=web", "--", "sh", "-c", "echo 118 tests passed")
-    add(db, "--max-retries", "0", "--tag", "team=api", "--", "sh", "-c",
+    add(
+        db,
+        "--max-retries",
+        "0",
+        "--tag",
+        "team=api",
+        "--",
+        "sh",
+        "-c",
         'echo collected 96 items; echo "FAILED tests/test_login.py::test_expired_token" >&2; '
-        "exit 1")  # fmt: skip
+        "exit 1",
+    )
     add(db, "--max-retries", "0", "--", "sh", "-c", 'echo "disk quota exceeded" >&2; exit 28')
     spoolctl(db, "work", "--drain")
-    long = add(db, "--tag", "team=data", "--note", "reindex the search cluster", "--", "sh", "-c",
-               "for i in $(seq 1 400); do echo \"shard $i/400: reindexed $((i * 1250)) docs\"; "
-               "sleep 0.3; done")  # fmt: skip
+    long = add(
+        db,
+        "--tag",
+        "team=data",
+        "--note",
+        "reindex the search cluster",
+        "--",
+        "sh",
+        "-c",
+        'for i in $(seq 1 400); do echo "shard $i/400: reindexed $((i * 1250)) docs"; '
+        "sleep 0.3; done",
+    )
     worker = subprocess.Popen(
         [sys.executable, "-m", "spoolctl", "work", "--db", str(db), "--worker-id", "build-box-1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
     for _ in range(100):
         if spoolctl(db, "show", str(long))["job"]["state"] == "running":
             break
         time.sleep(0.1)
-    train = add(db, "--queue", "gpu", "--priority", "5", "--tag", "team=ml", "--",
-                "python3", "train.py", "--epochs", "20")  # fmt: skip
+    train = add(
+        db,
+        "--queue",
+        "gpu",
+        "--priority",
+        "5",
+        "--tag",
+        "team=ml",
+        "--",
+        "python3",
+        "train.py",
+        "--epochs",
+        "20",
+    )
     add(db, "--queue", "gpu", "--after-job", str(train), "--", "python3", "evaluate.py")
     add(db, "--queue", "gpu", "--", "python3", "train.py", "--epochs", "5", "--small")
     add(db, "--queue", "reports", "--after", "1h", "--", "sh", "-c", "./weekly-report.sh")
@@ -76,8 +120,11 @@ def demo_queue(db: Path) -> tuple[int, subprocess.Popen[str]]:
 def start_server(db: Path) -> tuple[subprocess.Popen[str], str]:
     server = subprocess.Popen(
         [sys.executable, "-m", "spoolctl", "web", "--db", str(db), "--allow-actions"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+    )
     assert server.stdout is not None
     return server, server.stdout.readline().strip()
 
@@ -89,10 +136,18 @@ def chromium() -> Any:
 
     options = webdriver.ChromeOptions()
     options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-                 f"--user-data-dir={tempfile.mkdtemp(prefix='spoolctl-shots-')}"):  # fmt: skip
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='spoolctl-shots-')}",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(options=options, service=Service("/usr/bin/chromedriver"))
 

@@ -119,8 +119,11 @@ def _signals_as_from_a_terminal() -> None:
     so the verbs, workers and jobs the tests start would inherit it (seen:
     `status --watch` deaf to its Ctrl-C, jobs with SIGQUIT ignored). Each
     test process puts them back as a terminal would have them."""
-    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGQUIT: signal.SIG_DFL,
-                signal.SIGHUP: signal.SIG_DFL}  # fmt: skip
+    defaults = {
+        signal.SIGINT: signal.default_int_handler,
+        signal.SIGQUIT: signal.SIG_DFL,
+        signal.SIGHUP: signal.SIG_DFL,
+    }
     for number, handler in defaults.items():
         if signal.getsignal(number) == signal.SIG_IGN:
             signal.signal(number, handler)

@@ -8,9 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 KNOWN = {
-    "$schema", "type", "properties", "required", "additionalProperties", "items", "enum",
-    "const", "anyOf", "maxItems", "description",
-}  # fmt: skip
+    "$schema",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "const",
+    "anyOf",
+    "maxItems",
+    "description",
+}
 TYPES: dict[str, Any] = {
     "object": dict,
     "array": list,

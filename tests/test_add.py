@@ -100,12 +100,30 @@ def test_invalid_input_is_rejected_and_changes_nothing(
 def test_values_at_the_limits_are_accepted(db: Db, capsys: Capsys) -> None:
     tags = [a for i in range(16) for a in ("--tag", f"k{i}=" + "v" * 1024)]
     result = add(
-        db, capsys,
-        "--priority", "2147483647", "--timeout", str(2**63 - 1), "--queue", "q" * 64,
-        "--key", "k" * 256, "--note", "n" * 10_000, "--after", "0", *tags,
-        "--env", "K" * 128 + "=" + "v" * 4096, "--env", "A=first", "--env", "A=x=y",
-        "--", "true",
-    )  # fmt: skip
+        db,
+        capsys,
+        "--priority",
+        "2147483647",
+        "--timeout",
+        str(2**63 - 1),
+        "--queue",
+        "q" * 64,
+        "--key",
+        "k" * 256,
+        "--note",
+        "n" * 10_000,
+        "--after",
+        "0",
+        *tags,
+        "--env",
+        "K" * 128 + "=" + "v" * 4096,
+        "--env",
+        "A=first",
+        "--env",
+        "A=x=y",
+        "--",
+        "true",
+    )
 
     assert result.exit_code == 0, result.stdout
     row = stored(db, result.data["job_id"])
@@ -232,14 +250,42 @@ def test_batch_lines_take_the_flags_given_with_it_as_defaults(
     line's own key wins, and tags and env merge (a line's own tag wins)."""
     lines = [
         {"argv": ["true"]},
-        {"argv": ["true"], "queue": "own", "priority": -1, "tags": {"team": "line"},
-         "max_retries": 0, "note": None, "after": "0"},
-    ]  # fmt: skip
+        {
+            "argv": ["true"],
+            "queue": "own",
+            "priority": -1,
+            "tags": {"team": "line"},
+            "max_retries": 0,
+            "note": None,
+            "after": "0",
+        },
+    ]
     batch = tmp_path / "jobs.ndjson"
     batch.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    flags = ["--queue", "lane", "--priority", "7", "--after", "1h", "--tag", "team=flag",
-             "--tag", "env=prod", "--max-retries", "9", "--max-crashes", "2", "--timeout", "60",
-             "--note", "nightly", "--env", "A=1", "--cwd", str(tmp_path)]  # fmt: skip
+    flags = [
+        "--queue",
+        "lane",
+        "--priority",
+        "7",
+        "--after",
+        "1h",
+        "--tag",
+        "team=flag",
+        "--tag",
+        "env=prod",
+        "--max-retries",
+        "9",
+        "--max-crashes",
+        "2",
+        "--timeout",
+        "60",
+        "--note",
+        "nightly",
+        "--env",
+        "A=1",
+        "--cwd",
+        str(tmp_path),
+    ]
     accepted = add(db, capsys, "--batch", str(batch), *flags)
     assert accepted.exit_code == 0, accepted.stdout
     first, second = (stored(db, job_id) for job_id in accepted.data["job_ids"])

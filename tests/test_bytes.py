@@ -37,8 +37,9 @@ def spoolctl(*args: bytes | str, stdin: bytes | None = None) -> Result:
 
 def raw_output(db: Path, job_id: int) -> bytes:
     argv = [sys.executable, "-m", "spoolctl", "output", str(job_id), "--db", str(db)]
-    proc = subprocess.run([*argv, "--raw", "--stream", "stdout"], capture_output=True,
-                          env=child_env(), timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [*argv, "--raw", "--stream", "stdout"], capture_output=True, env=child_env(), timeout=60
+    )
     return proc.stdout
 
 
@@ -62,10 +63,17 @@ def test_argv_and_shell_strings_carry_any_bytes(db: Path) -> None:
 
 @pytest.mark.parametrize(
     "flag",
-    [["--note", b"n\xff"], ["--tag", b"k=\xff"], ["--tag", b"\xfe=v"], ["--key", b"k\xff"],
-     ["--queue", b"q\xff"], ["--env", b"K=\xff"], ["--cwd", b"/tmp/\xff"],
-     ["--db", b"/tmp/\xff.db"]],
-)  # fmt: skip
+    [
+        ["--note", b"n\xff"],
+        ["--tag", b"k=\xff"],
+        ["--tag", b"\xfe=v"],
+        ["--key", b"k\xff"],
+        ["--queue", b"q\xff"],
+        ["--env", b"K=\xff"],
+        ["--cwd", b"/tmp/\xff"],
+        ["--db", b"/tmp/\xff.db"],
+    ],
+)
 def test_text_fields_that_are_not_utf8_are_refused(db: Path, flag: list[bytes | str]) -> None:
     cli_json("add", "--", "true", db=db)
     before = rows(db, "SELECT * FROM jobs")

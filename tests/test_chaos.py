@@ -62,15 +62,18 @@ class Chaos:
     job_sleep_s: str
 
 
-SHORT = Chaos(jobs=150, workers=3, concurrency=3, kill_every_s=(0.2, 0.5), killing_s=8.0,
-              job_sleep_s="0.2")  # fmt: skip
-PG_FLEET = Chaos(jobs=200, workers=4, concurrency=8, kill_every_s=(0.2, 0.5), killing_s=8.0,
-                 job_sleep_s="0.2")  # fmt: skip
+SHORT = Chaos(
+    jobs=150, workers=3, concurrency=3, kill_every_s=(0.2, 0.5), killing_s=8.0, job_sleep_s="0.2"
+)
+PG_FLEET = Chaos(
+    jobs=200, workers=4, concurrency=8, kill_every_s=(0.2, 0.5), killing_s=8.0, job_sleep_s="0.2"
+)
 """Issue 22's fleet at speed: 4 workers x 8 slots on PostgreSQL, one killed
 every 0.2-0.5 s (each kill also closes its lease guard's pipe: the guard
 kills the dead worker's jobs, and the reap requeues them)."""
-LONG = Chaos(jobs=600, workers=4, concurrency=4, kill_every_s=(0.1, 0.4), killing_s=60.0,
-             job_sleep_s="0.3")  # fmt: skip
+LONG = Chaos(
+    jobs=600, workers=4, concurrency=4, kill_every_s=(0.1, 0.4), killing_s=60.0, job_sleep_s="0.3"
+)
 
 
 class Fleet:
@@ -86,8 +89,9 @@ class Fleet:
 
     def start(self) -> None:
         log = self.logs / f"worker-{len(self.started)}.log"
-        proc = start_worker(self.db, "--concurrency", str(self.concurrency),
-                            "--poll-interval", "0.1", log=log)  # fmt: skip
+        proc = start_worker(
+            self.db, "--concurrency", str(self.concurrency), "--poll-interval", "0.1", log=log
+        )
         self.live.append(proc)
         self.started.append(proc)
 
@@ -160,8 +164,9 @@ def submit_all(db: Db, folder: Path, count: int, sleep_s: str) -> list[int]:
     queue = open_write(str(db))
     spec = JobSpec(argv=["sh", "-c", JOB, "job", str(folder), sleep_s], timeout_seconds=60)
     try:
-        return queue.write(lambda conn: [submit(conn, spec, time.time()).job_id
-                                         for _ in range(count)])  # fmt: skip
+        return queue.write(
+            lambda conn: [submit(conn, spec, time.time()).job_id for _ in range(count)]
+        )
     finally:
         queue.engine.dispose()
 
@@ -182,8 +187,9 @@ def run_chaos(db: Db, folder: Path, fleet: Fleet, plan: Chaos) -> list[int]:
         if fleet.kill_one_running(rng):
             fleet.start()
     fleet.stop_all()
-    result = cli("work", "--drain", "--concurrency", "4", "--poll-interval", "0.1",
-                 db=db, json=True)  # fmt: skip
+    result = cli(
+        "work", "--drain", "--concurrency", "4", "--poll-interval", "0.1", db=db, json=True
+    )
     assert result.exit_code == 0, result.stdout + result.stderr
     assert result.data["drained"] is True
     return job_ids
@@ -291,18 +297,29 @@ def test_an_owner_that_heartbeats_is_never_touched_by_two_polling_workers(
     owner = fleet.live[0]
     wait_for(marker.exists, what="the job to start")
     for i in range(2):
-        fleet.started.append(start_worker(db, "--poll-interval", "0.1", log=tmp_path / f"{i}.log",
-                                          env={"SPOOLCTL_HANG_THRESHOLD": "1"}))  # fmt: skip
+        fleet.started.append(
+            start_worker(
+                db,
+                "--poll-interval",
+                "0.1",
+                log=tmp_path / f"{i}.log",
+                env={"SPOOLCTL_HANG_THRESHOLD": "1"},
+            )
+        )
         fleet.live.append(fleet.started[-1])
 
-    wait_for(lambda: rows(db, "SELECT state FROM jobs")[0]["state"] == "done", timeout=15,
-             what="the long job to finish")  # fmt: skip
+    wait_for(
+        lambda: rows(db, "SELECT state FROM jobs")[0]["state"] == "done",
+        timeout=15,
+        what="the long job to finish",
+    )
 
     assert owner.poll() is None, "the owner was fenced"
     (attempt,) = rows(db, "SELECT * FROM attempts")
     assert (attempt["worker_pid"], attempt["state"]) == (owner.pid, "succeeded")
-    events = [r["event"] for r in rows(db, "SELECT event FROM job_events WHERE job_id = ?",
-                                       (job_id,))]  # fmt: skip
+    events = [
+        r["event"] for r in rows(db, "SELECT event FROM job_events WHERE job_id = ?", (job_id,))
+    ]
     assert events == ["added", "claimed", "succeeded"]
     assert marker.read_text() == "x\n"
     fleet.stop_all()
@@ -325,6 +342,7 @@ def test_a_worker_killed_while_idle_is_not_listed_as_live(
         return [w["pid"] for w in result.data["workers"]]
 
     wait_for(lambda: ghost.pid not in listed(), timeout=10, what="the ghost to be buried")
-    assert [r["state"] for r in rows(db, "SELECT state FROM workers WHERE pid = ?",
-                                     (ghost.pid,))] == ["dead"]  # fmt: skip
+    assert [
+        r["state"] for r in rows(db, "SELECT state FROM workers WHERE pid = ?", (ghost.pid,))
+    ] == ["dead"]
     fleet.stop_all()

@@ -52,8 +52,14 @@ def states(queue: Queue) -> dict[int, str]:
 def claimed_events(queue: Queue) -> list[tuple[int, str]]:
     """(job, detail) of every claimed event, in the order they were written."""
     found = select(job_events.c.job_id, job_events.c.detail).where(job_events.c.event == "claimed")
-    return [tuple(r) for r in queue.read(lambda conn: conn.execute(  # type: ignore[misc]
-        found.order_by(job_events.c.id)).all())]  # fmt: skip
+    return [
+        tuple(r)
+        for r in queue.read(
+            lambda conn: conn.execute(  # type: ignore[misc]
+                found.order_by(job_events.c.id)
+            ).all()
+        )
+    ]
 
 
 def test_k_free_slots_take_the_first_k_jobs_in_claim_order(queue: Queue) -> None:
@@ -64,15 +70,19 @@ def test_k_free_slots_take_the_first_k_jobs_in_claim_order(queue: Queue) -> None
     assert all(c.attempt_no == 1 for c in claims)
     # each attempt's row names the files the layout gives it (PostgreSQL's
     # one-statement claim builds them in SQL), and its claimed event was written
-    rows = queue.read(lambda conn: conn.execute(
-        select(attempts.c.id, attempts.c.job_id, attempts.c.stdout_path, attempts.c.stderr_path)
-    ).all())  # fmt: skip
+    rows = queue.read(
+        lambda conn: conn.execute(
+            select(attempts.c.id, attempts.c.job_id, attempts.c.stdout_path, attempts.c.stderr_path)
+        ).all()
+    )
     assert sorted(tuple(r) for r in rows) == sorted(
         (c.attempt_id, c.job_id, *layout.attempt_paths(queue.output_root, c.job_id, 1))
         for c in claims
     )
-    assert all((c.stdout_path, c.stderr_path) == layout.attempt_paths(
-        queue.output_root, c.job_id, 1) for c in claims)  # fmt: skip
+    assert all(
+        (c.stdout_path, c.stderr_path) == layout.attempt_paths(queue.output_root, c.job_id, 1)
+        for c in claims
+    )
     assert claimed_events(queue) == [(c.job_id, '{"attempt":1}') for c in claims]
     assert sorted(i for i, s in states(queue).items() if s == "running") == sorted(
         c.job_id for c in claims
@@ -100,8 +110,9 @@ def test_a_paused_lane_hands_out_nothing(queue: Queue) -> None:
 
 def test_a_damaged_row_is_quarantined_and_the_next_job_fills_its_slot(queue: Queue) -> None:
     ids = [add(queue) for _ in range(4)]
-    queue.write(lambda conn: conn.execute(
-        update(jobs).where(jobs.c.id == ids[1]).values(argv="not json")))  # fmt: skip
+    queue.write(
+        lambda conn: conn.execute(update(jobs).where(jobs.c.id == ids[1]).values(argv="not json"))
+    )
     claims = take(queue, 3)
     assert [c.job_id for c in claims] == [ids[0], ids[2], ids[3]]
     assert states(queue)[ids[1]] == "dead"
@@ -110,8 +121,9 @@ def test_a_damaged_row_is_quarantined_and_the_next_job_fills_its_slot(queue: Que
         lambda conn: conn.execute(select(attempts.c.job_id)).scalars().all()
     )
     assert [job for job, _ in claimed_events(queue)] == [ids[0], ids[2], ids[3]]
-    started = queue.read(lambda conn: conn.execute(
-        select(jobs.c.started_at).where(jobs.c.id == ids[1])).scalar_one())  # fmt: skip
+    started = queue.read(
+        lambda conn: conn.execute(select(jobs.c.started_at).where(jobs.c.id == ids[1])).scalar_one()
+    )
     assert started is None
 
 
@@ -122,10 +134,21 @@ def _ended_elsewhere(queue: Queue, job_id: int, *, alive: bool) -> None:
     started = me.started_at if alive else 1.0
 
     def run(conn: Connection) -> None:
-        conn.execute(insert(attempts).values(
-            job_id=job_id, attempt_no=1, worker_id="old", worker_pid=me.pid, state="canceled",
-            started_at=time.time() - 5, stdout_path="o", stderr_path="e",
-            job_pid=me.pid, job_pgid=me.pid, job_started_at=started))  # fmt: skip
+        conn.execute(
+            insert(attempts).values(
+                job_id=job_id,
+                attempt_no=1,
+                worker_id="old",
+                worker_pid=me.pid,
+                state="canceled",
+                started_at=time.time() - 5,
+                stdout_path="o",
+                stderr_path="e",
+                job_pid=me.pid,
+                job_pgid=me.pid,
+                job_started_at=started,
+            )
+        )
 
     queue.write(run)
 

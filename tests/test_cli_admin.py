@@ -87,8 +87,10 @@ def test_doctor_reports_a_broken_config_and_bad_knobs(
     found = checks(result.envelope)
     assert result.exit_code == 3
     assert (found["config_valid"], found["env_valid"], found["db_path_resolved"]) == (
-        "fail", "fail", "fail",
-    )  # fmt: skip
+        "fail",
+        "fail",
+        "fail",
+    )
     assert found["spool_directory_writable"] == "skip"
     text = run_quiet("doctor")
     assert "not ready" in text.stdout and text.exit_code == 3
@@ -119,8 +121,11 @@ def test_config_validate(tmp_path: Path) -> None:
     assert ok.exit_code == 0
     assert ok.envelope["data"]["valid"] is True and ok.envelope["data"]["unknown_keys"] == []
     assert ok.envelope["data"]["recognized_keys"] == ["db_path"]
-    for name, text in (("extra", '{"db_path": "a.db", "extra": 1}'), ("bad", "[1, 2"),
-                       ("version", '{"version": 2}')):  # fmt: skip
+    for name, text in (
+        ("extra", '{"db_path": "a.db", "extra": 1}'),
+        ("bad", "[1, 2"),
+        ("version", '{"version": 2}'),
+    ):
         path = tmp_path / f"{name}.json"
         path.write_text(text)
         refused = run_json("config-validate", str(path))

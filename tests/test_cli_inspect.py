@@ -85,9 +85,14 @@ def test_show_has_every_column_attempts_and_events(q: Populated) -> None:
 def test_status_counts(q: Populated) -> None:
     status = data(q, "status")
     assert status["counts"] == {
-        "queued": 1, "running": 0, "done": 1, "failed": 0, "dead": 1, "canceled": 1,
+        "queued": 1,
+        "running": 0,
+        "done": 1,
+        "failed": 0,
+        "dead": 1,
+        "canceled": 1,
         "waiting": 0,
-    }  # fmt: skip
+    }
     assert status["scheduled"] == 1
     assert status["queues"]["other"]["scheduled"] == 1
     assert [d["id"] for d in status["recent_dead"]] == [q.dead]
@@ -141,11 +146,17 @@ def test_feedback_verdicts(q: Populated) -> None:
     bad = data(q, "feedback", str(q.dead), "--tail-bytes", "3", "--stream", "stderr")
     assert (bad["succeeded"], bad["exit_code"], bad["failure_reason"]) == (False, 3, "process_exit")
     assert bad["streams"]["stderr"] == {
-        "path": bad["streams"]["stderr"]["path"], "size_bytes": 5, "tail": "ps\n",
-        "truncated": True, "missing": False,
-        **({"source": "database", "stored_bytes": 5, "stored_truncated": False}
-           if is_postgres(q.db) else {}),
-    }  # fmt: skip
+        "path": bad["streams"]["stderr"]["path"],
+        "size_bytes": 5,
+        "tail": "ps\n",
+        "truncated": True,
+        "missing": False,
+        **(
+            {"source": "database", "stored_bytes": 5, "stored_truncated": False}
+            if is_postgres(q.db)
+            else {}
+        ),
+    }
     assert (
         bad["remediation"] == f"spoolctl output {q.dead} --stream stderr; spoolctl retry {q.dead}"
     )
@@ -185,13 +196,15 @@ def test_events_wait_returns_when_a_record_arrives(db: Db) -> None:
 
 
 def test_events_follow_ends_with_a_control_frame(q: Populated) -> None:
-    result = run_quiet(*q.args("events", "--json", "--follow", "--since-id", "0",
-                               "--max-events", "3"))  # fmt: skip
+    result = run_quiet(
+        *q.args("events", "--json", "--follow", "--since-id", "0", "--max-events", "3")
+    )
     frames = [json.loads(line) for line in result.stdout.splitlines()]
     assert [f["id"] for f in frames[:3]] == [1, 2, 3]
     assert frames[3]["control"]["type"] == "end" and frames[3]["control"]["reason"] == "max_events"
-    idle = run_quiet(*q.args("events", "--json", "--follow", "--since-id", "999",
-                             "--idle-timeout", "0.1"))  # fmt: skip
+    idle = run_quiet(
+        *q.args("events", "--json", "--follow", "--since-id", "999", "--idle-timeout", "0.1")
+    )
     assert json.loads(idle.stdout)["control"]["reason"] == "idle_timeout"
     assert error(q, "events", "--follow", "--limit", "5") == (1, "INVALID_INPUT")
     assert error(q, "events", "--wait", "--max-events", "5") == (1, "INVALID_INPUT")
@@ -224,9 +237,17 @@ def test_read_only_verbs_answer_while_the_write_lock_is_held(
 ) -> None:
     monkeypatch.setenv("SPOOLCTL_BUSY_TIMEOUT", "0.2")
     started = time.monotonic()
-    for args in (["status"], ["list"], ["show", str(q.done)], ["events"], ["workers"],
-                 ["output", str(q.done)], ["feedback", str(q.dead)], ["wait", str(q.done)],
-                 ["prune", "--older-than", "0", "--dry-run"]):  # fmt: skip
+    for args in (
+        ["status"],
+        ["list"],
+        ["show", str(q.done)],
+        ["events"],
+        ["workers"],
+        ["output", str(q.done)],
+        ["feedback", str(q.dead)],
+        ["wait", str(q.done)],
+        ["prune", "--older-than", "0", "--dry-run"],
+    ):
         assert q.json(*args).exit_code == 0, args
     assert time.monotonic() - started < 5
     assert q.json("cancel", str(q.scheduled)).envelope["errors"][0]["code"] == "LOCKED"
@@ -302,8 +323,10 @@ def test_events_follow_starts_at_the_end_of_the_ledger_unless_since_id_is_given(
     with open(out, "w") as sink:
         follower = subprocess.Popen(
             [sys.executable, "-m", "spoolctl", *q.args("events", "--follow", "--json")],
-            stdout=sink, stdin=subprocess.DEVNULL, env=child_env(),
-        )  # fmt: skip
+            stdout=sink,
+            stdin=subprocess.DEVNULL,
+            env=child_env(),
+        )
     try:
 
         def printed() -> list[dict[str, Any]]:
@@ -321,6 +344,7 @@ def test_events_follow_starts_at_the_end_of_the_ledger_unless_since_id_is_given(
     assert first["id"] > end and first["event"] == "added", "nothing from before it started"
     frames = [json.loads(line) for line in out.read_text().splitlines()]
     assert frames[-1]["control"]["reason"] == "interrupted"
-    replay = run_quiet(*q.args("events", "--json", "--follow", "--since-id", "0",
-                               "--max-events", "1"))  # fmt: skip
+    replay = run_quiet(
+        *q.args("events", "--json", "--follow", "--since-id", "0", "--max-events", "1")
+    )
     assert json.loads(replay.stdout.splitlines()[0])["id"] == 1

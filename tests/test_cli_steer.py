@@ -194,8 +194,10 @@ def test_output_follow_streams_a_running_attempt_until_it_ends(
     chunks = [(f["stream"], f["text"]) for f in frames[:-1]]
     assert chunks == [("stdout", "first\n"), ("stderr", "second\n")]
     assert frames[-1]["control"] == {
-        "type": "end", "reason": "attempt_ended", "attempt_state": "succeeded",
-    }  # fmt: skip
+        "type": "end",
+        "reason": "attempt_ended",
+        "attempt_state": "succeeded",
+    }
 
 
 def follow_after_a_first_look(

@@ -156,8 +156,11 @@ def test_the_reaper_ends_a_dead_workers_escaped_child_by_its_cgroup(
     first.wait(timeout=10)
     assert pid_alive(pid), "the escaped child outlives its worker"
 
-    wait_for(lambda: time.time() - job(db, job_id)["heartbeat_at"] > 1.5, 15,
-             what="the job to go stale (reap threshold 1 s)")  # fmt: skip
+    wait_for(
+        lambda: time.time() - job(db, job_id)["heartbeat_at"] > 1.5,
+        15,
+        what="the job to go stale (reap threshold 1 s)",
+    )
     result = cli("work", "--once", db=db, json=True)
     assert result.exit_code == 0, result.stdout + result.stderr
 
@@ -189,8 +192,9 @@ def test_an_attempts_cpu_time_and_peak_memory_come_from_its_cgroup(tmp_path: Pat
 
 def run_as_nobody(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     argv = [*as_nobody(), sys.executable, "-m", "spoolctl", *args]
-    return subprocess.run(argv, capture_output=True, text=True, env=child_env(),
-                          cwd=folder, timeout=60)  # fmt: skip
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=child_env(), cwd=folder, timeout=60
+    )
 
 
 @pytest.fixture
@@ -282,8 +286,11 @@ def test_an_idle_dead_workers_leftover_cgroup_directory_is_removed(
     try:
         wait_for(lambda: not os.path.exists(left), 20, what="the dead worker's directory to go")
         state = "SELECT state FROM workers WHERE id = ?"
-        wait_for(lambda: rows(db, state, (row["id"],))[0]["state"] == "dead", 20,
-                 what="the dead worker to be buried")  # fmt: skip
+        wait_for(
+            lambda: rows(db, state, (row["id"],))[0]["state"] == "dead",
+            20,
+            what="the dead worker to be buried",
+        )
     finally:
         second.terminate()
         second.wait(timeout=20)

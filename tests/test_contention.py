@@ -85,8 +85,11 @@ def test_every_acknowledged_add_exists_exactly_once_under_contention(
 ) -> None:
     assert run_quiet("add", "--db", str(db), "--json", "--", "true").exit_code == 0
     for i in range(2):
-        workers.append(start_worker(db, "--concurrency", "2", "--poll-interval", "0.1",
-                                    log=tmp_path / f"worker{i}.log"))  # fmt: skip
+        workers.append(
+            start_worker(
+                db, "--concurrency", "2", "--poll-interval", "0.1", log=tmp_path / f"worker{i}.log"
+            )
+        )
 
     answers = submit_concurrently(db)
 
@@ -98,10 +101,14 @@ def test_every_acknowledged_add_exists_exactly_once_under_contention(
         for r in rows(db, "SELECT id, argv FROM jobs WHERE id > 1")
     }
     assert stored == acknowledged, "an acknowledged add is missing or an unacknowledged one exists"
-    wait_for(lambda: rows(db, "SELECT count(*) AS n FROM jobs WHERE state != 'done'")[0]["n"] == 0,
-             timeout=40, what="every job done")  # fmt: skip
-    claims = Counter(r["job_id"] for r in rows(db, "SELECT job_id FROM job_events "
-                                                   "WHERE event = 'claimed'"))  # fmt: skip
+    wait_for(
+        lambda: rows(db, "SELECT count(*) AS n FROM jobs WHERE state != 'done'")[0]["n"] == 0,
+        timeout=40,
+        what="every job done",
+    )
+    claims = Counter(
+        r["job_id"] for r in rows(db, "SELECT job_id FROM job_events WHERE event = 'claimed'")
+    )
     assert set(claims.values()) == {1} and len(claims) == len(acknowledged) + 1
 
 

@@ -110,8 +110,9 @@ def test_brief_fits_its_budget_and_names_every_verb() -> None:
 def test_guide_mentions_only_verbs_and_flags_that_exist() -> None:
     data = run_json("robot-docs", "guide").envelope["data"]
     assert [s["title"] for s in data["sections"]][:2] == [
-        "Discover the contract", "Check local readiness"
-    ]  # fmt: skip
+        "Discover the contract",
+        "Check local readiness",
+    ]
     flags = {"--json", "--help", "--version"}
     for command in verb_commands().values():
         flags |= {f for p in command.params if isinstance(p, click.Option) for f in p.opts}

@@ -175,8 +175,7 @@ found in the output is the password, not a word that happens to match."""
 
 
 @settings(max_examples=300, deadline=None)
-@given(user=st.text("abcxyz", min_size=1, max_size=6), password=MARKED,
-       head=st.sampled_from(HEADS))  # fmt: skip
+@given(user=st.text("abcxyz", min_size=1, max_size=6), password=MARKED, head=st.sampled_from(HEADS))
 @example(user="a", password="0§://", head="postgresql:/")  # a '://' in the password
 @example(user="a", password="x?password=§", head="postgresql:/")
 def test_masking_never_leaks_a_password(user: str, password: str, head: str) -> None:

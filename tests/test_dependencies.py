@@ -346,9 +346,11 @@ def test_bad_batch_references_are_invalid_input_and_write_nothing(
     add_job(db, "true")
     batch = tmp_path / "bad.ndjson"
     batch.write_text(
-        json.dumps({"cmd": "true"}) + "\n"
-        + json.dumps({"cmd": "true", "after_jobs": after_jobs}) + "\n"
-    )  # fmt: skip
+        json.dumps({"cmd": "true"})
+        + "\n"
+        + json.dumps({"cmd": "true", "after_jobs": after_jobs})
+        + "\n"
+    )
     result = jrun(capsys, db, "add", "--batch", str(batch))
     assert result.exit_code == 1
     assert result.envelope["errors"][0]["code"] == "INVALID_INPUT"

@@ -298,8 +298,15 @@ def test_the_statements_that_differ(queue: Queue) -> None:
 
 def worker_row(worker_id: str) -> dict[str, object]:
     now = time.time()
-    return {"id": worker_id, "hostname": "h", "pid": 1, "queue": "default", "state": "running",
-            "started_at": now, "heartbeat_at": now}  # fmt: skip
+    return {
+        "id": worker_id,
+        "hostname": "h",
+        "pid": 1,
+        "queue": "default",
+        "state": "running",
+        "started_at": now,
+        "heartbeat_at": now,
+    }
 
 
 def test_writes_in_with_says_what_the_backend_runs(queue: Queue) -> None:

@@ -211,10 +211,16 @@ def test_a_foreign_file_at_the_database_path_stops_a_worker_and_doctor_names_it(
 def test_a_damaged_queue_is_found_by_doctor_and_refused_by_verbs(db: Path) -> None:
     add_jobs(db, *[["echo", "x" * 2000] for _ in range(50)])
     subprocess.run(
-        [sys.executable, "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); "
-         "c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()", str(db)],
-        check=True, timeout=20,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); "
+            "c.execute('PRAGMA wal_checkpoint(TRUNCATE)'); c.close()",
+            str(db),
+        ],
+        check=True,
+        timeout=20,
+    )
     half = db.stat().st_size // 2 // 4096 * 4096
     with open(db, "r+b") as handle:  # scribble over the later pages: the table's rows
         handle.seek(half)

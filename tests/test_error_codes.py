@@ -48,8 +48,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("web/actions.py", "Refused"): "the dashboard's HTTP refusal of an action (a 4xx page)",
     ("web/app.py", "Refused"): "the dashboard's HTTP refusal of an action (a 4xx page)",
     ("spawn.py", "_named"): "Popen's OSError for a program that cannot run: the attempt's "
-                            "spawn_failed outcome (execute.py), never a verb's error",
-}  # fmt: skip
+    "spawn_failed outcome (execute.py), never a verb's error",
+}
 
 
 def raise_sites() -> list[tuple[str, str, int]]:
@@ -179,8 +179,9 @@ def test_a_queue_this_user_cannot_read_is_unreadable_with_a_hint(tmp_path: Path)
     db.parent.chmod(0o700)
     os.chmod(tmp_path, 0o755)
     argv = [*as_nobody(), sys.executable, "-m", "spoolctl", "add", "--json", "--db", str(db)]
-    proc = subprocess.run([*argv, "--", "true"], capture_output=True, text=True,
-                          env=child_env(), cwd="/", timeout=60)  # fmt: skip
+    proc = subprocess.run(
+        [*argv, "--", "true"], capture_output=True, text=True, env=child_env(), cwd="/", timeout=60
+    )
     error = unusable(Result(proc.returncode, proc.stdout, proc.stderr), "unreadable")
     assert "permissions" in error["remediation"]
 
@@ -199,8 +200,13 @@ def test_doctor_without_the_postgresql_extra_and_a_url_names_the_install(tmp_pat
         (["add", "--json", "--db", "postgresql://u@localhost/q", "--", "true"], "postgresql"),
         (["web", "--json", "--db", str(tmp_path / "q.db")], "web"),
     ):
-        proc = subprocess.run([sys.executable, "-m", "spoolctl", *args], capture_output=True,
-                              text=True, env=env, timeout=60)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "spoolctl", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         (error,) = Result(proc.returncode, proc.stdout, proc.stderr).envelope["errors"]
         assert (proc.returncode, error["code"]) == (3, "EXTRA_MISSING"), error
         assert error["detail"]["install"] == f"pip install 'spoolctl[{extra}]'"

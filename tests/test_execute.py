@@ -163,8 +163,10 @@ def ended_by(db: Db, job_id: int) -> tuple[int | None, int | None, int | None]:
     (ending,) = [e for e in data["events"] if e["event"] in ("failed", "timed_out")]
     detail = ending["detail"]
     assert (detail["attempt"], detail["exit_code"], detail["signal"]) == (
-        1, attempt["exit_code"], attempt["signal"],
-    )  # fmt: skip
+        1,
+        attempt["exit_code"],
+        attempt["signal"],
+    )
     return attempt["exit_code"], data["job"]["last_exit_code"], attempt["signal"]
 
 

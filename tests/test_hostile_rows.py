@@ -177,10 +177,19 @@ number beyond PostgreSQL's INTEGER."""
 def verbs(job_id: int) -> list[list[str]]:
     jid = str(job_id)
     return [
-        ["list"], ["list", "--state", "queued"], ["status"], ["show", jid], ["feedback", jid],
-        ["output", jid], ["wait", jid, "--timeout", "0"], ["events"], ["workers", "--all"],
-        ["cancel", jid], ["retry", jid], ["prune", "--dry-run", "--older-than", "0s"],
-    ]  # fmt: skip
+        ["list"],
+        ["list", "--state", "queued"],
+        ["status"],
+        ["show", jid],
+        ["feedback", jid],
+        ["output", jid],
+        ["wait", jid, "--timeout", "0"],
+        ["events"],
+        ["workers", "--all"],
+        ["cancel", jid],
+        ["retry", jid],
+        ["prune", "--dry-run", "--older-than", "0s"],
+    ]
 
 
 @pytest.mark.parametrize("damage", sorted(HOSTILE))
@@ -237,8 +246,9 @@ def test_a_negative_zero_or_huge_timeout_never_hangs_or_crashes_a_worker(
     q: Populated, timeout: int
 ) -> None:
     job_id = add(q.db, "true")
-    tamper(q.db, "UPDATE jobs SET timeout_seconds = ?, max_retries = 0 WHERE id = ?",
-           (timeout, job_id))  # fmt: skip
+    tamper(
+        q.db, "UPDATE jobs SET timeout_seconds = ?, max_retries = 0 WHERE id = ?", (timeout, job_id)
+    )
     started = time.monotonic()
 
     result = cli_json("work", "--drain", db=q.db)

@@ -107,9 +107,16 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
     names, keys, hostnames, errors)."""
     db = tmp_path_factory.mktemp("hostile") / "spool" / "queue.db"
     shell = added(
-        db, "--note", HOSTILE, "--tag", f"k{TITLE}={HOSTILE}", "--env", f"E{CSI}={HOSTILE}",
-        "-c", CR_TRICK + " #",
-    )  # fmt: skip
+        db,
+        "--note",
+        HOSTILE,
+        "--tag",
+        f"k{TITLE}={HOSTILE}",
+        "--env",
+        f"E{CSI}={HOSTILE}",
+        "-c",
+        CR_TRICK + " #",
+    )
     printer = added(db, "--", "printf", PRINTF_FORMAT)
     refused = added(db, "--", "true")
     drained = spoolctl(db, "work", "--drain", "--worker-id", f"w{HOSTILE}")
@@ -118,26 +125,39 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Hostile:
     paused = spoolctl(db, "pause", "default", "--reason", HOSTILE)
     assert paused.code == 0, paused.err
     for sql, params in [
-        ("UPDATE jobs SET queue = ?, idempotency_key = ?, last_error = ? WHERE id = ?",
-         (f"q{TITLE}", HOSTILE, HOSTILE, lane_job)),
+        (
+            "UPDATE jobs SET queue = ?, idempotency_key = ?, last_error = ? WHERE id = ?",
+            (f"q{TITLE}", HOSTILE, HOSTILE, lane_job),
+        ),
         ("UPDATE attempts SET error = ? WHERE job_id = ?", (HOSTILE, printer)),
         ("UPDATE workers SET hostname = ?", (f"h{CLIPBOARD}",)),
         ("UPDATE attempts SET stdout_path = ? WHERE job_id = ?", (f"/tmp/x{TITLE}", refused)),
-    ]:  # fmt: skip
+    ]:
         execute(db, sql, params)
     return Hostile(db, shell, printer, lane_job, refused)
 
 
 def views(h: Hostile) -> list[list[str]]:
     return [
-        ["list"], ["list", "--state", "done"], ["show", str(h.shell)], ["show", str(h.printer)],
-        ["show", str(h.lane_job)], ["status"], ["workers", "--all"], ["events"],
-        ["events", "--job", str(h.printer)], ["output", str(h.printer)],
-        ["feedback", str(h.printer)], ["feedback", str(h.lane_job)],
-        ["output", str(h.refused)], ["output", str(h.refused), "--raw"],
-        ["wait", str(h.shell), "--timeout", "0"], ["pause", "default"], ["resume", "--all"],
+        ["list"],
+        ["list", "--state", "done"],
+        ["show", str(h.shell)],
+        ["show", str(h.printer)],
+        ["show", str(h.lane_job)],
+        ["status"],
+        ["workers", "--all"],
+        ["events"],
+        ["events", "--job", str(h.printer)],
+        ["output", str(h.printer)],
+        ["feedback", str(h.printer)],
+        ["feedback", str(h.lane_job)],
+        ["output", str(h.refused)],
+        ["output", str(h.refused), "--raw"],
+        ["wait", str(h.shell), "--timeout", "0"],
+        ["pause", "default"],
+        ["resume", "--all"],
         ["pause", "default", "--reason", HOSTILE],
-    ]  # fmt: skip
+    ]
 
 
 @pytest.mark.slow
@@ -251,8 +271,11 @@ def test_events_show_each_detail_compact_and_show_lists_the_events(hostile: Host
     listed = spoolctl(hostile.db, "events", "--job", str(hostile.printer)).out.decode()
     claimed = [line for line in listed.splitlines() if " claimed " in line]
     assert claimed and claimed[0].endswith('{"attempt":1}'), listed
-    lane = [line for line in spoolctl(hostile.db, "events").out.decode().splitlines()
-            if "lane default paused" in line]  # fmt: skip
+    lane = [
+        line
+        for line in spoolctl(hostile.db, "events").out.decode().splitlines()
+        if "lane default paused" in line
+    ]
     assert lane and '"reason":"a\\u001b]0;pwned\\u0007b' in lane[0], lane
     shown_job = spoolctl(hostile.db, "show", str(hostile.printer)).out.decode()
     events = shown_job.split("events:\n", 1)[1].splitlines()
@@ -302,9 +325,26 @@ def test_shown_never_raises_and_leaves_nothing_unprintable(text: str) -> None:
     assert shown_argv([text, text]).isprintable()
 
 
-WORDS = ["plain", "two words", "it's", "back\\slash", CR_TRICK, "\x1b]0;t\x07", "tab\there",
-         "nl\nx", "del\x7f", "é ✓", "\udcff\udc80raw", "'", "", "$HOME `x`", "c1\x9b6n",
-         "nbsp\xa0", "bidi\u202e", "tag\U000e0041"]  # fmt: skip
+WORDS = [
+    "plain",
+    "two words",
+    "it's",
+    "back\\slash",
+    CR_TRICK,
+    "\x1b]0;t\x07",
+    "tab\there",
+    "nl\nx",
+    "del\x7f",
+    "é ✓",
+    "\udcff\udc80raw",
+    "'",
+    "",
+    "$HOME `x`",
+    "c1\x9b6n",
+    "nbsp\xa0",
+    "bidi\u202e",
+    "tag\U000e0041",
+]
 
 
 def test_a_shown_command_reads_back_in_bash_as_the_same_words() -> None:
@@ -325,5 +365,6 @@ def test_the_escaping_module_is_a_leaf_of_the_standard_library() -> None:
     from tests.test_layering import PACKAGE, imported_modules
 
     modules = imported_modules(PACKAGE / "text.py")
-    assert modules and all(m.split(".")[0] in sys.stdlib_module_names | {"__future__"}
-                           for m in modules), modules  # fmt: skip
+    assert modules and all(
+        m.split(".")[0] in sys.stdlib_module_names | {"__future__"} for m in modules
+    ), modules

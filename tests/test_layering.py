@@ -70,8 +70,9 @@ def test_prometheus_client_is_imported_only_by_the_exposition_module() -> None:
         assert not any(m.startswith("prometheus_client") for m in imported_modules(path)), path
     importers = [p for p in PACKAGE.rglob("*.py") if "spoolctl.exposition" in p.read_text()]
     assert sorted(p.relative_to(PACKAGE).as_posix() for p in importers) == [
-        "cli/metrics.py", "web/app.py"
-    ]  # fmt: skip
+        "cli/metrics.py",
+        "web/app.py",
+    ]
 
 
 def modules_after(argv: list[str], tmp_path: Path) -> tuple[dict[str, Any], set[str]]:
@@ -158,10 +159,21 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         else:
             shutil.copy2(origin, source / name)
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-w", str(out), str(source)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return next(out.glob("spoolctl-*.whl"))
 
@@ -176,8 +188,11 @@ def test_wheel_ships_the_revision_scripts(wheel: Path) -> None:
     assert in_repo <= shipped
     modules = {p.relative_to(REPO).as_posix() for p in (REPO / "spoolctl").rglob("*.py")}
     assert modules - set(names) == set(), "a package of spoolctl/ is missing from the wheel"
-    web_files = {p.relative_to(REPO).as_posix() for p in (REPO / "spoolctl" / "web").rglob("*")
-                 if p.is_file() and p.suffix in (".html", ".js", ".css")}  # fmt: skip
+    web_files = {
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "spoolctl" / "web").rglob("*")
+        if p.is_file() and p.suffix in (".html", ".js", ".css")
+    }
     assert web_files and web_files <= set(names)
 
 
@@ -188,25 +203,39 @@ def test_installed_wheel_migrates_from_any_directory(tmp_path: Path, wheel: Path
     elsewhere.mkdir()
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],
-        check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     env = child_env({"PYTHONPATH": str(target)})
     db = elsewhere / "q" / "queue.db"
     where = subprocess.run(
         [sys.executable, "-c", "import spoolctl; print(spoolctl.__file__)"],
-        capture_output=True, text=True, cwd=elsewhere, env=env, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        check=True,
+    )
     assert where.stdout.startswith(str(target))
     for argv in (["migrate", "--db", str(db)], ["add", "--db", str(db), "--", "true"]):
         proc = subprocess.run(
             [sys.executable, "-m", "spoolctl", *argv],
-            capture_output=True, text=True, cwd=elsewhere, env=env, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            cwd=elsewhere,
+            env=env,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
     status = subprocess.run(
         [sys.executable, "-m", "spoolctl", "migrate", "--status", "--db", str(db), "--json"],
-        capture_output=True, text=True, cwd=elsewhere, env=env, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=60,
+    )
     data = json.loads(status.stdout)["data"]
     assert data["current"] == data["head"]
     assert data["pending"] == []
@@ -267,11 +296,25 @@ def _is_check(line: str) -> bool:
 
 MODULE_MAX_LINES = 400
 CLASS_MAX_LINES = 200
-SIZE_EXEMPT: dict[str, str] = {}
+SIZE_EXEMPT: dict[str, str] = {
+    "spoolctl/cli/schemas.py": (
+        "the data schema of every verb, one declaration each: a reference table"
+        " read by lookup, not top to bottom; split by length it made an import circle"
+    ),
+    "spoolctl/cli/capabilities.py": (
+        "one function per section of the published contract (verbs, codes,"
+        " environment, limits, scheduling), each built from its own source of truth"
+    ),
+    "spoolctl/worker/loop.py": (
+        "class Worker sequences every duty of a worker's pass; its size is the"
+        " number of duties, each a short method"
+    ),
+}
 """Modules of spoolctl/ allowed past the limits (path from the repository
-root -> why), each until its reason goes: an exemption no longer needed fails
-the test too. Empty: worker.py, reaping.py and services/reaper.py, the last
-ones over, became the worker package and the liveness module (issue 21)."""
+root -> why, on `ruff format`'s layout), each until its reason goes: an
+exemption no longer needed fails the test too. A limit is a prompt to look,
+not a reason to split: a module split only for length is worse than one
+long module with a reason here."""
 
 
 def oversized(path: Path, root: Path) -> list[str]:
@@ -310,8 +353,9 @@ def size_problems(package: Path, root: Path, exempt: dict[str, str]) -> list[str
 
 
 def test_every_module_and_class_is_short_enough_to_read() -> None:
-    """A newcomer reads any module of spoolctl/ in one sitting (issue 21): no
-    module over 400 lines, no class over 200, unless an exemption says why."""
+    """A newcomer reads any module of spoolctl/ in one sitting: no module over
+    400 lines, no class over 200 (as `ruff format` lays them out, which the
+    linters hold), unless an exemption says why."""
     assert size_problems(PACKAGE, REPO, SIZE_EXEMPT) == []
 
 

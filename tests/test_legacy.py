@@ -24,18 +24,44 @@ from tests.helpers import REPO, Result, cli, cli_json, inproc
 FIXTURES = Path(os.environ.get("SPOOLCTL_LEGACY_FIXTURES", REPO / "tests/fixtures/legacy"))
 EXPECTED: dict[str, Any] = json.loads((FIXTURES / "expected.json").read_text())["fixtures"]
 NAMES = sorted(EXPECTED)
-DERIVED_REASON = {"failed": "unknown", "timed_out": "timeout", "canceled": "canceled",
-                  "abandoned": "worker_crash"}  # fmt: skip
+DERIVED_REASON = {
+    "failed": "unknown",
+    "timed_out": "timeout",
+    "canceled": "canceled",
+    "abandoned": "worker_crash",
+}
 JOB_DEFAULTS = {"queue": "default", "priority": 0, "crashes": 0, "tags": {}, "env": {}}
 PLAIN_JOB_FIELDS = (
-    "state", "attempts", "max_retries", "max_crashes", "timeout_seconds", "idempotency_key",
-    "note", "cwd", "created_at", "next_run_at", "started_at", "finished_at", "locked_by",
-    "locked_pid", "locked_at", "heartbeat_at", "last_exit_code", "last_error",
-)  # fmt: skip
+    "state",
+    "attempts",
+    "max_retries",
+    "max_crashes",
+    "timeout_seconds",
+    "idempotency_key",
+    "note",
+    "cwd",
+    "created_at",
+    "next_run_at",
+    "started_at",
+    "finished_at",
+    "locked_by",
+    "locked_pid",
+    "locked_at",
+    "heartbeat_at",
+    "last_exit_code",
+    "last_error",
+)
 PLAIN_ATTEMPT_FIELDS = (
-    "job_id", "attempt_no", "worker_id", "worker_pid", "state", "started_at", "finished_at",
-    "exit_code", "error",
-)  # fmt: skip
+    "job_id",
+    "attempt_no",
+    "worker_id",
+    "worker_pid",
+    "state",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "error",
+)
 
 
 def copy_fixture(name: str, dest: Path) -> Path:

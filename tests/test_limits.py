@@ -109,9 +109,15 @@ def test_a_job_that_requires_limits_waits_for_a_worker_that_can_enforce_them(
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [("--memory", "10"), ("--memory", "lots"), ("--memory", "2P"), ("--cpus", "0"),
-     ("--cpus", "nan"), ("--cpus", "2000")],
-)  # fmt: skip
+    [
+        ("--memory", "10"),
+        ("--memory", "lots"),
+        ("--memory", "2P"),
+        ("--cpus", "0"),
+        ("--cpus", "nan"),
+        ("--cpus", "2000"),
+    ],
+)
 def test_bad_limits_are_invalid_input_and_add_nothing(
     tmp_path: Path, flag: str, value: str
 ) -> None:

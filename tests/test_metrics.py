@@ -92,8 +92,9 @@ def test_the_exposition_says_what_the_queue_holds(db: Db) -> None:
     assert value("spoolctl_oldest_due_job_age_seconds", queue="default") == 0, "only a future job"
     assert value("spoolctl_lane_live_workers", queue="default") == 0, "the drain has retired"
     assert value("spoolctl_attempts_ended_total", outcome="succeeded", failure_reason="") == 1
-    assert value("spoolctl_attempts_ended_total", outcome="failed",
-                 failure_reason="process_exit") == 1  # fmt: skip
+    assert (
+        value("spoolctl_attempts_ended_total", outcome="failed", failure_reason="process_exit") == 1
+    )
     assert value("spoolctl_reaps_total") == 0
     assert value("spoolctl_orphans_unconfirmed") == 0
     assert value("spoolctl_recent_attempt_duration_seconds_bucket", le="+Inf") == 2
@@ -128,8 +129,11 @@ def test_live_workers_their_attempts_and_free_slots(db: Path) -> None:
     add_job(db, "sleep", "30", queue="gpu")
     worker = start_worker(db, "--queue", "gpu", "--slots", "3")
     try:
-        wait_for(lambda: scrape(db)[0].get(("spoolctl_lane_running_jobs", (("queue", "gpu"),))),
-                 timeout=20, what="the job to run")  # fmt: skip
+        wait_for(
+            lambda: scrape(db)[0].get(("spoolctl_lane_running_jobs", (("queue", "gpu"),))),
+            timeout=20,
+            what="the job to run",
+        )
         samples, _ = scrape(db)
         gpu = (("queue", "gpu"),)
         assert samples[("spoolctl_lane_live_workers", gpu)] == 1
@@ -165,8 +169,15 @@ def test_kept_totals_agree_with_a_fresh_count_through_runs_and_prunes(db: Db) ->
     queue = open_read(str(db))
     assert queue is not None
     try:
-        wait_for(lambda: queue.read(lambda c: metrics.collect(c, time.time(), live_within_s=30))
-                 .lanes["default"].running, timeout=20, what="the job to run")  # fmt: skip
+        wait_for(
+            lambda: (
+                queue.read(lambda c: metrics.collect(c, time.time(), live_within_s=30))
+                .lanes["default"]
+                .running
+            ),
+            timeout=20,
+            what="the job to run",
+        )
     finally:
         queue.dispose()
     assert read() == fresh_totals(db), "a running attempt is not counted yet"
@@ -216,8 +227,9 @@ def test_without_the_extra_the_verb_and_the_page_name_the_install(
 
 def client_for(db: Db, guard: Guard) -> TestClient:
     target = str(db)
-    access = QueueAccess(lambda: open_read(target), lambda: open_write(target),
-                         driver_of(target).display)  # fmt: skip
+    access = QueueAccess(
+        lambda: open_read(target), lambda: open_write(target), driver_of(target).display
+    )
     app = create_app(access, guard, Settings(False, "web: tester"))
     return TestClient(app, base_url=f"http://127.0.0.1:{guard.port}", follow_redirects=False)
 

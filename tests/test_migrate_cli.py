@@ -74,10 +74,15 @@ def test_read_only_use_of_a_missing_db_creates_nothing(
         assert run(capsys, db, verb, *args).exit_code == 0, verb
     status = run(capsys, db, "migrate", "--status").data
     assert status | {"db_path": None} == {
-        "db_path": None, "exists": False, "current": None, "head": HEAD_REVISION,
-        "pending": list(KNOWN_REVISIONS), "legacy_detected": False,
-        "legacy_schema_version": None, "up_to_date": False,
-    }  # fmt: skip
+        "db_path": None,
+        "exists": False,
+        "current": None,
+        "head": HEAD_REVISION,
+        "pending": list(KNOWN_REVISIONS),
+        "legacy_detected": False,
+        "legacy_schema_version": None,
+        "up_to_date": False,
+    }
     sql = run(capsys, db, "migrate", "--sql").data["sql"]
     assert "CREATE TABLE jobs" in sql
     assert not db.parent.exists()
@@ -132,9 +137,13 @@ def test_a_newer_db_is_refused_and_nothing_is_written(
     stamp_future(db)
     before = contents(db)
     for verb, *args in (
-        ("list",), ("add", "--", "true"), ("work", "--once"), ("migrate",), ("migrate", "--sql"),
+        ("list",),
+        ("add", "--", "true"),
+        ("work", "--once"),
+        ("migrate",),
+        ("migrate", "--sql"),
         ("migrate", "--downgrade", OLD, "--yes"),
-    ):  # fmt: skip
+    ):
         result = run(capsys, db, verb, *args)
         assert result.exit_code == 3, verb
         assert error(result)["code"] == "SCHEMA_TOO_NEW", verb
@@ -196,8 +205,10 @@ def test_to_and_downgrade_move_one_step_each_way(
     assert up["applied"] == list(KNOWN_REVISIONS[1:])
     down = run(capsys, db, "migrate", "--downgrade", OLD, "--yes").data
     assert (down["direction"], down["applied"], down["to_revision"]) == (
-        "downgrade", list(reversed(KNOWN_REVISIONS[1:])), OLD,
-    )  # fmt: skip
+        "downgrade",
+        list(reversed(KNOWN_REVISIONS[1:])),
+        OLD,
+    )
     assert revision_of(Path(down["backup_path"])) == HEAD_REVISION
 
 

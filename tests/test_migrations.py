@@ -105,9 +105,19 @@ def populate(db: Path) -> None:
             conn.execute(
                 "INSERT INTO jobs (id, argv, state, next_run_at, created_at, idempotency_key, "
                 "tags, env, note, last_failure_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (i, f'["echo","{i}"]', ("queued", "done", "dead")[i % 3], 10.0 + i, 1.0 + i,
-                 f"key-{i}", '{"t":"v"}', '{"K":"V"}', f"note {i}", "process_exit"),
-            )  # fmt: skip
+                (
+                    i,
+                    f'["echo","{i}"]',
+                    ("queued", "done", "dead")[i % 3],
+                    10.0 + i,
+                    1.0 + i,
+                    f"key-{i}",
+                    '{"t":"v"}',
+                    '{"K":"V"}',
+                    f"note {i}",
+                    "process_exit",
+                ),
+            )
             conn.execute(
                 "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, "
                 "started_at, failure_reason, stdout_path, stderr_path) "
@@ -275,23 +285,59 @@ def populate_every_state(db: Path) -> None:
                 "env, note, cwd, locked_by, locked_pid, locked_at, heartbeat_at, last_exit_code, "
                 "last_error, last_failure_reason) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (i, f'["echo","{i}"]', state, f"q{i % 2}", i - 3, 10.0 + i, 1.0 + i, 2.0 + i,
-                 3.0 + i, i, i // 2, i if i % 2 else None, f"key-{i}", '{"t":"v"}', '{"K":"V"}',
-                 f"note {i}", "/tmp", "w" if state == "running" else None,
-                 42 if state == "running" else None, 2.0 + i, 2.5 + i, i - 1, f"error {i}",
-                 ("process_exit", "timeout", "spawn_failed", "worker_crash", "canceled",
-                  "unknown")[i - 1]),
-            )  # fmt: skip
+                (
+                    i,
+                    f'["echo","{i}"]',
+                    state,
+                    f"q{i % 2}",
+                    i - 3,
+                    10.0 + i,
+                    1.0 + i,
+                    2.0 + i,
+                    3.0 + i,
+                    i,
+                    i // 2,
+                    i if i % 2 else None,
+                    f"key-{i}",
+                    '{"t":"v"}',
+                    '{"K":"V"}',
+                    f"note {i}",
+                    "/tmp",
+                    "w" if state == "running" else None,
+                    42 if state == "running" else None,
+                    2.0 + i,
+                    2.5 + i,
+                    i - 1,
+                    f"error {i}",
+                    (
+                        "process_exit",
+                        "timeout",
+                        "spawn_failed",
+                        "worker_crash",
+                        "canceled",
+                        "unknown",
+                    )[i - 1],
+                ),
+            )
             for n, attempt_state in enumerate(ATTEMPT_STATES, 1):
                 conn.execute(
                     "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, "
                     "started_at, finished_at, exit_code, error, failure_reason, stdout_path, "
                     "stderr_path, job_pid, job_pgid, job_started_at) "
                     "VALUES (?, ?, 'w', 42, ?, ?, ?, ?, ?, ?, ?, ?, 7, 7, 1.5)",
-                    (i, n, attempt_state, 2.0 + n, 3.0 + n, n, f"e{n}",
-                     None if attempt_state in ("running", "succeeded") else "process_exit",
-                     f"/s/output/{i}/{n}/stdout", f"/s/output/{i}/{n}/stderr"),
-                )  # fmt: skip
+                    (
+                        i,
+                        n,
+                        attempt_state,
+                        2.0 + n,
+                        3.0 + n,
+                        n,
+                        f"e{n}",
+                        None if attempt_state in ("running", "succeeded") else "process_exit",
+                        f"/s/output/{i}/{n}/stdout",
+                        f"/s/output/{i}/{n}/stderr",
+                    ),
+                )
             for event in ("added", "claimed", "failed", "orphan_unconfirmed"):
                 conn.execute(
                     "INSERT INTO job_events (job_id, at, event, worker_id, detail) "

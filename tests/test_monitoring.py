@@ -42,8 +42,7 @@ TOKEN = "prometheus-scrapes-with-this-token"
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60,
-                          cwd=REPO)  # fmt: skip
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60, cwd=REPO)
 
 
 def test_promtool_checks_the_rules_and_their_unit_tests_pass() -> None:
@@ -114,10 +113,17 @@ class Prometheus:
         )
         self.log = folder / "prometheus.log"
         self.proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={folder / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=self.log.open("w"), stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={folder / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("w"),
+            stdin=subprocess.DEVNULL,
+        )
 
     def get(self, path: str) -> dict[str, object]:
         url = f"http://127.0.0.1:{self.port}{path}"
@@ -153,10 +159,25 @@ class Web:
 
     def __init__(self, db: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spoolctl", "web", "--db", str(db), "--token", TOKEN,
-             "--host", "127.0.0.1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=child_env(), stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "spoolctl",
+                "web",
+                "--db",
+                str(db),
+                "--token",
+                TOKEN,
+                "--host",
+                "127.0.0.1",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+        )
         assert self.proc.stdout is not None
         first = self.proc.stdout.readline()
         assert first, self.proc.stderr.read() if self.proc.stderr else ""
@@ -189,8 +210,12 @@ def test_a_real_prometheus_scrapes_the_web_while_a_worker_drains(
 ) -> None:
     db, prometheus = scraped
     wait_for(prometheus.ready, timeout=15, interval=0.1, what="prometheus to be ready")
-    wait_for(lambda: prometheus.query('up{job="spoolctl"}').get("") == 1, timeout=10,
-             interval=0.2, what="the first scrape to succeed (behind the token)")  # fmt: skip
+    wait_for(
+        lambda: prometheus.query('up{job="spoolctl"}').get("") == 1,
+        timeout=10,
+        interval=0.2,
+        what="the first scrape to succeed (behind the token)",
+    )
     for _ in range(3):
         add_job(db, "sleep", "1.5")
     add_job(db, "false", max_retries=0)

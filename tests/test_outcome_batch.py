@@ -71,12 +71,15 @@ def test_a_pass_records_each_job_as_it_would_alone(queue: Queue) -> None:
     assert sorted(taken) == ids
     queue.write(lambda conn: cancel(conn, ids[2], running_ok=True, now=time.time()))
     failure = Outcome(3, FailureReason.PROCESS_EXIT, "exit 3")
-    states = record(queue, [
-        ending(taken[ids[0]], pid=4100),
-        ending(taken[ids[1]], pid=4200),
-        ending(taken[ids[2]], pid=4300),
-        ending(taken[ids[3]], failure, pid=4400),
-    ])  # fmt: skip
+    states = record(
+        queue,
+        [
+            ending(taken[ids[0]], pid=4100),
+            ending(taken[ids[1]], pid=4200),
+            ending(taken[ids[2]], pid=4300),
+            ending(taken[ids[3]], failure, pid=4400),
+        ],
+    )
     assert states == [JobState.DONE, JobState.DONE, None, JobState.QUEUED]
     assert column(queue, select(jobs.c.id, jobs.c.state)) == dict(
         zip(ids, ["done", "done", "canceled", "queued"], strict=True)
@@ -126,22 +129,35 @@ def test_contained_and_plain_successes_of_one_pass_keep_what_each_measured(queue
     as they were), and the `succeeded` events follow the order of the pass."""
     ids = [add(queue) for _ in range(3)]
     taken = {c.job_id: c for c in take(queue, 3)}
-    measured = Outcome(0, None, cgroup="/sys/fs/cgroup/x", peak_memory_bytes=5 << 20,
-                       cpu_time_s=0.25)  # fmt: skip
+    measured = Outcome(
+        0, None, cgroup="/sys/fs/cgroup/x", peak_memory_bytes=5 << 20, cpu_time_s=0.25
+    )
     unmeasured = Outcome(0, None, cgroup="/sys/fs/cgroup/y")
     order = [ids[2], ids[0], ids[1]]
     outcomes = {ids[2]: measured, ids[0]: SUCCESS, ids[1]: unmeasured}
     states = record(queue, [ending(taken[j], outcomes[j], pid=900 + j) for j in order])
     assert states == [JobState.DONE] * 3
-    found = queue.read(lambda conn: conn.execute(select(
-        attempts.c.job_id, attempts.c.state, attempts.c.job_pid, attempts.c.job_pgid,
-        attempts.c.cgroup, attempts.c.peak_memory_bytes, attempts.c.cpu_time_s,
-        attempts.c.exit_code)).all())  # fmt: skip
-    assert sorted(tuple(row) for row in found) == sorted([
-        (ids[2], "succeeded", 900 + ids[2], 900 + ids[2], "/sys/fs/cgroup/x", 5 << 20, 0.25, 0),
-        (ids[0], "succeeded", 900 + ids[0], 900 + ids[0], None, None, None, 0),
-        (ids[1], "succeeded", 900 + ids[1], 900 + ids[1], "/sys/fs/cgroup/y", None, None, 0),
-    ])  # fmt: skip
+    found = queue.read(
+        lambda conn: conn.execute(
+            select(
+                attempts.c.job_id,
+                attempts.c.state,
+                attempts.c.job_pid,
+                attempts.c.job_pgid,
+                attempts.c.cgroup,
+                attempts.c.peak_memory_bytes,
+                attempts.c.cpu_time_s,
+                attempts.c.exit_code,
+            )
+        ).all()
+    )
+    assert sorted(tuple(row) for row in found) == sorted(
+        [
+            (ids[2], "succeeded", 900 + ids[2], 900 + ids[2], "/sys/fs/cgroup/x", 5 << 20, 0.25, 0),
+            (ids[0], "succeeded", 900 + ids[0], 900 + ids[0], None, None, None, 0),
+            (ids[1], "succeeded", 900 + ids[1], 900 + ids[1], "/sys/fs/cgroup/y", None, None, 0),
+        ]
+    )
     query = select(job_events.c.job_id).where(job_events.c.event == "succeeded")
     written = queue.read(lambda conn: conn.execute(query.order_by(job_events.c.id)).scalars().all())
     assert written == order

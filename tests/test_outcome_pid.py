@@ -44,9 +44,18 @@ def claimed(queue: Queue) -> claim.Claim:
 
 
 def end(queue: Queue, taken: claim.Claim, outcome: Outcome, pid: int | None) -> object:
-    return queue.write(lambda conn: record_outcome(
-        conn, job_id=taken.job_id, attempt_id=taken.attempt_id, attempt_no=taken.attempt_no,
-        worker_id="w", outcome=outcome, now=time.time(), pid=pid))  # fmt: skip
+    return queue.write(
+        lambda conn: record_outcome(
+            conn,
+            job_id=taken.job_id,
+            attempt_id=taken.attempt_id,
+            attempt_no=taken.attempt_no,
+            worker_id="w",
+            outcome=outcome,
+            now=time.time(),
+            pid=pid,
+        )
+    )
 
 
 def process_of(queue: Queue, attempt_id: int) -> tuple[object, object, object]:
@@ -68,8 +77,12 @@ def test_an_unrecorded_spawn_is_written_with_the_outcome(queue: Queue, outcome: 
 
 def test_a_recorded_spawn_is_kept(queue: Queue) -> None:
     taken = claimed(queue)
-    queue.write(lambda conn: conn.execute(
-        update(attempts).where(attempts.c.id == taken.attempt_id)
-        .values(job_pid=77, job_pgid=77, job_started_at=123.5)))  # fmt: skip
+    queue.write(
+        lambda conn: conn.execute(
+            update(attempts)
+            .where(attempts.c.id == taken.attempt_id)
+            .values(job_pid=77, job_pgid=77, job_started_at=123.5)
+        )
+    )
     end(queue, taken, Outcome(0, None), pid=4242)
     assert process_of(queue, taken.attempt_id) == (77, 77, 123.5)

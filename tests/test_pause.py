@@ -167,10 +167,17 @@ def test_shell_completion_offers_the_new_verbs_and_flags() -> None:
     def complete(words: str) -> list[str]:
         proc = subprocess.run(
             [sys.executable, "-m", "spoolctl"],
-            env=child_env({"_SPOOLCTL_COMPLETE": "bash_complete", "COMP_WORDS": words,
-                           "COMP_CWORD": str(len(words.split()) - 1)}),
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+            env=child_env(
+                {
+                    "_SPOOLCTL_COMPLETE": "bash_complete",
+                    "COMP_WORDS": words,
+                    "COMP_CWORD": str(len(words.split()) - 1),
+                }
+            ),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return [line.split(",", 1)[1] for line in proc.stdout.splitlines()]
 
     assert {"pause"} <= set(complete("spoolctl pa"))

@@ -64,26 +64,53 @@ def build_source(db: Path) -> Source:
     ids: dict[str, int] = {}
     gap = add(db, "--", "true")
     ok(run_json("cancel", "--db", str(db), str(gap)))
-    ids["done"] = add(db, "--tag", "team=ml", "--env", "SECRET=xyz", "--note", "ünï\u2028code",
-                      "--key", "k1", "-c", "echo hello; echo err >&2")  # fmt: skip
+    ids["done"] = add(
+        db,
+        "--tag",
+        "team=ml",
+        "--env",
+        "SECRET=xyz",
+        "--note",
+        "ünï\u2028code",
+        "--key",
+        "k1",
+        "-c",
+        "echo hello; echo err >&2",
+    )
     ids["binary"] = add(db, "-c", r"printf '\000\377\376\r\n'; head -c 200000 /dev/urandom")
     ids["retried"] = add(db, "--max-retries", "0", "-c", "echo oops >&2; exit 3")
     ids["to_cancel"] = add(db, "--", "true")
     ids["parent"] = add(db, "--max-retries", "0", "--", "false")
     ids["orphaned"] = add(db, "--after-job", str(ids["parent"]), "--", "true")
     ids["scheduled"] = add(db, "--after", "1h", "--queue", "other", "--priority", "5", "--", "true")
-    ids["waiting"] = add(db, "--after-job", str(ids["scheduled"]), "--after-job", str(ids["done"]),
-                         "--", "true")  # fmt: skip
+    ids["waiting"] = add(
+        db, "--after-job", str(ids["scheduled"]), "--after-job", str(ids["done"]), "--", "true"
+    )
     add(db, "--after-job-any", str(ids["scheduled"]), "--", "true")
     for name in ("nightly", "hourly"):
-        ok(run_json("schedule add", "--db", str(db), name, "--cron", "0 3 * * *", "--timezone",
-                    "Europe/Berlin", "--tag", "k=v", "--", "true"))  # fmt: skip
+        ok(
+            run_json(
+                "schedule add",
+                "--db",
+                str(db),
+                name,
+                "--cron",
+                "0 3 * * *",
+                "--timezone",
+                "Europe/Berlin",
+                "--tag",
+                "k=v",
+                "--",
+                "true",
+            )
+        )
     ok(run_json("schedule run", "--db", str(db), "nightly"))
     ok(run_json("schedule pause", "--db", str(db), "hourly", "--reason", "later"))
     top = add(db, "--", "true")
     ok(run_json("cancel", "--db", str(db), str(top)))
-    pruned = ok(run_json("prune", "--db", str(db), "--older-than", "0", "--state", "canceled",
-                         "--yes"))  # fmt: skip
+    pruned = ok(
+        run_json("prune", "--db", str(db), "--older-than", "0", "--state", "canceled", "--yes")
+    )
     assert pruned["deleted_jobs"] == 2
     ok(run_json("cancel", "--db", str(db), str(ids["to_cancel"])))
     drain(db)
@@ -91,8 +118,11 @@ def build_source(db: Path) -> Source:
         ok(run_json("retry", "--db", str(db), str(ids["retried"])))
         drain(db)
     ok(run_json("pause", "--db", str(db), "other", "--reason", "moving up"))
-    first = rows(db, "SELECT stdout_path FROM attempts WHERE job_id = ? AND attempt_no = 1",
-                 (ids["retried"],))[0]  # fmt: skip
+    first = rows(
+        db,
+        "SELECT stdout_path FROM attempts WHERE job_id = ? AND attempt_no = 1",
+        (ids["retried"],),
+    )[0]
     Path(first["stdout_path"]).unlink()
     return Source(db, ids, pruned_top=top, missing_attempt=(ids["retried"], 1))
 
@@ -105,10 +135,16 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
 def test_the_source_has_what_the_copy_must_carry(source: Source) -> None:
     states = {r["id"]: r["state"] for r in rows(source.db, "SELECT id, state FROM jobs")}
     assert {states[source.ids[k]] for k in source.ids} == {
-        "done", "dead", "canceled", "queued", "waiting"
-    }  # fmt: skip
-    assert len(rows(source.db, "SELECT id FROM attempts WHERE job_id = ?",
-                    (source.ids["retried"],))) == 3  # fmt: skip
+        "done",
+        "dead",
+        "canceled",
+        "queued",
+        "waiting",
+    }
+    assert (
+        len(rows(source.db, "SELECT id FROM attempts WHERE job_id = ?", (source.ids["retried"],)))
+        == 3
+    )
     assert rows(source.db, "SELECT queue FROM lanes")[0]["queue"] == "other"
     assert len(rows(source.db, "SELECT * FROM job_dependencies")) >= 2
     issued = rows(source.db, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")[0]["seq"]
@@ -188,8 +224,9 @@ def test_copy_to_postgresql_is_lossless(source: Source, pg_url: str) -> None:
     chunks = chunks_of(pg_url)
     assert data["tables"]["output_chunks"] == sum(len(c) for c in chunks.values())
     stored = 0
-    attempts = rows(source.db, "SELECT id, job_id, attempt_no, stdout_path, stderr_path "
-                               "FROM attempts")  # fmt: skip
+    attempts = rows(
+        source.db, "SELECT id, job_id, attempt_no, stdout_path, stderr_path FROM attempts"
+    )
     for attempt in attempts:
         for stream in ("stdout", "stderr"):
             path = Path(attempt[f"{stream}_path"])
@@ -204,8 +241,9 @@ def test_copy_to_postgresql_is_lossless(source: Source, pg_url: str) -> None:
             assert all(len(d) <= OUTPUT_CHUNK_BYTES and t == 0 for _, d, t in kept)
             assert b"".join(d for _, d, _ in kept) == path.read_bytes()
             stored += path.stat().st_size
-    binary = rows(source.db, "SELECT stdout_path FROM attempts WHERE job_id = ?",
-                  (source.ids["binary"],))[0]["stdout_path"]  # fmt: skip
+    binary = rows(
+        source.db, "SELECT stdout_path FROM attempts WHERE job_id = ?", (source.ids["binary"],)
+    )[0]["stdout_path"]
     assert Path(binary).read_bytes().startswith(b"\x00\xff\xfe\r\n")
     assert Path(binary).stat().st_size > 3 * OUTPUT_CHUNK_BYTES
     output = data["output"]
@@ -268,12 +306,14 @@ def test_output_beyond_the_cap_keeps_its_head_and_is_marked_truncated(
     cap = 100_000
     monkeypatch.setenv("SPOOLCTL_PG_OUTPUT_CAP", str(cap))
     data = ok(copy_to(pg_url, "--db", str(source.db)))
-    attempt = rows(source.db, "SELECT id, stdout_path FROM attempts WHERE job_id = ?",
-                   (source.ids["binary"],))[0]  # fmt: skip
+    attempt = rows(
+        source.db, "SELECT id, stdout_path FROM attempts WHERE job_id = ?", (source.ids["binary"],)
+    )[0]
     kept = chunks_of(pg_url)[(attempt["id"], "stdout")]
     assert [(o, len(d), t) for o, d, t in kept] == [
-        (0, OUTPUT_CHUNK_BYTES, 0), (OUTPUT_CHUNK_BYTES, cap - OUTPUT_CHUNK_BYTES, 1)
-    ]  # fmt: skip
+        (0, OUTPUT_CHUNK_BYTES, 0),
+        (OUTPUT_CHUNK_BYTES, cap - OUTPUT_CHUNK_BYTES, 1),
+    ]
     assert b"".join(d for _, d, _ in kept) == Path(attempt["stdout_path"]).read_bytes()[:cap]
     assert data["output"]["streams_truncated"] == 1 and data["output"]["cap_bytes"] == cap
 
@@ -392,15 +432,21 @@ def test_sources_that_are_not_ready_are_refused_untouched(scratch: Path, pg_url:
     add(newer, "--", "true")
     foreign = scratch / "foreign" / "queue.db"
     foreign.parent.mkdir()
-    for db, sql in ((newer, "UPDATE alembic_version SET version_num = '9999_newer'"),
-                    (foreign, "CREATE TABLE notes (body TEXT)")):  # fmt: skip
+    for db, sql in (
+        (newer, "UPDATE alembic_version SET version_num = '9999_newer'"),
+        (foreign, "CREATE TABLE notes (body TEXT)"),
+    ):
         conn = sqlite3.connect(db)
         with conn:
             conn.execute(sql)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()
-    for db, code in ((older, "SCHEMA_OUTDATED"), (legacy, "SCHEMA_OUTDATED"),
-                     (newer, "SCHEMA_TOO_NEW"), (foreign, "DB_UNUSABLE")):  # fmt: skip
+    for db, code in (
+        (older, "SCHEMA_OUTDATED"),
+        (legacy, "SCHEMA_OUTDATED"),
+        (newer, "SCHEMA_TOO_NEW"),
+        (foreign, "DB_UNUSABLE"),
+    ):
         before = folder_bytes(db.parent)
         refused = copy_to(pg_url, "--db", str(db))
         error = refused.envelope["errors"][0]

@@ -416,8 +416,9 @@ def check_ledger(url: str, runs: Path, job_ids: list[int]) -> int:
         )
         *failed, last = tries
         assert (last["state"], last["failure_reason"]) == ("succeeded", None), f"job {job_id}"
-        assert all((t["state"], t["failure_reason"]) == ("abandoned", "worker_crash")
-                   for t in failed), f"job {job_id}: {tries}"  # fmt: skip
+        assert all(
+            (t["state"], t["failure_reason"]) == ("abandoned", "worker_crash") for t in failed
+        ), f"job {job_id}: {tries}"
         assert row["crashes"] == len(failed) == row["attempts"]
         events = Counter(
             r["event"]
@@ -454,8 +455,11 @@ def three_machines_one_killed_one_frozen(
     job_ids = long_jobs + short_jobs
     a, b = (fleet.start(n, "--concurrency", "2", isolated=isolated) for n in "ab")
     for member in (a, b):
-        wait_for(lambda m=member: len(running_of(url, m.worker_id)) == 2, timeout=30,
-                 what=f"{member.name} to run two long jobs")  # fmt: skip
+        wait_for(
+            lambda m=member: len(running_of(url, m.worker_id)) == 2,
+            timeout=30,
+            what=f"{member.name} to run two long jobs",
+        )
     c = fleet.start("c", "--concurrency", "6", isolated=isolated)
 
     a.signal(signal.SIGKILL)
@@ -464,12 +468,14 @@ def three_machines_one_killed_one_frozen(
     assert len(frozen) == 2
 
     def running_again(job_id: int) -> bool:
-        found = sql(url, "SELECT locked_by FROM jobs WHERE id = %s AND state = 'running'",
-                    (job_id,))  # fmt: skip
+        found = sql(
+            url, "SELECT locked_by FROM jobs WHERE id = %s AND state = 'running'", (job_id,)
+        )
         return bool(found) and found[0]["locked_by"] == c.worker_id
 
-    wait_for(lambda: all(running_again(j) for j in frozen), timeout=40,
-             what="b's jobs to run again on c")  # fmt: skip
+    wait_for(
+        lambda: all(running_again(j) for j in frozen), timeout=40, what="b's jobs to run again on c"
+    )
     b.signal(signal.SIGCONT)
     until_all_done(url, runs, len(job_ids), timeout=60)
 
@@ -764,8 +770,10 @@ def test_slots_are_never_exceeded_across_machines(fleet: PgFleet, runs: Path) ->
     url = fleet.url
     spec = JobSpec(argv=["sh", "-c", COUNTED, "job", str(runs), "0.5"], timeout_seconds=60)
     job_ids = submit_jobs(url, [spec] * 16)
-    members = {m.worker_id: m for m in
-               (fleet.start(n, "--concurrency", "2", "--slots", "2") for n in "uvw")}  # fmt: skip
+    members = {
+        m.worker_id: m
+        for m in (fleet.start(n, "--concurrency", "2", "--slots", "2") for n in "uvw")
+    }
     until(url, lambda: states(url)["done"] >= 4, timeout=30, what="four jobs done")
     holders = {
         r["locked_by"] for r in sql(url, "SELECT locked_by FROM jobs WHERE state = 'running'")
@@ -844,7 +852,10 @@ def test_a_frozen_workers_late_outcome_changes_nothing(fleet: PgFleet, runs: Pat
 
     (one,) = first
     assert (one["state"], one["failure_reason"], one["worker_id"]) == (
-        "abandoned", "worker_crash", stale.worker_id)  # fmt: skip
+        "abandoned",
+        "worker_crash",
+        stale.worker_id,
+    )
     two = sql(url, "SELECT * FROM attempts WHERE attempt_no = 2")[0]
     assert (two["state"], two["worker_id"]) == ("succeeded", fresh.worker_id)
     trail = [(e["event"], e["worker_id"]) for e in sql(url, "SELECT * FROM job_events ORDER BY id")]

@@ -311,10 +311,14 @@ def test_the_upgrade_keeps_every_cursor_and_positions_continue(pg_url: str) -> N
     deleted (as prune does), and no new position reuses its id."""
     assert cli("migrate", "--to", "0004_output_chunks", db=pg_url).exit_code == 0
     for n in range(3):
-        execute(pg_url, "INSERT INTO jobs (argv, state, next_run_at, created_at) "
-                        "VALUES ('[\"true\"]', 'queued', 1, 1)")  # fmt: skip
-        execute(pg_url, "INSERT INTO job_events (job_id, at, event) VALUES (?, 1, 'added')",
-                (n + 1,))  # fmt: skip
+        execute(
+            pg_url,
+            "INSERT INTO jobs (argv, state, next_run_at, created_at) "
+            "VALUES ('[\"true\"]', 'queued', 1, 1)",
+        )
+        execute(
+            pg_url, "INSERT INTO job_events (job_id, at, event) VALUES (?, 1, 'added')", (n + 1,)
+        )
     top = rows(pg_url, "SELECT max(id) AS m FROM job_events")[0]["m"]
     execute(pg_url, "DELETE FROM job_events WHERE id = ?", (top,))
     execute(pg_url, "DELETE FROM jobs WHERE id = 3")

@@ -132,8 +132,12 @@ def compared_columns(url: str, table: str) -> str:
     listed = EVERY_REVISIONS_COLUMNS.get(table)
     if listed is None:
         return "*"
-    present = {r[0] for r in query(url, "SELECT column_name FROM information_schema.columns "
-                                        f"WHERE table_name = '{table}'")}  # fmt: skip
+    present = {
+        r[0]
+        for r in query(
+            url, f"SELECT column_name FROM information_schema.columns WHERE table_name = '{table}'"
+        )
+    }
     return listed if all(c.strip() in present for c in listed.split(",")) else "*"
 
 
@@ -165,12 +169,31 @@ def populate(url: str) -> None:
                 "tags, env, note, cwd, locked_by, locked_pid, heartbeat_at, last_exit_code, "
                 "last_error, last_failure_reason) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, "
                 "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id",
-                (f'["echo","{n}"]', state, f"q{n % 2}", n - 3, 10.5 + n, 1.25 + n, 2.5 + n,
-                 3.5 + n, n, n // 2, n if n % 2 else None, f"key-{n}" if n % 3 else None,
-                 '{"t":"v"}', '{"K":"V"}', f"note {n}", "/tmp",
-                 "w" if state == "running" else None, 42 if state == "running" else None,
-                 2.75 + n, n - 1, f"error {n}", "process_exit" if state == "dead" else None),
-            ).fetchone()  # fmt: skip
+                (
+                    f'["echo","{n}"]',
+                    state,
+                    f"q{n % 2}",
+                    n - 3,
+                    10.5 + n,
+                    1.25 + n,
+                    2.5 + n,
+                    3.5 + n,
+                    n,
+                    n // 2,
+                    n if n % 2 else None,
+                    f"key-{n}" if n % 3 else None,
+                    '{"t":"v"}',
+                    '{"K":"V"}',
+                    f"note {n}",
+                    "/tmp",
+                    "w" if state == "running" else None,
+                    42 if state == "running" else None,
+                    2.75 + n,
+                    n - 1,
+                    f"error {n}",
+                    "process_exit" if state == "dead" else None,
+                ),
+            ).fetchone()
             assert row is not None and row[0] == n
             conn.execute(
                 "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, "
@@ -378,10 +401,15 @@ def test_status_history_and_sql_change_nothing(
     before = snapshot(pg_url)
     status = run(capsys, pg_url, "--status").data
     assert status == {
-        "db_path": masked(pg_url), "exists": True, "current": KNOWN_REVISIONS[1],
-        "head": HEAD_REVISION, "pending": list(KNOWN_REVISIONS[2:]), "legacy_detected": False,
-        "legacy_schema_version": None, "up_to_date": False,
-    }  # fmt: skip
+        "db_path": masked(pg_url),
+        "exists": True,
+        "current": KNOWN_REVISIONS[1],
+        "head": HEAD_REVISION,
+        "pending": list(KNOWN_REVISIONS[2:]),
+        "legacy_detected": False,
+        "legacy_schema_version": None,
+        "up_to_date": False,
+    }
     history = run(capsys, pg_url, "--history").data
     assert [r["revision"] for r in history["revisions"]] == list(KNOWN_REVISIONS)
     assert [r["is_current"] for r in history["revisions"]] == [

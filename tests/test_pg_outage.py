@@ -455,8 +455,10 @@ def test_output_follow_reconnects_after_a_restart_and_goes_on_from_its_offset(
         patient = {"SPOOLCTL_TEST_REAP_THRESHOLD": "30"}
         args = ["output", str(job_id), "--db", url, "--follow", "--json", "--idle-timeout", "120"]
         follower = spawn(args, out, terminal, patient)
-        wait_for(lambda: frames(out)[:1] == [{"stream": "stdout", "offset": 0, "text": "first\n"}],
-                 what="the first line")  # fmt: skip
+        wait_for(
+            lambda: frames(out)[:1] == [{"stream": "stdout", "offset": 0, "text": "first\n"}],
+            what="the first line",
+        )
         server.shut_down()
         terminal.wait_for(WAITING)
         server.start_again()

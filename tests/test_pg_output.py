@@ -131,8 +131,10 @@ def test_output_of_a_finished_job_is_read_from_the_database_elsewhere(
         False,
     )
     assert (out["source"], out["stored_bytes"], out["stored_truncated"]) == (
-        "database", len(BINARY), False
-    )  # fmt: skip
+        "database",
+        len(BINARY),
+        False,
+    )
     assert out["path"].startswith(str(worker_spool))  # where the worker wrote it
     assert err["preview"] == "caf\ufffd oops\n"
     verdict = data_of(
@@ -185,13 +187,24 @@ def test_output_follow_shows_a_running_job_live_from_the_database(
     STARTED_WORKERS.append(worker)
     wait_for(lambda: chunks(pg_queue, job, "stdout"), what="the first line stored")
     follow = subprocess.Popen(
-        [sys.executable, "-m", "spoolctl", "output", str(job), "--db", pg_queue, "--follow",
-         "--json", "--stream", "stdout"],
+        [
+            sys.executable,
+            "-m",
+            "spoolctl",
+            "output",
+            str(job),
+            "--db",
+            pg_queue,
+            "--follow",
+            "--json",
+            "--stream",
+            "stdout",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=child_env({"SPOOLCTL_SPOOL_DIR": str(reader_spool)}),
         cwd=REPO,
-    )  # fmt: skip
+    )
     STARTED_WORKERS.append(follow)
     frames = LineReader(follow)
     assert frames.next() == {"stream": "stdout", "offset": 0, "text": "first\n"}
@@ -210,11 +223,15 @@ def test_the_cap_truncates_the_stored_copy_and_flags_it(pg_queue: str, tmp_path:
     gate = tmp_path / "gate"
     big = add(pg_queue, worker_spool, *python_job("import sys; sys.stdout.write('x' * 300000)"))
     # the cap is reached exactly while the job runs; more bytes come after that is stored
-    late = add(pg_queue, worker_spool, *python_job(
-        "import os, sys, time; sys.stdout.write('y' * 100000); sys.stdout.flush()\n"
-        f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n"
-        "sys.stdout.write('z' * 10)"
-    ))  # fmt: skip
+    late = add(
+        pg_queue,
+        worker_spool,
+        *python_job(
+            "import os, sys, time; sys.stdout.write('y' * 100000); sys.stdout.flush()\n"
+            f"while not os.path.exists({str(gate)!r}): time.sleep(0.02)\n"
+            "sys.stdout.write('z' * 10)"
+        ),
+    )
     worker = subprocess.Popen(
         [sys.executable, "-m", "spoolctl", "work", "--db", pg_queue, "--drain", "--json"],
         stdout=subprocess.DEVNULL,
@@ -242,10 +259,14 @@ def test_the_cap_truncates_the_stored_copy_and_flags_it(pg_queue: str, tmp_path:
     )
     out = elsewhere["streams"]["stdout"]
     assert (out["source"], out["size_bytes"], out["stored_bytes"], out["stored_truncated"]) == (
-        "database", 100000, 100000, True
-    )  # fmt: skip
-    raw = spoolctl("output", str(big), "--db", pg_queue, "--raw", "--stream", "stdout",
-                   spool=reader_spool)  # fmt: skip
+        "database",
+        100000,
+        100000,
+        True,
+    )
+    raw = spoolctl(
+        "output", str(big), "--db", pg_queue, "--raw", "--stream", "stdout", spool=reader_spool
+    )
     assert raw.stdout == b"x" * 100000 and b"SPOOLCTL_PG_OUTPUT_CAP" in raw.stderr
     text = spoolctl("output", str(big), "--db", pg_queue, spool=reader_spool)
     assert b"cut at 100000 bytes in the database" in text.stdout
@@ -253,22 +274,42 @@ def test_the_cap_truncates_the_stored_copy_and_flags_it(pg_queue: str, tmp_path:
     # on the worker's machine its own (longer, matching) file is read instead
     here = data_of(spoolctl("output", str(big), "--db", pg_queue, "--json", spool=worker_spool))
     assert (here["streams"]["stdout"]["source"], here["streams"]["stdout"]["size_bytes"]) == (
-        "file", 300000
-    )  # fmt: skip
-    full = spoolctl("output", str(big), "--db", pg_queue, "--raw", "--stream", "stdout",
-                    spool=worker_spool)  # fmt: skip
+        "file",
+        300000,
+    )
+    full = spoolctl(
+        "output", str(big), "--db", pg_queue, "--raw", "--stream", "stdout", spool=worker_spool
+    )
     assert (full.stdout, full.stderr) == (b"x" * 300000, b"")
-    tail = data_of(spoolctl("feedback", str(late), "--db", pg_queue, "--json", "--tail-bytes",
-                            "4", spool=reader_spool))  # fmt: skip
+    tail = data_of(
+        spoolctl(
+            "feedback",
+            str(late),
+            "--db",
+            pg_queue,
+            "--json",
+            "--tail-bytes",
+            "4",
+            spool=reader_spool,
+        )
+    )
     assert (tail["streams"]["stdout"]["tail"], tail["streams"]["stdout"]["stored_truncated"]) == (
-        "yyyy", True
-    )  # fmt: skip
+        "yyyy",
+        True,
+    )
 
 
 def test_a_bad_cap_is_refused(pg_queue: str, tmp_path: Path) -> None:
     for bad in ("0", str(output_store.MAX_CAP_BYTES + 1)):
-        result = spoolctl("work", "--db", pg_queue, "--once", "--json", spool=tmp_path,
-                          env={"SPOOLCTL_PG_OUTPUT_CAP": bad})  # fmt: skip
+        result = spoolctl(
+            "work",
+            "--db",
+            pg_queue,
+            "--once",
+            "--json",
+            spool=tmp_path,
+            env={"SPOOLCTL_PG_OUTPUT_CAP": bad},
+        )
         assert result.returncode == 1, bad
         assert json.loads(result.stdout)["errors"][0]["code"] == "INVALID_INPUT"
 
@@ -290,8 +331,10 @@ def test_prune_deletes_the_stored_output(pg_queue: str, tmp_path: Path) -> None:
     assert stored() == count
     done = data_of(spoolctl(*prune, "--yes", spool=spool))
     assert (done["deleted_jobs"], done["deleted_output_chunks"], done["freed_bytes"]) == (
-        1, count, 70000
-    )  # fmt: skip
+        1,
+        count,
+        70000,
+    )
     assert sql(pg_queue, "SELECT count(*) FROM output_chunks") == [(0,)]
     assert not Path(stdout_of(spool, job)).exists()
     assert not Path(stdout_of(spool, job)).parent.exists(), "the emptied folder stays"
@@ -497,8 +540,12 @@ def test_stored_output_that_is_gone_is_missing(pg_queue: str, tmp_path: Path) ->
     data_of(spoolctl("work", "--db", pg_queue, "--drain", "--json", spool=worker_spool))
     for job in (printed, quiet):
         assert missing_flags(pg_queue, job, reader_spool) == NOT_MISSING
-    sql(pg_queue, "DELETE FROM output_chunks c USING attempts a WHERE a.id = c.attempt_id"
-        " AND a.job_id = %s RETURNING c.id", (quiet,))  # fmt: skip
+    sql(
+        pg_queue,
+        "DELETE FROM output_chunks c USING attempts a WHERE a.id = c.attempt_id"
+        " AND a.job_id = %s RETURNING c.id",
+        (quiet,),
+    )
     assert missing_flags(pg_queue, quiet, reader_spool) == MISSING
 
     down = ("migrate", "--db", pg_queue, "--json", "--downgrade", KNOWN_REVISIONS[2], "--yes")
@@ -513,8 +560,9 @@ def test_stored_output_that_is_gone_is_missing(pg_queue: str, tmp_path: Path) ->
     data_of(spoolctl("migrate", "--db", pg_queue, "--json", spool=reader_spool))
 
     assert missing_flags(pg_queue, printed, reader_spool) == MISSING
-    shown = data_of(spoolctl("output", str(printed), "--db", pg_queue, "--json",
-                             spool=reader_spool))["streams"]["stdout"]  # fmt: skip
+    shown = data_of(
+        spoolctl("output", str(printed), "--db", pg_queue, "--json", spool=reader_spool)
+    )["streams"]["stdout"]
     assert (shown["size_bytes"], shown["preview"], shown["stored_bytes"]) == (0, "", 0)
     assert shown["path"] == stdout_of(worker_spool, printed), "where the worker's file is"
     assert Path(shown["path"]).read_bytes() == b"hello\n", "a downgrade keeps output files"
@@ -527,8 +575,18 @@ def test_on_sqlite_a_downgrade_needs_no_flag_and_keeps_the_output(tmp_path: Path
     db = tmp_path / "spool" / "queue.db"
     job = add(str(db), tmp_path, "echo", "hi")
     data_of(spoolctl("work", "--db", str(db), "--once", "--json", spool=tmp_path))
-    down = data_of(spoolctl("migrate", "--db", str(db), "--json", "--downgrade",
-                            KNOWN_REVISIONS[2], "--yes", spool=tmp_path))  # fmt: skip
+    down = data_of(
+        spoolctl(
+            "migrate",
+            "--db",
+            str(db),
+            "--json",
+            "--downgrade",
+            KNOWN_REVISIONS[2],
+            "--yes",
+            spool=tmp_path,
+        )
+    )
     assert down["to_revision"] == KNOWN_REVISIONS[2]
     data_of(spoolctl("migrate", "--db", str(db), "--json", spool=tmp_path))
     shown = data_of(spoolctl("output", str(job), "--db", str(db), "--json", spool=tmp_path))

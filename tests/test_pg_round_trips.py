@@ -60,8 +60,9 @@ def relayed(url: str, relay: Relay) -> str:
     """url with the relay in place of the server, in the clear (the relay
     reads the protocol)."""
     parsed = make_url(url)
-    moved = parsed.set(host=relay.host, port=relay.port,
-                       query={**parsed.query, "sslmode": "disable"})  # fmt: skip
+    moved = parsed.set(
+        host=relay.host, port=relay.port, query={**parsed.query, "sslmode": "disable"}
+    )
     return moved.render_as_string(hide_password=False)
 
 

@@ -154,12 +154,21 @@ def _pass(conn: Connection, queue: Queue, previous: list[Any]) -> list[Any]:
     """A worker's pass with one slot: the previous claims recorded as
     successes and one job claimed, sent together in one pipeline."""
     now, pid = time.time(), os.getpid()
-    endings = [Ending(c.job_id, c.attempt_id, c.attempt_no, Outcome(0, None), pid)
-               for c in previous]  # fmt: skip
+    endings = [
+        Ending(c.job_id, c.attempt_id, c.attempt_no, Outcome(0, None), pid) for c in previous
+    ]
     with statements(conn).pipeline(conn) as gathered:
         recording = Recording(conn, endings, worker_id="test", now=now, answer_now=not gathered)
-        claiming = Claiming(conn, 1, worker_id="test", worker_pid=pid, queue="default",
-                            slots=None, output_root=queue.output_root, now=now)  # fmt: skip
+        claiming = Claiming(
+            conn,
+            1,
+            worker_id="test",
+            worker_pid=pid,
+            queue="default",
+            slots=None,
+            output_root=queue.output_root,
+            now=now,
+        )
     assert all(recording.states())
     return list(claiming.claims())
 

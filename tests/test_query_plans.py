@@ -150,9 +150,10 @@ def test_status_reads_the_jobs_table_once_through_the_claim_index(engine: Engine
         assert matches(plan_of(plans, fragment), expected), (fragment, plan_of(plans, fragment))
     statements = [" ".join(sql.split()) for sql, _ in plans]
     on_jobs = [
-        sql for sql in statements if "FROM jobs" in sql and "JOIN" not in sql
-        and "jobs.locked_by =" not in sql
-    ]  # fmt: skip
+        sql
+        for sql in statements
+        if "FROM jobs" in sql and "JOIN" not in sql and "jobs.locked_by =" not in sql
+    ]
     assert len(on_jobs) == 2, ("the counts and the dead jobs only", on_jobs)
     assert_indexed(plans)
 
@@ -160,30 +161,52 @@ def test_status_reads_the_jobs_table_once_through_the_claim_index(engine: Engine
 LIST_PLANS = [
     (JobFilter(state="queued", limit=100), ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)"]),
     (JobFilter(queue="q3", limit=100), ["SEARCH jobs USING INDEX ix_jobs_queue_id (queue=?)"]),
-    (JobFilter(state="dead", queue="q3", limit=0),
-     ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)"]),
-    (JobFilter(queue="q3", priority_min=3, limit=100),
-     ["SEARCH jobs USING INDEX ix_jobs_queue_id (queue=?)"]),
-    (JobFilter(state="queued", tags=(("n", "1"),), limit=100),
-     ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)", "CORRELATED SCALAR SUBQUERY 1",
-      "SCAN anon_1 VIRTUAL TABLE INDEX 1:"]),
+    (
+        JobFilter(state="dead", queue="q3", limit=0),
+        ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)"],
+    ),
+    (
+        JobFilter(queue="q3", priority_min=3, limit=100),
+        ["SEARCH jobs USING INDEX ix_jobs_queue_id (queue=?)"],
+    ),
+    (
+        JobFilter(state="queued", tags=(("n", "1"),), limit=100),
+        [
+            "SEARCH jobs USING INDEX ix_jobs_state_* (state=?)",
+            "CORRELATED SCALAR SUBQUERY 1",
+            "SCAN anon_1 VIRTUAL TABLE INDEX 1:",
+        ],
+    ),
     # several states: the rows of those states, sorted newest first
-    (JobFilter(state=("done", "dead"), limit=100),
-     ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)", "USE TEMP B-TREE FOR ORDER BY"]),
+    (
+        JobFilter(state=("done", "dead"), limit=100),
+        ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)", "USE TEMP B-TREE FOR ORDER BY"],
+    ),
     # no equality filter: the primary key newest first, stopping at --limit
     (JobFilter(limit=100), ["SCAN jobs"]),
     (JobFilter(priority_min=3, limit=100), ["SCAN jobs"]),
-    (JobFilter(tags=(("n", "2"),), limit=5),
-     ["SCAN jobs", "CORRELATED SCALAR SUBQUERY 1", "SCAN anon_1 VIRTUAL TABLE INDEX 1:"]),
-]  # fmt: skip
+    (
+        JobFilter(tags=(("n", "2"),), limit=5),
+        ["SCAN jobs", "CORRELATED SCALAR SUBQUERY 1", "SCAN anon_1 VIRTUAL TABLE INDEX 1:"],
+    ),
+]
 
 
 @pytest.mark.parametrize(
     ("where", "expected"),
     LIST_PLANS,
-    ids=["state", "queue", "state+queue", "queue+priority", "state+tag", "states", "none",
-         "priority", "tag"],
-)  # fmt: skip
+    ids=[
+        "state",
+        "queue",
+        "state+queue",
+        "queue+priority",
+        "state+tag",
+        "states",
+        "none",
+        "priority",
+        "tag",
+    ],
+)
 def test_list_reads_exactly_what_its_filters_name(
     engine: Engine, where: JobFilter, expected: list[str]
 ) -> None:
@@ -233,8 +256,15 @@ def test_events_prune_reap_and_claim_name_their_indexes(engine: Engine, db: Path
         ledger.read_events(conn, since_id=0, job_id=2, limit=10)
         prune.survey(conn, ("done", "dead", "canceled"), time.time(), output, prune.PruneReport())
         reaper.reap_candidates(conn, time.time(), 30.0)
-        claim.claim_next(conn, worker_id="w1", worker_pid=1, queue="q1", slots=3,
-                         output_root=output, now=time.time())  # fmt: skip
+        claim.claim_next(
+            conn,
+            worker_id="w1",
+            worker_pid=1,
+            queue="q1",
+            slots=3,
+            output_root=output,
+            now=time.time(),
+        )
 
     plans = plans_of(engine, work)
     assert_indexed(plans)

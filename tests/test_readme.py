@@ -26,8 +26,15 @@ def anchors(path: Path) -> set[str]:
 def test_readme_has_the_newcomers_sections() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     headings = re.findall(r"^## (.+)$", text, re.M)
-    for wanted in ("Two commands", "A ten-line tour", "What it guarantees", "How it compares",
-                   "Performance", "Limitations", "Documentation"):  # fmt: skip
+    for wanted in (
+        "Two commands",
+        "A ten-line tour",
+        "What it guarantees",
+        "How it compares",
+        "Performance",
+        "Limitations",
+        "Documentation",
+    ):
         assert wanted in headings, wanted
     assert "./scripts/demo" in text and "./scripts/test" in text
     table = text.split("<!-- perf-table -->")[1].split("<!-- /perf-table -->")[0]

@@ -62,8 +62,17 @@ def test_the_verbs_speak_the_envelope(tmp_path: Path, capsys: Any) -> None:
         return envelope(inproc(args[0], "--db", db, "--json", *args[1:], capsys=capsys))
 
     flags = ["--queue", "ops", "--max-retries", "0", "--tag", "k=v"]
-    added = run("schedule add", "nightly", "--cron", "0 3 * * *", "--timezone", "Europe/Berlin",
-                *flags, "--", "./backup.sh")  # fmt: skip
+    added = run(
+        "schedule add",
+        "nightly",
+        "--cron",
+        "0 3 * * *",
+        "--timezone",
+        "Europe/Berlin",
+        *flags,
+        "--",
+        "./backup.sh",
+    )
     assert added["ok"] and added["data"]["timezone"] == "Europe/Berlin"
     assert added["data"]["job"]["queue"] == "ops" and added["data"]["job"]["max_retries"] == 0
     assert len(added["data"]["upcoming"]) == 3
@@ -106,8 +115,20 @@ def test_racing_workers_fire_each_slot_exactly_once(db: Db) -> None:
     """Three workers (on PostgreSQL: each its own process with its own
     connections, as separate machines would be) over a one-second schedule
     whose every slot must become a job: each slot fired once, none missed."""
-    added = cli("schedule add", "tick", "--every", "1s", "--catch-up", "all", "--overlap",
-                "allow", "-c", "echo $SPOOLCTL_SCHEDULED_FOR", db=db, json=True)  # fmt: skip
+    added = cli(
+        "schedule add",
+        "tick",
+        "--every",
+        "1s",
+        "--catch-up",
+        "all",
+        "--overlap",
+        "allow",
+        "-c",
+        "echo $SPOOLCTL_SCHEDULED_FOR",
+        db=db,
+        json=True,
+    )
     assert added.exit_code == 0, added.stdout + added.stderr
     workers = [start_worker(db, "--poll-interval", "0.2", "--concurrency", "4") for _ in range(3)]
     try:
@@ -126,8 +147,18 @@ def test_racing_workers_fire_each_slot_exactly_once(db: Db) -> None:
 
 @pytest.mark.both_backends
 def test_a_schedule_whose_jobs_fail_keeps_firing_and_its_dead_jobs_show(db: Db) -> None:
-    added = cli("schedule add", "flaky", "--every", "1s", "--max-retries", "0", "-c", "exit 3",
-                db=db, json=True)  # fmt: skip
+    added = cli(
+        "schedule add",
+        "flaky",
+        "--every",
+        "1s",
+        "--max-retries",
+        "0",
+        "-c",
+        "exit 3",
+        db=db,
+        json=True,
+    )
     assert added.exit_code == 0, added.stderr
     workers = [start_worker(db, "--poll-interval", "0.2")]
     try:
@@ -151,8 +182,9 @@ def test_add_and_an_idle_worker_never_load_the_cron_library(tmp_path: Path) -> N
         assert "cronsim" not in sys.modules, "work"
         """
     )
-    done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -175,8 +207,9 @@ def test_after_job_any_runs_once_its_parents_end_however_they_end(db: Db) -> Non
 @pytest.mark.both_backends
 def test_after_jobs_any_in_a_batch_names_earlier_lines(db: Db, tmp_path: Path) -> None:
     batch = tmp_path / "b.ndjson"
-    batch.write_text('{"cmd": "exit 1", "max_retries": 0}\n{"argv": ["true"], '
-                     '"after_jobs_any": ["@1"]}\n')  # fmt: skip
+    batch.write_text(
+        '{"cmd": "exit 1", "max_retries": 0}\n{"argv": ["true"], "after_jobs_any": ["@1"]}\n'
+    )
     added = cli("add", "--batch", str(batch), db=db, json=True)
     first, second = added.data["job_ids"]
     assert job(db, second)["state"] == "waiting"
@@ -188,8 +221,13 @@ def skewed_spoolctl(skew: float, *args: str) -> subprocess.CompletedProcess[str]
     """spoolctl on a machine whose clock is `skew` seconds off."""
     from tests.test_pg_clock import SKEWED_PYTHON
 
-    return subprocess.run([sys.executable, "-c", SKEWED_PYTHON, f"{skew:+g}", *args],
-                          env=child_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", SKEWED_PYTHON, f"{skew:+g}", *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_on_postgresql_the_server_s_clock_decides_what_is_due(pg_url: str) -> None:
@@ -198,18 +236,24 @@ def test_on_postgresql_the_server_s_clock_decides_what_is_due(pg_url: str) -> No
     once the server's clock reaches it."""
     from tests.test_pg_fleet import server_epoch
 
-    added = skewed_spoolctl(-600, "schedule add", "--db", pg_url, "--json", "soon", "--every",
-                            "1h", "--", "true")  # fmt: skip
+    added = skewed_spoolctl(
+        -600, "schedule add", "--db", pg_url, "--json", "soon", "--every", "1h", "--", "true"
+    )
     assert added.returncode == 0, added.stdout + added.stderr
     anchor = json.loads(added.stdout)["data"]["anchor_at"]
     assert abs(anchor - server_epoch(pg_url)) < 5
     later = str(server_epoch(pg_url) + 300)
-    assert cli("schedule add", "later", "--every", "1h", "--starting", later, "--", "true",
-               db=pg_url).exit_code == 0  # fmt: skip
+    assert (
+        cli(
+            "schedule add", "later", "--every", "1h", "--starting", later, "--", "true", db=pg_url
+        ).exit_code
+        == 0
+    )
     drained = skewed_spoolctl(+600, "work", "--db", pg_url, "--drain", "--json")
     assert drained.returncode == 0, drained.stdout + drained.stderr
-    fired = rows(pg_url, "SELECT s.name FROM schedule_occurrences o JOIN schedules s "
-                         "ON s.id = o.schedule_id")  # fmt: skip
+    fired = rows(
+        pg_url, "SELECT s.name FROM schedule_occurrences o JOIN schedules s ON s.id = o.schedule_id"
+    )
     assert [r[0] for r in fired] == ["soon"]
 
 
@@ -218,8 +262,16 @@ def test_removing_a_schedule_while_its_job_runs_lets_the_job_finish_and_fires_no
 ) -> None:
     db = tmp_path / "q.db"
     marker = tmp_path / "ran"
-    added = cli("schedule add", "slow", "--every", "1s", "-c", f"sleep 1; echo x >> {marker}",
-                db=db, json=True)  # fmt: skip
+    added = cli(
+        "schedule add",
+        "slow",
+        "--every",
+        "1s",
+        "-c",
+        f"sleep 1; echo x >> {marker}",
+        db=db,
+        json=True,
+    )
     assert added.exit_code == 0, added.stderr
     workers = [start_worker(db, "--poll-interval", "0.2")]
     try:
@@ -242,8 +294,20 @@ def test_every_is_anchored_at_starting_and_never_fires_before_it_was_added(
 ) -> None:
     db = str(tmp_path / "q.db")
     start = 1_700_000_007.0  # long past: slots are start + k * 10 min
-    result = inproc("schedule add", "--db", db, "--json", "tenmin", "--every", "10m",
-                    "--starting", str(start), "--", "true", capsys=capsys)  # fmt: skip
+    result = inproc(
+        "schedule add",
+        "--db",
+        db,
+        "--json",
+        "tenmin",
+        "--every",
+        "10m",
+        "--starting",
+        str(start),
+        "--",
+        "true",
+        capsys=capsys,
+    )
     data = envelope(result)["data"]
     assert data["anchor_at"] == start
     first, second, third = data["upcoming"]
@@ -251,8 +315,9 @@ def test_every_is_anchored_at_starting_and_never_fires_before_it_was_added(
     assert (second, third) == (first + 600, first + 1200)
 
 
-@pytest.mark.parametrize("verb", ["schedule pause", "schedule resume", "schedule remove",
-                                  "schedule run"])  # fmt: skip
+@pytest.mark.parametrize(
+    "verb", ["schedule pause", "schedule resume", "schedule remove", "schedule run"]
+)
 def test_a_verb_naming_a_schedule_of_a_missing_queue_creates_no_queue(
     tmp_path: Path, capsys: Any, verb: str
 ) -> None:
@@ -266,9 +331,23 @@ def test_a_schedule_keeps_the_limits_of_add_for_its_occurrences(
     tmp_path: Path, capsys: Any
 ) -> None:
     db = str(tmp_path / "q.db")
-    added = inproc("schedule add", "--db", db, "--json", "capped", "--every", "1h",
-                   "--memory", "64M", "--cpus", "0.5", "--require-limits", "--", "true",
-                   capsys=capsys)  # fmt: skip
+    added = inproc(
+        "schedule add",
+        "--db",
+        db,
+        "--json",
+        "capped",
+        "--every",
+        "1h",
+        "--memory",
+        "64M",
+        "--cpus",
+        "0.5",
+        "--require-limits",
+        "--",
+        "true",
+        capsys=capsys,
+    )
     assert envelope(added)["ok"], added.stdout
     ran = envelope(inproc("schedule run", "--db", db, "--json", "capped", capsys=capsys))
     row = job(db, ran["data"]["job_id"])

@@ -86,8 +86,10 @@ def test_each_slot_makes_one_job_carrying_the_schedule(db: Db) -> None:
     assert tick(db, T0 + 0.9) == []  # the slot is taken; the next is not due
     (job,) = rows(db, "SELECT * FROM jobs WHERE id = ?", (first.job_ids[0],))
     assert json.loads(job["env"]) == {
-        "A": "1", "SPOOLCTL_SCHEDULE": "s", "SPOOLCTL_SCHEDULED_FOR": "2027-01-15T08:00:00+00:00"
-    }  # fmt: skip
+        "A": "1",
+        "SPOOLCTL_SCHEDULE": "s",
+        "SPOOLCTL_SCHEDULED_FOR": "2027-01-15T08:00:00+00:00",
+    }
     assert json.loads(job["tags"]) == {"team": "ops", "schedule": "s"}
     set_state(db, first.job_ids[0], "done")
     (second,) = tick(db, T0 + 60.2)
@@ -231,8 +233,14 @@ def fire_times(db: Db, start: float, end: float) -> list[str]:
     now = next_fire(db)
     while now <= end:
         for fired in tick(db, now):
-            found += [r[0] for r in rows(db, "SELECT slot_at FROM schedule_occurrences "
-                                              "WHERE job_id = ?", (fired.job_ids[0],))]  # fmt: skip
+            found += [
+                r[0]
+                for r in rows(
+                    db,
+                    "SELECT slot_at FROM schedule_occurrences WHERE job_id = ?",
+                    (fired.job_ids[0],),
+                )
+            ]
         for (job_id,) in rows(db, "SELECT id FROM jobs WHERE state = 'queued'"):
             set_state(db, job_id, "done")
         now = next_fire(db)
@@ -263,8 +271,15 @@ def test_a_local_time_repeated_by_fall_back_fires_once(db: Db) -> None:
     ]
 
 
-ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata",
-         "America/Santiago", "Pacific/Chatham"]  # fmt: skip
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",
+    "Asia/Kolkata",
+    "America/Santiago",
+    "Pacific/Chatham",
+]
 FIELD = {
     "minute": st.sampled_from(["*", "0", "15", "*/7", "5,35", "50-59/3"]),
     "hour": st.sampled_from(["*", "0", "1", "2", "3", "*/5", "1-3", "22"]),
@@ -340,9 +355,12 @@ def test_prune_deletes_past_occurrences_without_a_job_but_keeps_each_schedules_l
             continue
         jobs_at[T0 + 60 * i] = fired["s"].job_ids[0]
         set_state(db, fired["s"].job_ids[0], state)
-    execute(db, "UPDATE jobs SET state = 'done' WHERE id IN (SELECT o.job_id FROM"
-                " schedule_occurrences o JOIN schedules s ON s.id = o.schedule_id"
-                " WHERE s.name = 't')")  # fmt: skip
+    execute(
+        db,
+        "UPDATE jobs SET state = 'done' WHERE id IN (SELECT o.job_id FROM"
+        " schedule_occurrences o JOIN schedules s ON s.id = o.schedule_id"
+        " WHERE s.name = 't')",
+    )
     execute(db, "UPDATE jobs SET finished_at = 1 WHERE state = 'done'")
     execute(db, "UPDATE schedule_occurrences SET at = 1")
     before = occurrences(db)
@@ -356,8 +374,11 @@ def test_prune_deletes_past_occurrences_without_a_job_but_keeps_each_schedules_l
     pruned = cli("prune", "--older-than", "0", "--yes", db=db, json=True)
     assert pruned.exit_code == 0, pruned.stdout
     assert (pruned.data["deleted_jobs"], pruned.data["deleted_occurrences"]) == (3, 3)
-    left = rows(db, "SELECT s.name, o.slot_at, o.outcome, o.job_id FROM schedule_occurrences o"
-                    " JOIN schedules s ON s.id = o.schedule_id ORDER BY s.name")  # fmt: skip
+    left = rows(
+        db,
+        "SELECT s.name, o.slot_at, o.outcome, o.job_id FROM schedule_occurrences o"
+        " JOIN schedules s ON s.id = o.schedule_id ORDER BY s.name",
+    )
     assert [tuple(r) for r in left] == [
         ("s", T0 + 180, "fired", jobs_at[T0 + 180]),  # its job still runs
         ("t", T0, "fired", None),  # t's latest slot, its job pruned
@@ -377,8 +398,12 @@ def test_prune_walks_past_occurrences_batch_after_batch(
     add(db)
     schedule_id = rows(db, "SELECT id FROM schedules")[0][0]
     for i in range(7):
-        execute(db, "INSERT INTO schedule_occurrences (schedule_id, slot_at, at, outcome)"
-                    " VALUES (?, ?, 1, 'skipped')", (schedule_id, T0 + 60 * i))  # fmt: skip
+        execute(
+            db,
+            "INSERT INTO schedule_occurrences (schedule_id, slot_at, at, outcome)"
+            " VALUES (?, ?, 1, 'skipped')",
+            (schedule_id, T0 + 60 * i),
+        )
     execute(db, "UPDATE schedules SET last_slot_at = ?", (T0 + 360,))
     monkeypatch.setattr(pruning, "BATCH_SIZE", 2)
     report = pruning.PruneReport()

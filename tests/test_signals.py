@@ -60,8 +60,9 @@ def test_a_child_that_calls_setsid_escapes_the_timeout_kill_as_documented(
     assert "SPOOLCTL_CGROUP=off" in documented
 
     queue = open_write(str(db))
-    spec = JobSpec(argv=["sh", "-c", ESCAPER, "sh", str(tmp_path)], timeout_seconds=1,
-                   max_retries=0)  # fmt: skip
+    spec = JobSpec(
+        argv=["sh", "-c", ESCAPER, "sh", str(tmp_path)], timeout_seconds=1, max_retries=0
+    )
     job_id = queue.write(lambda conn: submit(conn, spec, time.time())).job_id
     queue.engine.dispose()
 

@@ -353,8 +353,11 @@ def test_a_worker_without_descriptor_0_goes_through_popen(tmp_path: Path) -> Non
     assert outcome.reason is None, outcome
     assert (spawner.spawned_posix, spawner.spawned_popen) == (0, 1)
     fds = json.loads(stdout_of(execution))["fds"]
-    assert fds == {"0": os.devnull, "1": execution.claim.stdout_path,
-                   "2": execution.claim.stderr_path}  # fmt: skip
+    assert fds == {
+        "0": os.devnull,
+        "1": execution.claim.stdout_path,
+        "2": execution.claim.stderr_path,
+    }
 
 
 @pytest.mark.both_backends

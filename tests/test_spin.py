@@ -109,8 +109,10 @@ def test_a_worker_waiting_for_a_long_job_after_short_ones_does_not_spin(db: Db) 
         add_job(db, "true")
     worker = start_worker(db)
     try:
-        wait_for(lambda: rows(db, "SELECT count(*) FROM jobs WHERE state = 'done'")[0][0] == 5,
-                 what="the short jobs done")  # fmt: skip
+        wait_for(
+            lambda: rows(db, "SELECT count(*) FROM jobs WHERE state = 'done'")[0][0] == 5,
+            what="the short jobs done",
+        )
         long_id = add_job(db, "sleep", "5")
         wait_for(lambda: job(db, long_id)["state"] == "running", what="the long job running")
         time.sleep(0.2)  # past any spin after its spawn

@@ -47,8 +47,19 @@ def run_in_pty(argv: list[str], env: dict[str, str], until: bytes, timeout: floa
 @pytest.mark.slow
 def test_wait_draws_a_progress_line_on_a_tty_only(db: Path) -> None:
     job_id = add(db, "sleep", "30")
-    argv = [sys.executable, "-m", "spoolctl", "wait", str(job_id), "--db", str(db),
-            "--timeout", "3", "--poll-interval", "0.1"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "spoolctl",
+        "wait",
+        str(job_id),
+        "--db",
+        str(db),
+        "--timeout",
+        "3",
+        "--poll-interval",
+        "0.1",
+    ]
     drawn = run_in_pty(argv, child_env(), until=b"TIMEOUT")
     assert b"\rwaiting for 1 jobs: 1 queued" in drawn
     piped = cli("wait", str(job_id), "--timeout", "1", "--poll-interval", "0.1", db=db)
@@ -72,8 +83,17 @@ def test_drain_draws_a_progress_line_on_a_tty_only(db: Path) -> None:
 
 def test_status_watch_redraws_until_interrupted(db: Path) -> None:
     add(db, "true")
-    argv = [sys.executable, "-m", "spoolctl", "status", "--watch", "--interval", "0.2",
-            "--db", str(db)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "spoolctl",
+        "status",
+        "--watch",
+        "--interval",
+        "0.2",
+        "--db",
+        str(db),
+    ]
     drawn = run_in_pty(argv, child_env({"NO_COLOR": "1"}), until=b"queued 1", timeout=20)
     assert drawn.count(b"Ctrl-C to stop") >= 1
     assert b"queued 1" in drawn
@@ -99,8 +119,10 @@ def test_completion_scripts_are_offered(shell: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "spoolctl"],
         env=child_env({"_SPOOLCTL_COMPLETE": f"{shell}_source"}),
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0
     assert "_SPOOLCTL_COMPLETE" in proc.stdout
 
@@ -110,11 +132,16 @@ def test_completion_completes_verbs_and_choices() -> None:
         proc = subprocess.run(
             [sys.executable, "-m", "spoolctl"],
             env=child_env(
-                {"_SPOOLCTL_COMPLETE": "bash_complete", "COMP_WORDS": words,
-                 "COMP_CWORD": str(cword)}
+                {
+                    "_SPOOLCTL_COMPLETE": "bash_complete",
+                    "COMP_WORDS": words,
+                    "COMP_CWORD": str(cword),
+                }
             ),
-            capture_output=True, text=True, timeout=30,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return [line.split(",", 1)[1] for line in proc.stdout.splitlines()]
 
     assert "list" in complete("spoolctl li", 1)

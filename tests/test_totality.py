@@ -59,10 +59,41 @@ BOUNDS = {
     "work": ["--once", "--queue", "totality-empty-lane"],
 }
 JUNK = [
-    "", "-", "--", "-x", "--nope", "--stat", "0", "1", "2", "3", "-1", "99999999999999999999",
-    "nan", "inf", "-inf", "1e309", "0.5", "1h", "5m", "-5s", "1x", "a=b", "=", "K=", "done",
-    "guide", "list", "\x00", "é", " ", "\t", "2038-01-19T03:14:08", "none", "true",
-]  # fmt: skip
+    "",
+    "-",
+    "--",
+    "-x",
+    "--nope",
+    "--stat",
+    "0",
+    "1",
+    "2",
+    "3",
+    "-1",
+    "99999999999999999999",
+    "nan",
+    "inf",
+    "-inf",
+    "1e309",
+    "0.5",
+    "1h",
+    "5m",
+    "-5s",
+    "1x",
+    "a=b",
+    "=",
+    "K=",
+    "done",
+    "guide",
+    "list",
+    "\x00",
+    "é",
+    " ",
+    "\t",
+    "2038-01-19T03:14:08",
+    "none",
+    "true",
+]
 
 
 def vocabulary(verb: str) -> list[str]:
@@ -274,8 +305,12 @@ def test_every_integer_parameter_is_bounded_where_it_is_parsed(
     assert low is not None and high is not None and -(2**63) <= low <= high <= 2**63 - 1
     for value in (high + 1, 2**64, 10**30, low - 1, -(2**63) - 1):
         args = [verb, "--json", *BOUNDS.get(verb, [])]
-        args += [w for p in command.params if p.required and isinstance(p, click.Option)
-                 for w in sample(p)]  # fmt: skip
+        args += [
+            w
+            for p in command.params
+            if p.required and isinstance(p, click.Option)
+            for w in sample(p)
+        ]
         if isinstance(param, click.Option):
             args += [max(param.opts, key=len), str(value), "--"]
             args += [w for p in command.params if isinstance(p, click.Argument) for w in sample(p)]
@@ -301,8 +336,12 @@ def test_every_integer_parameter_takes_its_published_bounds(
     published = param.type.contract_info()  # type: ignore[attr-defined]
     for value in (published["max"], published["min"]):
         args = [verb, "--json", *BOUNDS.get(verb, [])]
-        args += [w for p in command.params if p.required and isinstance(p, click.Option)
-                 for w in sample(p)]  # fmt: skip
+        args += [
+            w
+            for p in command.params
+            if p.required and isinstance(p, click.Option)
+            for w in sample(p)
+        ]
         if isinstance(param, click.Option):
             args += [max(param.opts, key=len), str(value), "--"]
             args += [w for p in command.params if isinstance(p, click.Argument) for w in sample(p)]
@@ -387,10 +426,10 @@ def test_odd_urls_broken_files_and_hostile_text_never_leak_crash_or_change(
     absent = scratch / "absent"
     shutil.rmtree(absent, ignore_errors=True)
     verb = data.draw(st.sampled_from([v for v in VERBS if takes_db(v) and v != "work"]))
-    db = data.draw(st.sampled_from([*ODD_DBS, *map(str, files.values()),
-                                    str(absent / "queue.db")]))  # fmt: skip
-    extra = data.draw(st.lists(st.one_of(st.sampled_from(vocabulary(verb) + HOSTILE), NUMBERS),
-                               max_size=4))  # fmt: skip
+    db = data.draw(st.sampled_from([*ODD_DBS, *map(str, files.values()), str(absent / "queue.db")]))
+    extra = data.draw(
+        st.lists(st.one_of(st.sampled_from(vocabulary(verb) + HOSTILE), NUMBERS), max_size=4)
+    )
     as_json = data.draw(st.booleans())
     before = folder_state(scratch)
     args = [verb, *BOUNDS.get(verb, []), "--db", db, *(["--json"] if as_json else []), *extra]

@@ -45,8 +45,13 @@ IMG = "<img src=x onerror=\"window.__pwned='img'\">"
 ENV_KEY = "<i>HTML_ENV</i>"
 """An environment variable's name cannot hold '=': markup without attributes."""
 HOSTILE_ARGV = [
-    "sh", "-c", 'printf "%s\\n%s\\n" "$1" "$2"; printf "%s\\n" "$2" >&2', "sh", SCRIPT, IMG,
-]  # fmt: skip
+    "sh",
+    "-c",
+    'printf "%s\\n%s\\n" "$1" "$2"; printf "%s\\n" "$2" >&2',
+    "sh",
+    SCRIPT,
+    IMG,
+]
 WEB_STACK = ("starlette", "uvicorn", "jinja2")
 
 
@@ -68,8 +73,9 @@ def drain(db: Db) -> None:
 def hostile_queue(db: Db) -> dict[str, int]:
     """A finished job whose command, note, tags, env keys and output all hold
     HTML and script; a dead job; a queued one in a paused lane; a waiting one."""
-    hostile = add_job(db, *HOSTILE_ARGV, note=IMG, tags={"x": IMG, "<b>k</b>": SCRIPT},
-                      env={ENV_KEY: "v"})  # fmt: skip
+    hostile = add_job(
+        db, *HOSTILE_ARGV, note=IMG, tags={"x": IMG, "<b>k</b>": SCRIPT}, env={ENV_KEY: "v"}
+    )
     dead = add_job(db, "sh", "-c", "echo boom >&2; exit 3", max_retries=0)
     drain(db)
     queued = add_job(db, "sleep", "1", queue="slow", priority=2, tags={"team": "ml"})
@@ -169,11 +175,18 @@ def test_responses_carry_the_security_headers(client: TestClient) -> None:
 
 def test_bad_requests_get_an_error_page_not_a_traceback(client: TestClient) -> None:
     cases = {
-        "/jobs/abc": 400, "/jobs/0": 400, "/jobs/99999": 404, "/jobs?state=bogus": 400,
-        "/jobs?limit=100000": 400, "/jobs?queue=bad%20name": 400, "/jobs/1?attempt=9": 404,
-        "/jobs/1/output?stream=stdin": 400, "/events?before=x": 400, "/nope": 404,
+        "/jobs/abc": 400,
+        "/jobs/0": 400,
+        "/jobs/99999": 404,
+        "/jobs?state=bogus": 400,
+        "/jobs?limit=100000": 400,
+        "/jobs?queue=bad%20name": 400,
+        "/jobs/1?attempt=9": 404,
+        "/jobs/1/output?stream=stdin": 400,
+        "/events?before=x": 400,
+        "/nope": 404,
         f"/jobs/{2**70}": 400,
-    }  # fmt: skip
+    }
     for path, status in cases.items():
         response = client.get(path)
         assert response.status_code == status, (path, response.text)
@@ -250,8 +263,11 @@ def test_a_token_is_needed_as_bearer_or_through_the_one_time_link(
     with client_for(shown[0], guard=guard) as client:
         guard_path = re.search(r"/login\?once=[\w-]+", str(guard.login_path))
         assert guard_path is not None
-        for headers in ({}, {"authorization": "Bearer wrong-token-xxxxxxx"},
-                        {"authorization": token}):  # fmt: skip
+        for headers in (
+            {},
+            {"authorization": "Bearer wrong-token-xxxxxxx"},
+            {"authorization": token},
+        ):
             refused = client.get("/", headers=headers)
             assert refused.status_code == 401 and "slow" not in refused.text
             assert refused.headers["www-authenticate"] == "Bearer"
@@ -287,8 +303,12 @@ def test_without_allow_actions_no_form_is_shown_and_posts_are_refused(
         page = client.get(path).text
         assert '<form method="post"' not in page and "data-action" not in page, path
     before = rows(shown[0], "SELECT count(*) FROM job_events")[0][0]
-    for path in (f"/jobs/{ids['dead']}/retry", f"/jobs/{ids['queued']}/cancel",
-                 "/lanes/slow/resume", "/lanes/default/pause"):  # fmt: skip
+    for path in (
+        f"/jobs/{ids['dead']}/retry",
+        f"/jobs/{ids['queued']}/cancel",
+        "/lanes/slow/resume",
+        "/lanes/default/pause",
+    ):
         refused = client.post(path, data={"csrf": "x"})
         assert refused.status_code == 403 and "--allow-actions" in refused.text, path
     assert rows(shown[0], "SELECT count(*) FROM job_events")[0][0] == before
@@ -327,8 +347,11 @@ def test_actions_go_through_the_services_and_are_ledgered_as_the_web(db: Db) -> 
     assert by_web[("retried", ids["dead"])]["from"] == "dead"
     assert by_web[("canceled", ids["queued"])]["was_running"] is False
     assert by_web[("resumed", None)]["queue"] == "slow"
-    assert by_web[("paused", None)] == {"queue": "other", "by": ACTOR + ", client testclient",
-                                        "reason": "deploy"}  # fmt: skip
+    assert by_web[("paused", None)] == {
+        "queue": "other",
+        "by": ACTOR + ", client testclient",
+        "reason": "deploy",
+    }
     lanes = rows(db, "SELECT queue, paused_by FROM lanes")
     assert [tuple(r) for r in lanes] == [("other", ACTOR + ", client testclient")]
 
@@ -357,8 +380,9 @@ def test_cross_site_posts_are_refused_and_change_nothing(tmp_path: Path) -> None
         assert no_cookie.status_code == 403, "the SameSite cookie must come along"
         assert job(db, dead)["state"] == "dead"
         client.cookies.set(f"spoolctl_csrf_{PORT}", stolen or "")
-        proxied = client.post(path, data={"csrf": csrf},
-                              headers={"origin": f"https://evil.example:{PORT}"})  # fmt: skip
+        proxied = client.post(
+            path, data={"csrf": csrf}, headers={"origin": f"https://evil.example:{PORT}"}
+        )
         assert proxied.status_code == 403
         same_site = {"origin": f"https://127.0.0.1:{PORT}", "sec-fetch-site": "same-origin"}
         assert client.post(path, data={"csrf": csrf}, headers=same_site).status_code == 303
@@ -381,9 +405,15 @@ def test_a_database_url_never_shows_its_password(db: Db) -> None:
 # -- the layers ---------------------------------------------------------------------
 
 SQL_BUILDERS = {"select", "insert", "update", "delete", "text", "func", "union", "and_", "or_"}
-NOT_FOR_THE_WEB = ("spoolctl.db.tables", "spoolctl.db.backends.sqlite",
-                   "spoolctl.db.backends.postgresql", "spoolctl.db.prepared",
-                   "spoolctl.db.engine", "spoolctl.cli", "click")  # fmt: skip
+NOT_FOR_THE_WEB = (
+    "spoolctl.db.tables",
+    "spoolctl.db.backends.sqlite",
+    "spoolctl.db.backends.postgresql",
+    "spoolctl.db.prepared",
+    "spoolctl.db.engine",
+    "spoolctl.cli",
+    "click",
+)
 
 
 @pytest.mark.parametrize(
@@ -421,9 +451,13 @@ def test_no_other_verb_imports_the_web_stack(tmp_path: Path) -> None:
 
 def spoolctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "spoolctl", *args], capture_output=True, text=True,
-        env=child_env(), timeout=timeout, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "-m", "spoolctl", *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_beyond_loopback_without_a_token_is_refused_before_listening(tmp_path: Path) -> None:
@@ -467,9 +501,13 @@ class Served:
 
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spoolctl", "web", *args], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=child_env(), stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [sys.executable, "-m", "spoolctl", "web", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+            stdin=subprocess.DEVNULL,
+        )
         assert self.proc.stdout is not None
         self.first = self.proc.stdout.readline()
         assert self.first, self.proc.stderr.read() if self.proc.stderr else ""

@@ -35,10 +35,17 @@ WHY_NOT = (
     "`apt-get install chromium chromium-driver` (./scripts/setup does, as root)"
 )
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--window-size=1280,900",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
+)
 WAIT_S = 20
 
 
@@ -246,8 +253,9 @@ def test_nothing_a_job_controls_executes_in_the_browser(
 
     db = tmp_path / "spool" / "queue.db"
     ids = hostile_queue(db)
-    dead = add_job(db, "sh", "-c", 'printf "%s\\n" "$1"; exit 3', "sh", SCRIPT, max_retries=0,
-                   note=SCRIPT)  # fmt: skip
+    dead = add_job(
+        db, "sh", "-c", 'printf "%s\\n" "$1"; exit 3', "sh", SCRIPT, max_retries=0, note=SCRIPT
+    )
     url = serve(db, "--allow-actions")
     add_job(db, "sh", "-c", 'printf "%s" "$1" >&2; exit 1', "sh", IMG, max_retries=0)
     for path in ("", "jobs", f"jobs/{ids['hostile']}", f"jobs/{dead}", "events"):
@@ -255,8 +263,11 @@ def test_nothing_a_job_controls_executes_in_the_browser(
         mark_page(browser)
         if path == "":
             drain(db)  # the dead jobs arrive through the live refresh
-            until(browser, lambda d: len(d.find_elements(By.CSS_SELECTOR, "table.dead tr")) > 2,
-                  "the dead jobs shown live")  # fmt: skip
+            until(
+                browser,
+                lambda d: len(d.find_elements(By.CSS_SELECTOR, "table.dead tr")) > 2,
+                "the dead jobs shown live",
+            )
         if path == "events":
             result = add_job(db, "true", note=IMG, tags={"t": SCRIPT})
             row = f'tr[data-event] a[href="/jobs/{result}"]'

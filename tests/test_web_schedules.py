@@ -23,15 +23,25 @@ def schedule(db: Db, *args: str) -> None:
 
 
 def test_the_page_shows_schedules_and_pauses_and_resumes_them(db: Db) -> None:
-    schedule(db, "schedule add", "nightly", "--cron", "0 3 * * *", "--timezone", "Asia/Tokyo",
-             "--", "true")  # fmt: skip
+    schedule(
+        db,
+        "schedule add",
+        "nightly",
+        "--cron",
+        "0 3 * * *",
+        "--timezone",
+        "Asia/Tokyo",
+        "--",
+        "true",
+    )
     schedule(db, "schedule add", "ping", "--every", "1h", "--", "true")
     schedule(db, "schedule pause", "nightly", "--reason", IMG)
     queue = open_write(str(db))
     try:
         now = queue.now()
-        queue.write(lambda conn: [firing.fire(conn, i, now, None)
-                                  for i in firing.due_schedules(conn, now)])  # fmt: skip
+        queue.write(
+            lambda conn: [firing.fire(conn, i, now, None) for i in firing.due_schedules(conn, now)]
+        )
     finally:
         queue.engine.dispose()
     with client_for(db) as client:

@@ -39,14 +39,24 @@ def assert_plain(html: str, what: object) -> None:
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, int]]:
     db = tmp_path_factory.mktemp("webtext") / "spool" / "queue.db"
-    shell = add_job(db, "sh", "-c", "echo safe\rrm -rf ~", note=HOSTILE,
-                    tags={f"k{TITLE}": HOSTILE}, env={f"E{CLIPBOARD}": "v"})  # fmt: skip
+    shell = add_job(
+        db,
+        "sh",
+        "-c",
+        "echo safe\rrm -rf ~",
+        note=HOSTILE,
+        tags={f"k{TITLE}": HOSTILE},
+        env={f"E{CLIPBOARD}": "v"},
+    )
     printer = add_job(db, "printf", PRINTF_FORMAT)
     raw = add_job(db, "true", "\udcff")  # the byte ff, not UTF-8
     drain(db)
     execute(db, "UPDATE attempts SET worker_id = ?, error = ?", (f"w{HOSTILE}", HOSTILE))
-    execute(db, "UPDATE jobs SET last_error = ?, idempotency_key = ? WHERE id = ?",
-            (HOSTILE, HOSTILE, shell))  # fmt: skip
+    execute(
+        db,
+        "UPDATE jobs SET last_error = ?, idempotency_key = ? WHERE id = ?",
+        (HOSTILE, HOSTILE, shell),
+    )
     with client_for(db, actions=True) as client:
         csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/").text)
         assert csrf is not None
@@ -69,12 +79,25 @@ def test_no_page_holds_a_raw_control_character(
 ) -> None:
     ids = hostile[1]
     shell = client.get(f"/jobs/{ids['shell']}").text
-    for wanted in ("sh -c $&#39;echo safe\\rrm -rf ~&#39;", ESCAPED, f"w{ESCAPED}",
-                   f"k\\x1b]0;pwned\\x07={ESCAPED}", "E\\x1b]52;c;cm0gLXJmIH4=\\x07"):  # fmt: skip
+    for wanted in (
+        "sh -c $&#39;echo safe\\rrm -rf ~&#39;",
+        ESCAPED,
+        f"w{ESCAPED}",
+        f"k\\x1b]0;pwned\\x07={ESCAPED}",
+        "E\\x1b]52;c;cm0gLXJmIH4=\\x07",
+    ):
         assert wanted in shell, wanted
-    pages = ["/", "/?partial=1", "/jobs", f"/jobs/{ids['shell']}", f"/jobs/{ids['printer']}",
-             f"/jobs/{ids['shell']}?partial=head", f"/jobs/{ids['printer']}?partial=history",
-             f"/jobs/{ids['raw']}", "/events"]  # fmt: skip
+    pages = [
+        "/",
+        "/?partial=1",
+        "/jobs",
+        f"/jobs/{ids['shell']}",
+        f"/jobs/{ids['printer']}",
+        f"/jobs/{ids['shell']}?partial=head",
+        f"/jobs/{ids['printer']}?partial=history",
+        f"/jobs/{ids['raw']}",
+        "/events",
+    ]
     for path in pages:
         response = client.get(path)
         assert response.status_code == 200, path

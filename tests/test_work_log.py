@@ -46,8 +46,17 @@ ENDED_KEYS = {
     "duration_s",
     "job_state",
 }
-CONTAINMENT_KEYS = {"event", "at", "worker_id", "mode", "reason", "kill", "cgroup_root",
-                    "memory_limit", "cpu_limit"}  # fmt: skip
+CONTAINMENT_KEYS = {
+    "event",
+    "at",
+    "worker_id",
+    "mode",
+    "reason",
+    "kill",
+    "cgroup_root",
+    "memory_limit",
+    "cpu_limit",
+}
 REAPED_KEYS = {
     "event",
     "at",

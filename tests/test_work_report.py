@@ -26,8 +26,9 @@ def test_a_long_drain_keeps_counts_and_only_the_newest_failures() -> None:
     assert report.unlisted == extra
     # the newest are kept: the first `extra` failures are the ones dropped
     assert report.unsuccessful[0].job_id == 100_000 + extra
-    assert report.last == AttemptResult(100_000 + UNSUCCESSFUL_KEPT + extra - 1, 2,
-                                        "process_exit", "queued")  # fmt: skip
+    assert report.last == AttemptResult(
+        100_000 + UNSUCCESSFUL_KEPT + extra - 1, 2, "process_exit", "queued"
+    )
 
     text = report_text(report, "drain").splitlines()
     assert text[0] == f"({extra} earlier attempts that did not succeed are not listed)"

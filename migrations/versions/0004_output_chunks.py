@@ -51,21 +51,34 @@ FOR EACH ROW WHEN (NEW.state = 'queued') EXECUTE FUNCTION spoolctl_notify_work()
 
 
 WIDENED: dict[str, tuple[str, ...]] = {
-    "jobs": ("id", "priority", "attempts", "crashes", "max_retries", "max_crashes",
-             "timeout_seconds", "locked_pid", "last_exit_code"),
-    "attempts": ("id", "job_id", "attempt_no", "worker_pid", "exit_code", "job_pid",
-                 "job_pgid"),
+    "jobs": (
+        "id",
+        "priority",
+        "attempts",
+        "crashes",
+        "max_retries",
+        "max_crashes",
+        "timeout_seconds",
+        "locked_pid",
+        "last_exit_code",
+    ),
+    "attempts": ("id", "job_id", "attempt_no", "worker_pid", "exit_code", "job_pid", "job_pgid"),
     "workers": ("pid", "slots", "concurrency", "jobs_run"),
     "job_events": ("id", "job_id"),
     "job_dependencies": ("job_id", "after_job_id"),
-}  # fmt: skip
+}
 """PostgreSQL integer columns made BIGINT by this revision (INTEGER before)."""
 SEQUENCES = ("jobs", "attempts", "job_events")
 DEFAULTS = {
-    "jobs": {"priority": "0", "attempts": "0", "crashes": "0", "max_retries": "3",
-             "timeout_seconds": "300"},
+    "jobs": {
+        "priority": "0",
+        "attempts": "0",
+        "crashes": "0",
+        "max_retries": "3",
+        "timeout_seconds": "300",
+    },
     "workers": {"concurrency": "1", "jobs_run": "0"},
-}  # fmt: skip
+}
 """Server defaults, set again in the new type (as a fresh table states them)."""
 OFFLINE_GUARD = """
 DO $$

@@ -62,9 +62,14 @@ def _columns() -> list[tuple[str, sa.Column[object]]]:
 
 
 OLD_REASONS = (
-    "process_exit", "timeout", "spawn_failed", "worker_crash", "canceled", "unknown",
+    "process_exit",
+    "timeout",
+    "spawn_failed",
+    "worker_crash",
+    "canceled",
+    "unknown",
     "dependency_failed",
-)  # fmt: skip
+)
 NEW_REASONS = (*OLD_REASONS, "oom_killed")
 CHECKED = (("jobs", "last_failure_reason"), ("attempts", "failure_reason"))
 
@@ -129,17 +134,25 @@ def upgrade() -> None:
     for table, column in _columns():
         op.add_column(table, column)
     where = sa.text(NEEDS_LIMITS_WHERE)
-    op.create_index("ix_jobs_needs_limits", "jobs", ["require_limits", "state"], sqlite_where=where,
-                    postgresql_where=where)  # fmt: skip
+    op.create_index(
+        "ix_jobs_needs_limits",
+        "jobs",
+        ["require_limits", "state"],
+        sqlite_where=where,
+        postgresql_where=where,
+    )
     _swap_checks(new=True)
 
 
 def downgrade() -> None:
     postgres = op.get_context().dialect.name == "postgresql"
-    op.execute("UPDATE attempts SET failure_reason = 'process_exit' "
-               "WHERE failure_reason = 'oom_killed'")  # fmt: skip
-    op.execute("UPDATE jobs SET last_failure_reason = 'process_exit' "
-               "WHERE last_failure_reason = 'oom_killed'")  # fmt: skip
+    op.execute(
+        "UPDATE attempts SET failure_reason = 'process_exit' WHERE failure_reason = 'oom_killed'"
+    )
+    op.execute(
+        "UPDATE jobs SET last_failure_reason = 'process_exit' "
+        "WHERE last_failure_reason = 'oom_killed'"
+    )
     _swap_checks(new=False)
     op.drop_index("ix_jobs_needs_limits", table_name="jobs")
     for table, column in reversed(_columns()):

@@ -37,8 +37,12 @@ from spoolctl.db.queue import open_for_read
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
 
-SOURCE_NAMES = {"flag": "flag", "env": "environment", "config": "project_config",
-                "default": "default"}  # fmt: skip
+SOURCE_NAMES = {
+    "flag": "flag",
+    "env": "environment",
+    "config": "project_config",
+    "default": "default",
+}
 """Our source names -> 0.4.11's (`db_source` keeps its words; `source` ours)."""
 SCHEMA_VERSION = max(LEGACY_VERSIONS) + len(
     revision.revisions_between(None, revision.HEAD_REVISION)
@@ -191,12 +195,19 @@ def versions() -> dict[str, Any]:
 
 
 def doctor_text(data: dict[str, Any]) -> str:
-    marks = {"pass": style("ok", fg="green"), "warn": style("warn", fg="yellow"),
-             "fail": style("FAIL", fg="red"), "skip": "skip"}  # fmt: skip
+    marks = {
+        "pass": style("ok", fg="green"),
+        "warn": style("warn", fg="yellow"),
+        "fail": style("FAIL", fg="red"),
+        "skip": "skip",
+    }
     rows = [[marks[c["status"]], c["id"], c["message"]] for c in data["checks"]]
     lines = [table(["", "CHECK", "DETAIL"], rows)]
-    lines += [f"  fix {c['id']}: {c['remediation']}" for c in data["checks"]
-              if c["status"] == "fail" and c["remediation"]]  # fmt: skip
+    lines += [
+        f"  fix {c['id']}: {c['remediation']}"
+        for c in data["checks"]
+        if c["status"] == "fail" and c["remediation"]
+    ]
     lines.append("ready" if data["ready"] else style("not ready", fg="red", bold=True))
     return "\n".join(lines)
 

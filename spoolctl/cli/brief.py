@@ -31,8 +31,11 @@ def usage(name: str, command: SpoolCommand) -> str:
     for param in command.params:
         if isinstance(param, click.Argument):
             parts.append(f"{(param.name or '').upper()}{'...' if param.nargs == -1 else ''}")
-    flags = [flag_of(command, p.name or "") for p in command.params
-             if isinstance(p, click.Option) and p.name not in COMMON_FLAGS]  # fmt: skip
+    flags = [
+        flag_of(command, p.name or "")
+        for p in command.params
+        if isinstance(p, click.Option) and p.name not in COMMON_FLAGS
+    ]
     if len(flags) == 1:
         parts.append(f"[{flags[0]}]")
     elif flags:  # brace form: one "--" for all, to stay within the brief's budget

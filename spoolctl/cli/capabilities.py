@@ -55,11 +55,23 @@ from spoolctl.services.submit import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
 EXTRA_EXIT_CODES: dict[str, tuple[int, ...]] = {
-    "add": (4, 5), "work": (4,), "wait": (4, 6), "retry": (2, 4, 5), "cancel": (2, 4, 5),
-    "prune": (2, 4), "migrate": (2, 4), "events": (4,), "output": (4,), "feedback": (4,),
-    "status": (4,), "list": (4,), "show": (4,), "workers": (4,), "copy-to": (4, 5),
+    "add": (4, 5),
+    "work": (4,),
+    "wait": (4, 6),
+    "retry": (2, 4, 5),
+    "cancel": (2, 4, 5),
+    "prune": (2, 4),
+    "migrate": (2, 4),
+    "events": (4,),
+    "output": (4,),
+    "feedback": (4,),
+    "status": (4,),
+    "list": (4,),
+    "show": (4,),
+    "workers": (4,),
+    "copy-to": (4, 5),
     "web": (2, 4),
-}  # fmt: skip
+}
 
 
 def data_keys(name: str) -> str:
@@ -108,10 +120,19 @@ def verb_info(name: str, command: SpoolCommand) -> dict[str, Any]:
 
 
 def global_flags() -> dict[str, Any]:
-    common = {"type": "boolean", "required": False, "default": False, "minimum": None,
-              "maximum": None, "unbounded": False, "value_required": False,
-              "repeatable": False, "choices": None, "malformed_expectations": {},
-              "output_modes": ["text"]}  # fmt: skip
+    common = {
+        "type": "boolean",
+        "required": False,
+        "default": False,
+        "minimum": None,
+        "maximum": None,
+        "unbounded": False,
+        "value_required": False,
+        "repeatable": False,
+        "choices": None,
+        "malformed_expectations": {},
+        "output_modes": ["text"],
+    }
     return {
         "flags": [
             {"name": f, "flag": f, "aliases": [f], **common} for f in ("--help", "--version")
@@ -178,18 +199,30 @@ def code_registry() -> dict[str, dict[str, Any]]:
     registry: dict[str, dict[str, Any]] = {}
     for cls in ERROR_CLASSES:
         summary, retryable, example = code_notes(cls.code)
-        registry[cls.code] = {"appears_in": ["errors"], "summary": summary,
-                              "exit_code": cls.exit_code, "retryable": retryable,
-                              "example": example}  # fmt: skip
+        registry[cls.code] = {
+            "appears_in": ["errors"],
+            "summary": summary,
+            "exit_code": cls.exit_code,
+            "retryable": retryable,
+            "example": example,
+        }
         if cls is StorageFault:
             registry[cls.code]["reasons"] = dict(DB_UNUSABLE_REASONS)
     for code in WARNING_CODES:
         summary, retryable, example = code_notes(code)
-        registry[code] = {"appears_in": ["warnings"], "summary": summary,
-                          "retryable": retryable, "example": example}  # fmt: skip
+        registry[code] = {
+            "appears_in": ["warnings"],
+            "summary": summary,
+            "retryable": retryable,
+            "example": example,
+        }
     for code, (summary, retryable, example) in RETIRED_CODES.items():
-        registry[code] = {"appears_in": [], "summary": summary, "retryable": retryable,
-                          "example": example}  # fmt: skip
+        registry[code] = {
+            "appears_in": [],
+            "summary": summary,
+            "retryable": retryable,
+            "example": example,
+        }
     return dict(sorted(registry.items()))
 
 
@@ -216,9 +249,10 @@ def env_vars(verbs: dict[str, SpoolCommand]) -> dict[str, dict[str, Any]]:
             "unbounded": False,
             "shadowed_by": "--db" if name == "SPOOLCTL_DB" else None,
             "consumed_by": consumers(name, var, queue_verbs),
-            "malformed_expectations": {"bad_path" if name == "SPOOLCTL_DB" else "bad_type":
-                                       EXPECT_INPUT},
-        }  # fmt: skip
+            "malformed_expectations": {
+                "bad_path" if name == "SPOOLCTL_DB" else "bad_type": EXPECT_INPUT
+            },
+        }
         if numeric:
             published[name]["grammar"] = (
                 "finite float > 0" if "min_exclusive" in var else ("finite float >= 0")
@@ -244,12 +278,24 @@ def published_limits() -> dict[str, dict[str, Any]]:
     """Ours (min/max, as validate.LIMITS says) and 0.4.11's names (type/minimum/
     maximum/unbounded), all read from the same constants."""
     v = validate
-    ours = {name: {**entry, **limit_entry("", entry.get("min", entry.get("min_length",
-                   entry.get("min_exclusive"))), entry.get("max", entry.get("max_length")))}
-            for name, entry in v.LIMITS.items()}  # fmt: skip
-    for name, word in (("duration_seconds", "duration"), ("priority", "integer"),
-                       ("timeout_seconds", "integer"), ("wait_seconds", "float"),
-                       ("poll_interval_seconds", "float")):  # fmt: skip
+    ours = {
+        name: {
+            **entry,
+            **limit_entry(
+                "",
+                entry.get("min", entry.get("min_length", entry.get("min_exclusive"))),
+                entry.get("max", entry.get("max_length")),
+            ),
+        }
+        for name, entry in v.LIMITS.items()
+    }
+    for name, word in (
+        ("duration_seconds", "duration"),
+        ("priority", "integer"),
+        ("timeout_seconds", "integer"),
+        ("wait_seconds", "float"),
+        ("poll_interval_seconds", "float"),
+    ):
         ours[name]["type"] = word
     for name in ("wait_seconds", "poll_interval_seconds"):
         ours[name]["grammar"] = (
@@ -262,8 +308,9 @@ def published_limits() -> dict[str, dict[str, Any]]:
         "env_value_length": limit_entry("string", 0, v.ENV_VALUE_MAX),
         "feedback_tail_bytes": limit_entry("integer", 1, 65_536, default=2048),
         "id": {**v.LIMITS["id"], **limit_entry("integer", 1, v.INT64_MAX)},
-        "idempotency_key_length": limit_entry("string", 1, v.KEY_MAX,
-                                              charset="printable; no control characters"),
+        "idempotency_key_length": limit_entry(
+            "string", 1, v.KEY_MAX, charset="printable; no control characters"
+        ),
         "limit": limit_entry("integer", 0, 1000),
         "event_limit": limit_entry("integer", 0, 10_000),
         "status_limit": limit_entry("integer", 0, 1000),
@@ -273,12 +320,14 @@ def published_limits() -> dict[str, dict[str, Any]]:
         "tag_key_length": limit_entry("string", 1, v.TAG_KEY_MAX, charset="any but NUL"),
         "tag_value_length": limit_entry("string", 0, v.TAG_VALUE_MAX),
         "timestamp_epoch_seconds": limit_entry(
-            "timestamp", -v.MAX_DURATION_S, v.MAX_DURATION_S,
-            grammar="epoch seconds or ISO-8601; a past time means now"),
+            "timestamp",
+            -v.MAX_DURATION_S,
+            v.MAX_DURATION_S,
+            grammar="epoch seconds or ISO-8601; a past time means now",
+        ),
         "worker_slots": limit_entry("integer", 1, v.INT64_MAX),
-        "worker_id_length": limit_entry("string", 1, v.WORKER_ID_MAX,
-                                        charset="any but NUL"),
-    }  # fmt: skip
+        "worker_id_length": limit_entry("string", 1, v.WORKER_ID_MAX, charset="any but NUL"),
+    }
     return {**ours, **named}
 
 
@@ -311,43 +360,74 @@ def scheduling() -> dict[str, Any]:
         "duration_grammar": "<number>[s|m|h|d] or bare seconds; lowercase units only",
         "at_timestamp": "epoch seconds or ISO-8601; naive means local time; past means now",
         "finite_numeric_inputs": ["--after", "--at", "--timeout", "--poll-interval"],
-        "priority": {"default": 0, "min": validate.INT32_MIN, "max": validate.INT32_MAX,
-                     "ordering": "higher priority first, then next_run_at, then id"},
-        "queue": {"default": DEFAULT_QUEUE, "grammar": f"1-{validate.QUEUE_MAX} chars matching "
-                  f"{validate.QUEUE_RE.pattern}", "single_lane_worker": True},
-        "slots": {"claimed_false": "work --once --json {claimed:false}: nothing runnable now, "
-                  "a full slot ceiling included", "default_ceiling": None,
-                  "fleet_global": True, "opt_in": True, "scope": "served lane"},
-        "schedules": {"fired_by": "every running work process, at most once per poll "
-                      "interval; exactly one job per (schedule, slot) by a unique index",
-                      "cron_fields": slots.CRON_FIELDS, "min_every_s": slots.MIN_EVERY_S,
-                      "catch_up_all_max": firing.CATCH_UP_ALL_MAX,
-                      "catch_up_none_on_time_s": firing.ON_TIME_S, "library": "cronsim",
-                      "env": [firing.SCHEDULE_ENV, firing.SCHEDULED_FOR_ENV],
-                      "tag": f"{firing.SCHEDULE_TAG}=NAME"},
-        "scheduled": {"counts_included_in": "counts.queued",
-                      "includes": ["user-delayed rows", "retry and reap backoff rows"],
-                      "predicate": "state='queued' AND next_run_at > now"},
-        "drain": {"holds_for": ["running jobs of the served lane", "due queued jobs of the "
-                                "served lane", "retry backoff pending in the served lane"],
-                  "scope": "served lane",
-                  "skips": "user-delayed jobs that never ran",
-                  "paused_lane": "returns at once: drained false, paused true"},
-        "lanes": {"pause": "spoolctl pause QUEUE|--all [--reason TEXT]",
-                  "resume": "spoolctl resume QUEUE|--all",
-                  "while_paused": "no worker claims from the lane; running jobs finish; "
-                  "add still queues", "idempotent": True,
-                  "shown_in": ["status.paused_lanes", "status.queues.<queue>.paused",
-                               "workers.paused_lanes", "workers.workers[].lane_paused",
-                               "events paused/resumed (job_id null, detail.queue)"]},
-        "dependencies": {"flag": "add --after-job ID (repeatable; existing jobs only)",
-                         "batch": 'after_jobs: [ID or "@LINE" (an earlier line)]',
-                         "state": "waiting until every named job is done, then queued",
-                         "on_parent_failure": "dead or canceled parent: canceled with failure "
-                         "reason dependency_failed and event dependency_failed, transitively",
-                         "retry": "retry ID --with-dependents restores them",
-                         "claim_cost": "none: waiting jobs are outside the claim index range"},
-    }  # fmt: skip
+        "priority": {
+            "default": 0,
+            "min": validate.INT32_MIN,
+            "max": validate.INT32_MAX,
+            "ordering": "higher priority first, then next_run_at, then id",
+        },
+        "queue": {
+            "default": DEFAULT_QUEUE,
+            "grammar": f"1-{validate.QUEUE_MAX} chars matching {validate.QUEUE_RE.pattern}",
+            "single_lane_worker": True,
+        },
+        "slots": {
+            "claimed_false": "work --once --json {claimed:false}: nothing runnable now, "
+            "a full slot ceiling included",
+            "default_ceiling": None,
+            "fleet_global": True,
+            "opt_in": True,
+            "scope": "served lane",
+        },
+        "schedules": {
+            "fired_by": "every running work process, at most once per poll "
+            "interval; exactly one job per (schedule, slot) by a unique index",
+            "cron_fields": slots.CRON_FIELDS,
+            "min_every_s": slots.MIN_EVERY_S,
+            "catch_up_all_max": firing.CATCH_UP_ALL_MAX,
+            "catch_up_none_on_time_s": firing.ON_TIME_S,
+            "library": "cronsim",
+            "env": [firing.SCHEDULE_ENV, firing.SCHEDULED_FOR_ENV],
+            "tag": f"{firing.SCHEDULE_TAG}=NAME",
+        },
+        "scheduled": {
+            "counts_included_in": "counts.queued",
+            "includes": ["user-delayed rows", "retry and reap backoff rows"],
+            "predicate": "state='queued' AND next_run_at > now",
+        },
+        "drain": {
+            "holds_for": [
+                "running jobs of the served lane",
+                "due queued jobs of the served lane",
+                "retry backoff pending in the served lane",
+            ],
+            "scope": "served lane",
+            "skips": "user-delayed jobs that never ran",
+            "paused_lane": "returns at once: drained false, paused true",
+        },
+        "lanes": {
+            "pause": "spoolctl pause QUEUE|--all [--reason TEXT]",
+            "resume": "spoolctl resume QUEUE|--all",
+            "while_paused": "no worker claims from the lane; running jobs finish; add still queues",
+            "idempotent": True,
+            "shown_in": [
+                "status.paused_lanes",
+                "status.queues.<queue>.paused",
+                "workers.paused_lanes",
+                "workers.workers[].lane_paused",
+                "events paused/resumed (job_id null, detail.queue)",
+            ],
+        },
+        "dependencies": {
+            "flag": "add --after-job ID (repeatable; existing jobs only)",
+            "batch": 'after_jobs: [ID or "@LINE" (an earlier line)]',
+            "state": "waiting until every named job is done, then queued",
+            "on_parent_failure": "dead or canceled parent: canceled with failure "
+            "reason dependency_failed and event dependency_failed, transitively",
+            "retry": "retry ID --with-dependents restores them",
+            "claim_cost": "none: waiting jobs are outside the claim index range",
+        },
+    }
 
 
 @verb("capabilities", examples=("spoolctl capabilities --json",))

@@ -49,8 +49,11 @@ def contract_problems() -> list[str]:
     problems = [f"verb {n} does not load" for n in available_verbs() if n not in verb_commands()]
     problems += [f"verb {n} has no data schema" for n in VERBS if n not in DATA_SCHEMAS]
     codes = [c.code for c in ERROR_CLASSES] + list(WARNING_CODES)
-    problems += [f"code {c} has no summary in contract_policy.CODE_NOTES" for c in codes
-                 if c not in CODE_NOTES]  # fmt: skip
+    problems += [
+        f"code {c} has no summary in contract_policy.CODE_NOTES"
+        for c in codes
+        if c not in CODE_NOTES
+    ]
     for name, command in verb_commands().items():
         names = {p.name for p in command.params}
         problems += [
@@ -68,8 +71,14 @@ def check_verb_name(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 @verb("schema", examples=("spoolctl schema --json", "spoolctl schema --json --verb list"))
-@click.option("--verb", "only", type=click.Choice(list(VERBS)), default=None,
-              callback=check_verb_name, help="Only this verb's data schema.")  # fmt: skip
+@click.option(
+    "--verb",
+    "only",
+    type=click.Choice(list(VERBS)),
+    default=None,
+    callback=check_verb_name,
+    help="Only this verb's data schema.",
+)
 @json_option
 def schema(only: str | None, as_json: bool) -> int:
     """JSON Schema of the envelope and of each verb's data."""

@@ -47,10 +47,20 @@ def param_info(param: click.Parameter) -> dict[str, Any]:
 
 
 # click's type names -> the type vocabulary of 0.4.11's contract
-TYPE_WORDS = {"integer": "integer", "id": "integer", "seconds": "float", "duration": "duration",
-              "timestamp": "timestamp", "queue": "queue", "key=value": "key_value",
-              "states": "enum_csv", "choice": "enum", "boolean": "boolean", "timeout": "integer",
-              "path": "path"}  # fmt: skip
+TYPE_WORDS = {
+    "integer": "integer",
+    "id": "integer",
+    "seconds": "float",
+    "duration": "duration",
+    "timestamp": "timestamp",
+    "queue": "queue",
+    "key=value": "key_value",
+    "states": "enum_csv",
+    "choice": "enum",
+    "boolean": "boolean",
+    "timeout": "integer",
+    "path": "path",
+}
 EXTRA_TYPE_KEYS = ("grammar", "key_maximum", "value_maximum", "maximum_items", "charset")
 
 
@@ -74,8 +84,13 @@ def malformed(word: str, param: click.Parameter) -> dict[str, Any]:
     missing = (
         EXPECT_MISSING if isinstance(param, click.Argument) and param.required else (EXPECT_INPUT)
     )
-    found = {"missing_value": missing, "bad_type": EXPECT_INPUT, "out_of_range": EXPECT_INPUT,
-             "empty_string": EXPECT_INPUT, "too_long": EXPECT_INPUT}  # fmt: skip
+    found = {
+        "missing_value": missing,
+        "bad_type": EXPECT_INPUT,
+        "out_of_range": EXPECT_INPUT,
+        "empty_string": EXPECT_INPUT,
+        "too_long": EXPECT_INPUT,
+    }
     if isinstance(param, click.Option):
         found["value_is_another_flag"] = EXPECT_INPUT
     if word == "path":

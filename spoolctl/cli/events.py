@@ -47,22 +47,52 @@ DEFAULT_IDLE_TIMEOUT_S = 3600
         "spoolctl events --follow --json --max-events 10",
     ),
 )
-@click.option("--since-id", "--since-cursor", "since_id", type=BoundedInt(0, None), default=None,
-              help="Only events after this id (pass meta.pagination.cursor back); default 0,"
-                   " with --follow the current end of the ledger.")  # fmt: skip
+@click.option(
+    "--since-id",
+    "--since-cursor",
+    "since_id",
+    type=BoundedInt(0, None),
+    default=None,
+    help="Only events after this id (pass meta.pagination.cursor back); default 0,"
+    " with --follow the current end of the ledger.",
+)
 @click.option("--job", "job_id", type=JOB_ID, default=None, help="Only events of this job.")
-@click.option("--limit", type=BoundedInt(0, 10_000), default=1000, show_default=True,
-              help="Most events returned (0: all).")  # fmt: skip
+@click.option(
+    "--limit",
+    type=BoundedInt(0, 10_000),
+    default=1000,
+    show_default=True,
+    help="Most events returned (0: all).",
+)
 @click.option("--wait", is_flag=True, help="Long-poll: block until an event arrives.")
-@click.option("--wait-timeout", type=Duration(MAX_WAIT_S), default="30", show_default=True,
-              help="How long --wait blocks before answering with no events.")  # fmt: skip
+@click.option(
+    "--wait-timeout",
+    type=Duration(MAX_WAIT_S),
+    default="30",
+    show_default=True,
+    help="How long --wait blocks before answering with no events.",
+)
 @click.option("--follow", is_flag=True, help="Stream events as NDJSON frames (with --json).")
-@click.option("--max-events", type=BoundedInt(1, None), default=None,
-              help="With --follow: stop after this many events.")  # fmt: skip
-@click.option("--idle-timeout", type=Duration(MAX_WAIT_S), default=str(DEFAULT_IDLE_TIMEOUT_S),
-              show_default=True, help="With --follow: stop after this long idle.")  # fmt: skip
-@click.option("--poll-interval", type=Seconds(0, 3600), default=POLL_S, show_default=True,
-              help="Seconds between looks at the ledger with --wait or --follow.")  # fmt: skip
+@click.option(
+    "--max-events",
+    type=BoundedInt(1, None),
+    default=None,
+    help="With --follow: stop after this many events.",
+)
+@click.option(
+    "--idle-timeout",
+    type=Duration(MAX_WAIT_S),
+    default=str(DEFAULT_IDLE_TIMEOUT_S),
+    show_default=True,
+    help="With --follow: stop after this long idle.",
+)
+@click.option(
+    "--poll-interval",
+    type=Seconds(0, 3600),
+    default=POLL_S,
+    show_default=True,
+    help="Seconds between looks at the ledger with --wait or --follow.",
+)
 @db_option
 @json_option
 def events(

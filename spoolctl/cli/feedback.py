@@ -26,10 +26,16 @@ from spoolctl.text import shown
     ),
 )
 @click.argument("job_id", type=JOB_ID)
-@click.option("--tail-bytes", type=BoundedInt(1, 65_536), default=2048, show_default=True,
-              help="Bytes shown from the end of each stream.")  # fmt: skip
-@click.option("--stream", type=STREAM_CHOICE, default="both", show_default=True,
-              help="Which captured stream.")  # fmt: skip
+@click.option(
+    "--tail-bytes",
+    type=BoundedInt(1, 65_536),
+    default=2048,
+    show_default=True,
+    help="Bytes shown from the end of each stream.",
+)
+@click.option(
+    "--stream", type=STREAM_CHOICE, default="both", show_default=True, help="Which captured stream."
+)
 @db_option
 @json_option
 def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json: bool) -> int:
@@ -109,8 +115,12 @@ def remediation(job_id: int, state: str, has_attempt: bool) -> str | None:
 
 
 NOT_RUN_TAIL: dict[str, Any] = {
-    "path": None, "size_bytes": 0, "tail": "", "truncated": False, "missing": True,
-}  # fmt: skip
+    "path": None,
+    "size_bytes": 0,
+    "tail": "",
+    "truncated": False,
+    "missing": True,
+}
 
 
 def feedback_text(data: dict[str, Any], picked: tuple[str, ...] = ("stdout", "stderr")) -> str:

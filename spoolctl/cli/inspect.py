@@ -31,8 +31,12 @@ from spoolctl.states import JobState
 from spoolctl.text import shown, shown_argv
 
 STATE_COLORS = {
-    "done": "green", "dead": "red", "running": "cyan", "canceled": "yellow", "waiting": "blue",
-}  # fmt: skip
+    "done": "green",
+    "dead": "red",
+    "running": "cyan",
+    "canceled": "yellow",
+    "waiting": "blue",
+}
 
 
 @verb("show", examples=("spoolctl show 42", "spoolctl show 42 --json"))
@@ -114,11 +118,16 @@ def links_text(detail: dict[str, Any]) -> list[str]:
 
 def attempts_table(attempts: list[dict[str, Any]]) -> str:
     rows = [
-        [str(a["attempt_no"]), shown(a["state"]), shown(a["failure_reason"] or "-"),
-         shown(exit_label(a["exit_code"], a.get("signal")) or "-"),
-         local_time(a["started_at"]), shown(a["worker_id"])]
+        [
+            str(a["attempt_no"]),
+            shown(a["state"]),
+            shown(a["failure_reason"] or "-"),
+            shown(exit_label(a["exit_code"], a.get("signal")) or "-"),
+            local_time(a["started_at"]),
+            shown(a["worker_id"]),
+        ]
         for a in attempts
-    ]  # fmt: skip
+    ]
     return table(["#", "STATE", "REASON", "EXIT", "STARTED", "WORKER"], rows)
 
 
@@ -132,19 +141,42 @@ def command_text(argv: list[str] | None, damaged: str = "(damaged)") -> str:
     "list",
     examples=("spoolctl list --state dead", "spoolctl list --queue gpu --tag team=ml --json"),
 )
-@click.option("--state", type=StateList([s.value for s in JobState]), default=None,
-              help="Only jobs in these states (comma-separated).")  # fmt: skip
-@click.option("--waiting", is_flag=True,
-              help="Only jobs waiting for other jobs (same as --state waiting).")  # fmt: skip
+@click.option(
+    "--state",
+    type=StateList([s.value for s in JobState]),
+    default=None,
+    help="Only jobs in these states (comma-separated).",
+)
+@click.option(
+    "--waiting", is_flag=True, help="Only jobs waiting for other jobs (same as --state waiting)."
+)
 @click.option("--queue", type=QueueName(), default=None, help="Only jobs of this queue.")
-@click.option("--tag", "tags", type=TAG_FILTER, multiple=True,
-              help="Only jobs with tag K=V, or K alone (any value); all must match.")  # fmt: skip
-@click.option("--schedule", type=QueueName(), default=None,
-              help="Only jobs this schedule made (the tag schedule=NAME).")  # fmt: skip
-@click.option("--priority-min", type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
-              default=None, help="Only jobs with at least this priority.")  # fmt: skip
-@click.option("--limit", type=BoundedInt(0, 1000), default=100, show_default=True,
-              help="Most jobs shown (0: all).")  # fmt: skip
+@click.option(
+    "--tag",
+    "tags",
+    type=TAG_FILTER,
+    multiple=True,
+    help="Only jobs with tag K=V, or K alone (any value); all must match.",
+)
+@click.option(
+    "--schedule",
+    type=QueueName(),
+    default=None,
+    help="Only jobs this schedule made (the tag schedule=NAME).",
+)
+@click.option(
+    "--priority-min",
+    type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
+    default=None,
+    help="Only jobs with at least this priority.",
+)
+@click.option(
+    "--limit",
+    type=BoundedInt(0, 1000),
+    default=100,
+    show_default=True,
+    help="Most jobs shown (0: all).",
+)
 @db_option
 @json_option
 def list_jobs(
@@ -195,10 +227,17 @@ def list_text(jobs: list[dict[str, Any]]) -> str:
         return "no jobs"
     now = time.time()
     rows = [
-        [str(j["id"]), style(shown(j["state"]), fg=STATE_COLORS.get(j["state"])),
-         shown(j["queue"]), shown(j["priority"]), str(j["attempts_total"]), shown(j["attempts"]),
-         age(j["created_at"], now), command_text(j["argv"])[:60]]
+        [
+            str(j["id"]),
+            style(shown(j["state"]), fg=STATE_COLORS.get(j["state"])),
+            shown(j["queue"]),
+            shown(j["priority"]),
+            str(j["attempts_total"]),
+            shown(j["attempts"]),
+            age(j["created_at"], now),
+            command_text(j["argv"])[:60],
+        ]
         for j in jobs
-    ]  # fmt: skip
+    ]
     headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
     return table(headers, rows)

@@ -58,10 +58,19 @@ REVISION_FLAGS = ("to", "downgrade")
 )
 @click.option("--history", is_flag=True, help="List the revisions this spoolctl ships.")
 @click.option("--sql", is_flag=True, help="Print the SQL the change would run; change nothing.")
-@click.option("--to", "to", type=click.Choice(["head", *KNOWN_REVISIONS]), default=None,
-              help="Upgrade to this revision instead of the head.")  # fmt: skip
-@click.option("--downgrade", type=click.Choice(KNOWN_REVISIONS), default=None,
-              help="Downgrade to this revision (needs --yes).")  # fmt: skip
+@click.option(
+    "--to",
+    "to",
+    type=click.Choice(["head", *KNOWN_REVISIONS]),
+    default=None,
+    help="Upgrade to this revision instead of the head.",
+)
+@click.option(
+    "--downgrade",
+    type=click.Choice(KNOWN_REVISIONS),
+    default=None,
+    help="Downgrade to this revision (needs --yes).",
+)
 @click.option("--yes", is_flag=True, help="Confirm a downgrade.")
 @click.option(
     DELETE_STORED_OUTPUT_FLAG,

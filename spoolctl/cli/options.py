@@ -150,8 +150,13 @@ class Duration(_Validated):
 
     def contract_info(self) -> dict[str, Any]:
         grammar = "<number>[s|m|h|d] or bare seconds; finite"
-        return {**super().contract_info(), "min": 0, "max": self.maximum, "units": "s|m|h|d",
-                "grammar": grammar}  # fmt: skip
+        return {
+            **super().contract_info(),
+            "min": 0,
+            "max": self.maximum,
+            "units": "s|m|h|d",
+            "grammar": grammar,
+        }
 
 
 class Timestamp(_Validated):
@@ -222,8 +227,12 @@ class BoundedText(_Validated):
         return validate.bounded_text(value, self.what, self.maximum)
 
     def contract_info(self) -> dict[str, Any]:
-        return {**super().contract_info(), "min_length": 1, "max_length": self.maximum,
-                "charset": "any character but NUL"}  # fmt: skip
+        return {
+            **super().contract_info(),
+            "min_length": 1,
+            "max_length": self.maximum,
+            "charset": "any character but NUL",
+        }
 
 
 class QueueName(_Validated):
@@ -233,8 +242,11 @@ class QueueName(_Validated):
         return validate.queue_name(value)
 
     def contract_info(self) -> dict[str, Any]:
-        return {**super().contract_info(), **validate.LIMITS["queue"],
-                "charset": validate.QUEUE_RE.pattern}  # fmt: skip
+        return {
+            **super().contract_info(),
+            **validate.LIMITS["queue"],
+            "charset": validate.QUEUE_RE.pattern,
+        }
 
 
 class KeyValue(_Validated):
@@ -256,9 +268,12 @@ class KeyValue(_Validated):
         return validate.key_value(value, "value")
 
     def contract_info(self) -> dict[str, Any]:
-        info = {**super().contract_info(), "key_maximum": self.key_max,
-                "value_maximum": self.value_max,
-                "grammar": "K=V split on the first '='; key non-empty; no NUL"}  # fmt: skip
+        info = {
+            **super().contract_info(),
+            "key_maximum": self.key_max,
+            "value_maximum": self.value_max,
+            "grammar": "K=V split on the first '='; key non-empty; no NUL",
+        }
         if self.max_items is not None:
             info["maximum_items"] = self.max_items
         return info

@@ -53,19 +53,33 @@ def open_existing(db: str | None, job_id: int) -> Queue:
     ),
 )
 @click.argument("job_id", type=JOB_ID)
-@click.option("--attempt", "attempt_no", type=BoundedInt(1, None), default=None,
-              help="Attempt number (default: the latest).")  # fmt: skip
-@click.option("--stream", type=STREAM_CHOICE, default="both", show_default=True,
-              help="Which captured stream.")  # fmt: skip
-@click.option("--raw", is_flag=True,
-              help="Write the bytes unframed (both: stderr's bytes to stderr).")  # fmt: skip
-@click.option("--follow", is_flag=True,
-              help="Stream a running attempt until it ends; a job not started yet: its first"
-                   " attempt, once it starts.")  # fmt: skip
-@click.option("--idle-timeout", type=Duration(MAX_WAIT_S), default=None,
-              help="With --follow: give up after this long with nothing to follow (no attempt"
-                   f" yet, or the server unreachable); default {DEFAULT_IDLE_TIMEOUT_S}"
-                   " (as events --follow).")  # fmt: skip
+@click.option(
+    "--attempt",
+    "attempt_no",
+    type=BoundedInt(1, None),
+    default=None,
+    help="Attempt number (default: the latest).",
+)
+@click.option(
+    "--stream", type=STREAM_CHOICE, default="both", show_default=True, help="Which captured stream."
+)
+@click.option(
+    "--raw", is_flag=True, help="Write the bytes unframed (both: stderr's bytes to stderr)."
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Stream a running attempt until it ends; a job not started yet: its first"
+    " attempt, once it starts.",
+)
+@click.option(
+    "--idle-timeout",
+    type=Duration(MAX_WAIT_S),
+    default=None,
+    help="With --follow: give up after this long with nothing to follow (no attempt"
+    f" yet, or the server unreachable); default {DEFAULT_IDLE_TIMEOUT_S}"
+    " (as events --follow).",
+)
 @db_option
 @json_option
 def output(

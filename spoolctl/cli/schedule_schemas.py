@@ -9,16 +9,40 @@ LAST: Schema = {
     **obj({"slot_at": NUM, "job_id": opt(INT), "state": opt(STR)}),
     "type": ["object", "null"],
 }
-SCHEDULE = obj({
-    "name": STR, "cron": opt(STR), "every_s": opt(NUM), "expression": STR, "timezone": STR,
-    "overlap": one_of(*Overlap), "catch_up": one_of(*CatchUp), "anchor_at": NUM,
-    "created_at": NUM, "next_fire_at": opt(NUM), "upcoming": arr(NUM), "paused": BOOL,
-    "paused_at": opt(NUM), "paused_reason": opt(STR), "last": LAST, "job": {"type": "object"},
-})  # fmt: skip
-OCCURRENCE = obj({"slot_at": NUM, "at": NUM, "outcome": one_of(*OccurrenceOutcome),
-                  "job_id": opt(INT), "state": opt(STR)})  # fmt: skip
-CHANGE = {**SCHEDULE, "properties": {**SCHEDULE["properties"], "changed": BOOL},
-          "required": sorted([*SCHEDULE["required"], "changed"])}  # fmt: skip
+SCHEDULE = obj(
+    {
+        "name": STR,
+        "cron": opt(STR),
+        "every_s": opt(NUM),
+        "expression": STR,
+        "timezone": STR,
+        "overlap": one_of(*Overlap),
+        "catch_up": one_of(*CatchUp),
+        "anchor_at": NUM,
+        "created_at": NUM,
+        "next_fire_at": opt(NUM),
+        "upcoming": arr(NUM),
+        "paused": BOOL,
+        "paused_at": opt(NUM),
+        "paused_reason": opt(STR),
+        "last": LAST,
+        "job": {"type": "object"},
+    }
+)
+OCCURRENCE = obj(
+    {
+        "slot_at": NUM,
+        "at": NUM,
+        "outcome": one_of(*OccurrenceOutcome),
+        "job_id": opt(INT),
+        "state": opt(STR),
+    }
+)
+CHANGE = {
+    **SCHEDULE,
+    "properties": {**SCHEDULE["properties"], "changed": BOOL},
+    "required": sorted([*SCHEDULE["required"], "changed"]),
+}
 
 SCHEDULE_SCHEMAS: dict[str, Schema] = {
     "schedule add": SCHEDULE,

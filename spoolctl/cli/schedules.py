@@ -61,8 +61,7 @@ def line_of(s: dict[str, Any]) -> str:
         f"job {last['job_id'] if last['job_id'] is not None else '-'} ({last['state'] or '-'})"
     )
     nxt = "paused" if s["paused"] else ", ".join(when(t, s["timezone"]) for t in s["upcoming"])
-    return (f"{shown(s['name'])}  {s['expression']}  {s['timezone']}  next: {nxt}  "
-            f"last: {last_text}")  # fmt: skip
+    return f"{shown(s['name'])}  {s['expression']}  {s['timezone']}  next: {nxt}  last: {last_text}"
 
 
 @verb(
@@ -94,12 +93,20 @@ def line_of(s: dict[str, Any]) -> str:
     show_default=True,
     help="skip: no new job while the previous one is queued, waiting or running.",
 )
-@click.option("--catch-up", "catch_up", type=click.Choice([c.value for c in CatchUp]),
-              default="latest", show_default=True,
-              help="After time without a worker: the latest missed slot, none, or all "
-              "(at most 100).")  # fmt: skip
-@click.option("--starting", type=STARTING, default=None,
-              help="With --every: the first slot (default: now); slots never drift.")  # fmt: skip
+@click.option(
+    "--catch-up",
+    "catch_up",
+    type=click.Choice([c.value for c in CatchUp]),
+    default="latest",
+    show_default=True,
+    help="After time without a worker: the latest missed slot, none, or all (at most 100).",
+)
+@click.option(
+    "--starting",
+    type=STARTING,
+    default=None,
+    help="With --every: the first slot (default: now); slots never drift.",
+)
 @click.option("--replace", is_flag=True, help="Change the schedule of that name if it exists.")
 @job_flags
 @db_option
@@ -132,8 +139,12 @@ def schedule_add(
         raise InvalidInput(f"--every must be at least {slots.MIN_EVERY_S:g}s", every=every)
     zone = timezone or slots.local_zone_name()
     expr = None if cron is None else slots.check_cron(cron)
-    job = JobSpec(argv=command_argv(argv, command), tags=validate.tag_map(dict(tags)),
-                  env=validate.env_map(dict(env)), **options)  # fmt: skip
+    job = JobSpec(
+        argv=command_argv(argv, command),
+        tags=validate.tag_map(dict(tags)),
+        env=validate.env_map(dict(env)),
+        **options,
+    )
     queue = open_write(db, synchronous="FULL")
     local, now = time.time(), queue.now()
     skew = now - local  # the server's clock decides on PostgreSQL; a machine's may be off
@@ -172,8 +183,10 @@ def schedule_show(name: str, db: str | None, as_json: bool) -> int:
 
     def read(conn: Any) -> dict[str, Any]:
         row = schedules.require(conn, name)
-        return {"schedule": schedules.describe(conn, row, now),
-                "occurrences": schedules.occurrences(conn, row.id)}  # fmt: skip
+        return {
+            "schedule": schedules.describe(conn, row, now),
+            "occurrences": schedules.occurrences(conn, row.id),
+        }
 
     data = queue.read(read)
     zone = data["schedule"]["timezone"]
@@ -222,8 +235,12 @@ def schedule_resume(name: str, db: str | None, as_json: bool) -> int:
     return emit(Reply(data, text=f"schedule {shown(name)} {word}"), as_json)
 
 
-@verb("schedule remove", mutates=True, destructive=True,
-      examples=("spoolctl schedule remove nightly",))  # fmt: skip
+@verb(
+    "schedule remove",
+    mutates=True,
+    destructive=True,
+    examples=("spoolctl schedule remove nightly",),
+)
 @click.argument("name", type=QueueName())
 @db_option
 @json_option
@@ -235,8 +252,7 @@ def schedule_remove(name: str, db: str | None, as_json: bool) -> int:
     return emit(Reply(data, text=f"schedule {shown(name)} removed"), as_json)
 
 
-@verb("schedule run", mutates=True, idempotent=False,
-      examples=("spoolctl schedule run nightly",))  # fmt: skip
+@verb("schedule run", mutates=True, idempotent=False, examples=("spoolctl schedule run nightly",))
 @click.argument("name", type=QueueName())
 @db_option
 @json_option
@@ -247,5 +263,4 @@ def schedule_run(name: str, db: str | None, as_json: bool) -> int:
     queue = existing_queue(db, name)
     now = queue.now()
     data = queue.write(lambda conn: run_now(conn, name, now))
-    return emit(Reply(data, text=f"Added job {data['job_id']} for schedule {shown(name)}"),
-                as_json)  # fmt: skip
+    return emit(Reply(data, text=f"Added job {data['job_id']} for schedule {shown(name)}"), as_json)

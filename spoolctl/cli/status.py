@@ -41,11 +41,21 @@ def empty_status() -> dict[str, Any]:
     exclusive=(("watch", "as_json"),),
     examples=("spoolctl status", "spoolctl status --json", "spoolctl status --watch"),
 )
-@click.option("--limit", type=BoundedInt(0, 1000), default=10, show_default=True,
-              help="Recent dead jobs shown (0: all).")  # fmt: skip
+@click.option(
+    "--limit",
+    type=BoundedInt(0, 1000),
+    default=10,
+    show_default=True,
+    help="Recent dead jobs shown (0: all).",
+)
 @click.option("--watch", is_flag=True, help="Refresh a live view until interrupted (Ctrl-C).")
-@click.option("--interval", type=Seconds(0, 3600), default=2.0, show_default=True,
-              help="Seconds between refreshes with --watch.")  # fmt: skip
+@click.option(
+    "--interval",
+    type=Seconds(0, 3600),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes with --watch.",
+)
 @db_option
 @json_option
 def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bool) -> int:
@@ -127,17 +137,27 @@ def status_text(data: dict[str, Any], now: float) -> str:
     lines = ["jobs: " + "  ".join(parts) + f"  (scheduled {data['scheduled']})"]
     if data["queues"]:
         rows = [
-            [shown(name) + (" (paused)" if q.get("paused") else ""), str(q["counts"]["queued"]),
-             str(q["counts"]["running"]), str(q["counts"].get("waiting", 0)), str(q["scheduled"])]
+            [
+                shown(name) + (" (paused)" if q.get("paused") else ""),
+                str(q["counts"]["queued"]),
+                str(q["counts"]["running"]),
+                str(q["counts"].get("waiting", 0)),
+                str(q["scheduled"]),
+            ]
             for name, q in sorted(data["queues"].items())
-        ]  # fmt: skip
+        ]
         lines += ["", table(["QUEUE", "QUEUED", "RUNNING", "WAITING", "SCHEDULED"], rows)]
     if data["recent_dead"]:
         rows = [
-            [str(d["id"]), command_text(d["argv"], "?")[:50], shown(d["attempts"]),
-             shown(d["last_error"] or "")[:40], age(d["finished_at"], now)]
+            [
+                str(d["id"]),
+                command_text(d["argv"], "?")[:50],
+                shown(d["attempts"]),
+                shown(d["last_error"] or "")[:40],
+                age(d["finished_at"], now),
+            ]
             for d in data["recent_dead"]
-        ]  # fmt: skip
+        ]
         lines += ["", table(["DEAD", "COMMAND", "FAILURES", "LAST ERROR", "FINISHED"], rows)]
     plan = data.get("schedules") or {"count": 0, "next": None}
     if plan["count"]:
@@ -148,11 +168,15 @@ def status_text(data: dict[str, Any], now: float) -> str:
     lines += ["", f"workers: {len(workers)} live"]
     if workers:
         rows = [
-            [shown(w["id"]), shown(w["queue"]), shown(w["pid"]),
-             ",".join(map(str, w["running_jobs"])) or "-",
-             "?" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f}s"]
+            [
+                shown(w["id"]),
+                shown(w["queue"]),
+                shown(w["pid"]),
+                ",".join(map(str, w["running_jobs"])) or "-",
+                "?" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f}s",
+            ]
             for w in workers
-        ]  # fmt: skip
+        ]
         lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))
     lines += orphans_text(data["orphans_unconfirmed"], now)
     lines += paused_text(data.get("paused_lanes", []), now)
@@ -168,10 +192,15 @@ def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
     if not orphans:
         return []
     rows = [
-        [str(o["job_id"]), "?" if o["pid"] is None else str(o["pid"]),
-         shown(o["dead_worker"] or "?"), age(o["since"], now), shown(o["reason"] or "")[:60]]
+        [
+            str(o["job_id"]),
+            "?" if o["pid"] is None else str(o["pid"]),
+            shown(o["dead_worker"] or "?"),
+            age(o["since"], now),
+            shown(o["reason"] or "")[:60],
+        ]
         for o in orphans
-    ]  # fmt: skip
+    ]
     heading = style(f"unconfirmed orphans: {len(orphans)} (kept running, not requeued)", fg="red")
     return ["", heading, table(["JOB", "PID", "DEAD WORKER", "SINCE", "WHY"], rows)]
 
@@ -198,8 +227,12 @@ def workers(include_all: bool, db: str | None, as_json: bool) -> int:
     names = {p["queue"] for p in paused}
     for row in rows:
         row["lane_paused"] = row["queue"] in names
-    data = {"count": len(rows), "workers": rows, "orphans_unconfirmed": orphans,
-            "paused_lanes": paused}  # fmt: skip
+    data = {
+        "count": len(rows),
+        "workers": rows,
+        "orphans_unconfirmed": orphans,
+        "paused_lanes": paused,
+    }
     reply = Reply(
         data,
         text=lambda: "\n".join(
@@ -215,11 +248,18 @@ def workers_text(
     if not rows:
         return "\n".join(["no workers", *orphans_text(orphans or [], now)])
     lines = [
-        [shown(w["id"]), shown(w["hostname"]), shown(w["pid"]), shown(w["queue"]),
-         shown(w["slots"] or "-"), shown(w["state"]),
-         ",".join(map(str, w["running_jobs"])) or "-", local_time(w["started_at"]),
-         age(w["heartbeat_at"], now)]
+        [
+            shown(w["id"]),
+            shown(w["hostname"]),
+            shown(w["pid"]),
+            shown(w["queue"]),
+            shown(w["slots"] or "-"),
+            shown(w["state"]),
+            ",".join(map(str, w["running_jobs"])) or "-",
+            local_time(w["started_at"]),
+            age(w["heartbeat_at"], now),
+        ]
         for w in rows
-    ]  # fmt: skip
+    ]
     headers = ["WORKER", "HOST", "PID", "QUEUE", "SLOTS", "STATE", "JOBS", "STARTED", "HEARTBEAT"]
     return "\n".join([table(headers, lines), *orphans_text(orphans or [], now)])

@@ -111,11 +111,20 @@ def cancel(job_id: int, running: bool, yes: bool, db: str | None, as_json: bool)
         "spoolctl prune --older-than 30d --state done --yes",
     ),
 )
-@click.option("--older-than", type=Duration(), required=True,
-              help="Only jobs that finished at least this long ago.")  # fmt: skip
-@click.option("--state", "states", type=StateList([s.value for s in pruning.PRUNABLE]),
-              default="done", show_default=True,
-              help="Terminal states to prune, comma-separated.")  # fmt: skip
+@click.option(
+    "--older-than",
+    type=Duration(),
+    required=True,
+    help="Only jobs that finished at least this long ago.",
+)
+@click.option(
+    "--state",
+    "states",
+    type=StateList([s.value for s in pruning.PRUNABLE]),
+    default="done",
+    show_default=True,
+    help="Terminal states to prune, comma-separated.",
+)
 @click.option("--dry-run", is_flag=True, help="Report what would be deleted; change nothing.")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Confirm the deletion.")
 @db_option

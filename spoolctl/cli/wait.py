@@ -26,10 +26,20 @@ WAIT_FINAL = frozenset({JobState.DONE, JobState.DEAD, JobState.CANCELED, JobStat
     examples=("spoolctl wait 41 42", "spoolctl wait 42 --timeout 10m --json"),
 )
 @click.argument("job_ids", nargs=-1, required=True, type=JOB_ID)
-@click.option("--timeout", type=Duration(MAX_WAIT_S), default=str(MAX_WAIT_S), show_default=True,
-              help="Give up (TIMEOUT, exit 4) after this long.")  # fmt: skip
-@click.option("--poll-interval", type=Seconds(0, 3600), default=0.2, show_default=True,
-              help="Seconds between looks at the queue.")  # fmt: skip
+@click.option(
+    "--timeout",
+    type=Duration(MAX_WAIT_S),
+    default=str(MAX_WAIT_S),
+    show_default=True,
+    help="Give up (TIMEOUT, exit 4) after this long.",
+)
+@click.option(
+    "--poll-interval",
+    type=Seconds(0, 3600),
+    default=0.2,
+    show_default=True,
+    help="Seconds between looks at the queue.",
+)
 @db_option
 @json_option
 def wait(

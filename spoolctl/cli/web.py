@@ -34,14 +34,29 @@ TOKEN_MAX = 1024
         'spoolctl web --host 0.0.0.0 --port 8080 --token "$(openssl rand -hex 16)"',
     ),
 )
-@click.option("--host", type=BoundedText("host", 255), default="127.0.0.1", show_default=True,
-              help="Address to listen on; beyond loopback only with --token.")  # fmt: skip
-@click.option("--port", type=BoundedInt(0, 65535), default=0, show_default=True,
-              help="TCP port (0: a free one).")  # fmt: skip
-@click.option("--allow-actions", is_flag=True,
-              help="Offer retry, cancel, pause and resume on the pages.")  # fmt: skip
-@click.option("--token", type=BoundedText("token", TOKEN_MAX), default=None,
-              help=f"Access token ({TOKEN_MIN}+ characters) every request must carry.")  # fmt: skip
+@click.option(
+    "--host",
+    type=BoundedText("host", 255),
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; beyond loopback only with --token.",
+)
+@click.option(
+    "--port",
+    type=BoundedInt(0, 65535),
+    default=0,
+    show_default=True,
+    help="TCP port (0: a free one).",
+)
+@click.option(
+    "--allow-actions", is_flag=True, help="Offer retry, cancel, pause and resume on the pages."
+)
+@click.option(
+    "--token",
+    type=BoundedText("token", TOKEN_MAX),
+    default=None,
+    help=f"Access token ({TOKEN_MIN}+ characters) every request must carry.",
+)
 @db_option
 @json_option
 def web(
@@ -79,8 +94,9 @@ def web(
     found = open_read(db)
     if found is not None:
         found.read(lambda conn: None)  # an outdated or foreign queue is refused before listening
-    access = QueueAccess(lambda: found or open_read(db), lambda: open_write(db),
-                         driver_of(db).display)  # fmt: skip
+    access = QueueAccess(
+        lambda: found or open_read(db), lambda: open_write(db), driver_of(db).display
+    )
     listener = server.listen(host, addresses[0], port)
     if token is None:
         guard = Guard.loopback(listener.port, (host_header_name(host),))

@@ -235,8 +235,10 @@ class Containment:
     def enforces(self) -> tuple[bool, bool]:
         """Whether this worker can limit (memory, cpu)."""
         status = self.status
-        return (status.contained and status.memory is not None,
-                status.contained and status.cpu is not None)  # fmt: skip
+        return (
+            status.contained and status.memory is not None,
+            status.contained and status.cpu is not None,
+        )
 
     def cell(self, attempt_id: int, limits: Limits) -> Cell | None:
         """A new cgroup for an attempt (cpu limit set), or None when it

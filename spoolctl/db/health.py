@@ -58,8 +58,12 @@ def folder_check(folder: Path) -> Check:
     if probe.is_dir() and os.access(probe, os.W_OK | os.X_OK):
         note = "" if probe == folder else f" (will be created under {probe})"
         return Check("spool_directory_writable", "pass", f"{folder} is writable{note}")
-    return Check("spool_directory_writable", "fail", f"{probe} is not a writable folder",
-                 "choose another --db or fix the folder's permissions")  # fmt: skip
+    return Check(
+        "spool_directory_writable",
+        "fail",
+        f"{probe} is not a writable folder",
+        "choose another --db or fix the folder's permissions",
+    )
 
 
 def space_check(folder: Path) -> Check:
@@ -71,8 +75,12 @@ def space_check(folder: Path) -> Check:
     places = [probe] + [p for p in (folder / "output",) if p.is_dir()]
     free, where = min((shutil.disk_usage(p).free, p) for p in places)
     if free < MIN_FREE_BYTES:
-        return Check("disk_space", "fail", f"only {free} bytes free under {where}",
-                     "free space on that disk: `spoolctl prune` deletes old output")  # fmt: skip
+        return Check(
+            "disk_space",
+            "fail",
+            f"only {free} bytes free under {where}",
+            "free space on that disk: `spoolctl prune` deletes old output",
+        )
     return Check("disk_space", "pass", f"{free // 1_048_576} MiB free under {where}")
 
 
@@ -81,9 +89,12 @@ def schema_check(driver: Driver) -> Check:
 
     found = schema_status(driver)
     if found is None:  # an empty file or database: no queue in it yet, as for no file
-        return Check("schema_version", "fail",
-                     "the queue does not exist yet: the database holds no spoolctl schema",
-                     f"{CREATES_THE_QUEUE} (so does `spoolctl migrate`)")  # fmt: skip
+        return Check(
+            "schema_version",
+            "fail",
+            "the queue does not exist yet: the database holds no spoolctl schema",
+            f"{CREATES_THE_QUEUE} (so does `spoolctl migrate`)",
+        )
     status = found
     if status.is_head:
         return Check("schema_version", "pass", f"at head revision {revision.HEAD_REVISION}")

@@ -57,24 +57,63 @@ JOB_DEFAULTS = {
 RENAMED = {"argv": "argv_json", "tags": "tags_json", "env": "env_json"}
 JSON_TEXT = ("argv", "tags", "env")
 JOB_COLUMNS = (
-    "id", "argv", "state", "queue", "priority", "next_run_at", "created_at", "started_at",
-    "finished_at", "attempts", "crashes", "max_retries", "max_crashes", "timeout_seconds",
-    "idempotency_key", "tags", "note", "cwd", "env", "locked_by", "locked_pid", "locked_at",
-    "heartbeat_at", "last_exit_code", "last_error",
-)  # fmt: skip
+    "id",
+    "argv",
+    "state",
+    "queue",
+    "priority",
+    "next_run_at",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "attempts",
+    "crashes",
+    "max_retries",
+    "max_crashes",
+    "timeout_seconds",
+    "idempotency_key",
+    "tags",
+    "note",
+    "cwd",
+    "env",
+    "locked_by",
+    "locked_pid",
+    "locked_at",
+    "heartbeat_at",
+    "last_exit_code",
+    "last_error",
+)
 ATTEMPT_COLUMNS = (
-    "id", "job_id", "attempt_no", "worker_id", "worker_pid", "state", "started_at",
-    "finished_at", "exit_code", "error", "stdout_path", "stderr_path",
-)  # fmt: skip
+    "id",
+    "job_id",
+    "attempt_no",
+    "worker_id",
+    "worker_pid",
+    "state",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "error",
+    "stdout_path",
+    "stderr_path",
+)
 LEGACY_JOB_STATES = ("queued", "running", "done", "failed", "dead", "canceled")
 LEGACY_ATTEMPT_STATES = ("running", "succeeded", "failed", "timed_out", "abandoned", "canceled")
 LEGACY_FAILURE_REASONS = (
-    "process_exit", "timeout", "spawn_failed", "worker_crash", "canceled", "unknown",
-)  # fmt: skip
+    "process_exit",
+    "timeout",
+    "spawn_failed",
+    "worker_crash",
+    "canceled",
+    "unknown",
+)
 COUNT_DEFAULTS = {
-    "attempts": "0", "crashes": "0", "max_retries": "3", "max_crashes": "NULL",
+    "attempts": "0",
+    "crashes": "0",
+    "max_retries": "3",
+    "max_crashes": "NULL",
     "timeout_seconds": "300",
-}  # fmt: skip
+}
 """Counts a quarantined job falls back to; max_crashes may also be NULL."""
 QUARANTINE_NOTE = "quarantined on adoption: "
 NOW_EPOCH_SQL = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -170,25 +209,34 @@ def _bad_count(column: str) -> str:
 def job_problems(layout: Layout) -> str:
     """SQL over a legacy jobs row: what is wrong with it and what it held, or NULL."""
     checks = [
-        (f"state IS NULL OR state NOT IN {_listed(LEGACY_JOB_STATES)}",
-         "'state ' || quote(state) || ' is not a job state'"),
-        *((_bad_count(c), f"'{c} ' || quote({c}) || ' is not a count'")
-          for c in COUNT_DEFAULTS if c in layout.job_columns),
-    ]  # fmt: skip
+        (
+            f"state IS NULL OR state NOT IN {_listed(LEGACY_JOB_STATES)}",
+            "'state ' || quote(state) || ' is not a job state'",
+        ),
+        *(
+            (_bad_count(c), f"'{c} ' || quote({c}) || ' is not a count'")
+            for c in COUNT_DEFAULTS
+            if c in layout.job_columns
+        ),
+    ]
     return _problems(checks)
 
 
 def attempt_problems(layout: Layout) -> str:
     """SQL over a legacy attempts row: what is wrong with it, or NULL."""
     checks = [
-        (f"state IS NULL OR state NOT IN {_listed(LEGACY_ATTEMPT_STATES)}",
-         "'state ' || quote(state) || ' is not an attempt state'"),
-    ]  # fmt: skip
+        (
+            f"state IS NULL OR state NOT IN {_listed(LEGACY_ATTEMPT_STATES)}",
+            "'state ' || quote(state) || ' is not an attempt state'",
+        ),
+    ]
     if "failure_reason" in layout.attempt_columns:
         checks.append(
-            (f"failure_reason NOT IN {_listed(LEGACY_FAILURE_REASONS)}",
-             "'failure_reason ' || quote(failure_reason) || ' is not a failure reason'")
-        )  # fmt: skip
+            (
+                f"failure_reason NOT IN {_listed(LEGACY_FAILURE_REASONS)}",
+                "'failure_reason ' || quote(failure_reason) || ' is not a failure reason'",
+            )
+        )
     return _problems(checks)
 
 

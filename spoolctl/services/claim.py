@@ -78,8 +78,16 @@ def claim_next(
 ) -> Claim | None:
     """Claim the highest-priority due job of `queue`, or None (`claim_up_to`
     for one)."""
-    found = claim_up_to(conn, 1, worker_id=worker_id, worker_pid=worker_pid, queue=queue,
-                        slots=slots, output_root=output_root, now=now)  # fmt: skip
+    found = claim_up_to(
+        conn,
+        1,
+        worker_id=worker_id,
+        worker_pid=worker_pid,
+        queue=queue,
+        slots=slots,
+        output_root=output_root,
+        now=now,
+    )
     return found[0] if found else None
 
 
@@ -152,8 +160,13 @@ class Claiming:
             wanted = min(wanted, slots - running_in_queue(conn, queue))
         self._conn, self._wanted, self._now = conn, wanted, now
         self._by: _By = (worker_id, worker_pid, queue, output_root, now, enforces)
-        self._taken = {"b_queue": queue, "b_now": now, "b_worker": worker_id,
-                       "b_pid": worker_pid, **claim_limits.binds(enforces)}  # fmt: skip
+        self._taken = {
+            "b_queue": queue,
+            "b_now": now,
+            "b_worker": worker_id,
+            "b_pid": worker_pid,
+            **claim_limits.binds(enforces),
+        }
         self._begun = statements(conn).writes_in_with()
         if self._begun:
             self._taken["b_root"] = str(output_root)
@@ -269,12 +282,22 @@ def _begin_attempts(
         if limits.any:
             who = (worker_id, now)
             claim_limits.note_unenforced(conn, row.id, attempt_no, limits, enforces, who)
-        claims.append(Claim(
-            job_id=row.id, attempt_id=attempt_id, attempt_no=attempt_no, argv=argv, cwd=cwd,
-            env=env, timeout_seconds=timeout_seconds, queue=queue, stdout_path=stdout_path,
-            stderr_path=stderr_path, token=attempt_token(worker_id, attempt_id, now),
-            limits=limits,
-        ))  # fmt: skip
+        claims.append(
+            Claim(
+                job_id=row.id,
+                attempt_id=attempt_id,
+                attempt_no=attempt_no,
+                argv=argv,
+                cwd=cwd,
+                env=env,
+                timeout_seconds=timeout_seconds,
+                queue=queue,
+                stdout_path=stdout_path,
+                stderr_path=stderr_path,
+                token=attempt_token(worker_id, attempt_id, now),
+                limits=limits,
+            )
+        )
     return claims
 
 
@@ -289,10 +312,13 @@ def _insert_attempts(
     ]
     params = {**item_binds(items), "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
     made = {r.job_id: int(r.id) for r in sql.INSERT_ATTEMPTS.of(len(taken)).all(conn, params)}
-    record_events(conn, [
-        event_row(row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": no})
-        for row, no, _ in taken
-    ])  # fmt: skip
+    record_events(
+        conn,
+        [
+            event_row(row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": no})
+            for row, no, _ in taken
+        ],
+    )
     return made
 
 

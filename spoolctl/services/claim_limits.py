@@ -96,5 +96,6 @@ def note_unenforced(
         "cpus": limits.cpus,
         "not_enforced": missing,
     }
-    record_event(conn, job_id, EventKind.LIMITS_NOT_ENFORCED, now, worker_id=worker_id,
-                 detail=detail)  # fmt: skip
+    record_event(
+        conn, job_id, EventKind.LIMITS_NOT_ENFORCED, now, worker_id=worker_id, detail=detail
+    )

@@ -168,9 +168,12 @@ def store_output(
     already stores chunks of are left as copied)."""
     stored = tables_copy.streams_with_chunks(src)
     query = select(
-        attempts.c.id, attempts.c.job_id, attempts.c.attempt_no,
-        attempts.c.stdout_path, attempts.c.stderr_path,
-    ).order_by(attempts.c.id)  # fmt: skip
+        attempts.c.id,
+        attempts.c.job_id,
+        attempts.c.attempt_no,
+        attempts.c.stdout_path,
+        attempts.c.stderr_path,
+    ).order_by(attempts.c.id)
     rows = src.execute(query).mappings()
     batch = OutputBatch(dst, writer)
     while page := rows.fetchmany(tables_copy.BATCH_ROWS):
@@ -231,7 +234,11 @@ def readable(
     tally.attempts_missing.add(int(attempt["id"]))
     if len(tally.missing) < MISSING_SHOWN:
         tally.missing.append(
-            {"job_id": attempt["job_id"], "attempt_no": attempt["attempt_no"], "stream": stream,
-             "path": path}
-        )  # fmt: skip
+            {
+                "job_id": attempt["job_id"],
+                "attempt_no": attempt["attempt_no"],
+                "stream": stream,
+                "path": path,
+            }
+        )
     return "", 0

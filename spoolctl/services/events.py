@@ -29,8 +29,13 @@ _INSERT_EVENT = Prepared(
 
 def _insert_events(n: int) -> Any:
     """n events in one multi-row VALUES (their ids ascend in the order given)."""
-    binds = {"job_id": "b_job", "at": "b_at", "event": "b_event", "worker_id": "b_worker",
-             "detail": "b_detail"}  # fmt: skip
+    binds = {
+        "job_id": "b_job",
+        "at": "b_at",
+        "event": "b_event",
+        "worker_id": "b_worker",
+        "detail": "b_detail",
+    }
     rows: list[dict[str, Any]] = [
         {column: bindparam(item_bind(b, i)) for column, b in binds.items()} for i in range(n)
     ]

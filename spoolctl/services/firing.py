@@ -96,9 +96,20 @@ def fire(conn: Connection, schedule_id: int, now: float, worker_id: str | None) 
         result.job_ids.append(previous)
     missed = [s for s in due if s not in chosen]
     if missed:
-        record_event(conn, None, EventKind.SCHEDULE_SKIPPED, now, worker_id=worker_id,
-                     detail={"schedule": row.name, "reason": "catch_up", "slots": len(missed),
-                             "first_slot": missed[0], "last_slot": missed[-1]})  # fmt: skip
+        record_event(
+            conn,
+            None,
+            EventKind.SCHEDULE_SKIPPED,
+            now,
+            worker_id=worker_id,
+            detail={
+                "schedule": row.name,
+                "reason": "catch_up",
+                "slots": len(missed),
+                "first_slot": missed[0],
+                "last_slot": missed[-1],
+            },
+        )
     return result
 
 
@@ -112,8 +123,14 @@ def _quarantine(conn: Connection, row: Any, now: float, worker_id: str | None, w
         .where(schedules.c.id == row.id, schedules.c.paused_at.is_(None))
         .values(paused_at=now, paused_reason=reason)
     )
-    record_event(conn, None, EventKind.SCHEDULE_PAUSED, now, worker_id=worker_id,
-                 detail={"schedule": row.name, "reason": reason})  # fmt: skip
+    record_event(
+        conn,
+        None,
+        EventKind.SCHEDULE_PAUSED,
+        now,
+        worker_id=worker_id,
+        detail={"schedule": row.name, "reason": reason},
+    )
 
 
 def _chosen(row: Any, due: list[float], now: float) -> list[float]:
@@ -158,8 +175,14 @@ def _skip(
         )
     )
     conn.execute(update(schedules).where(schedules.c.id == row.id).values(last_slot_at=slot))
-    record_event(conn, None, EventKind.SCHEDULE_SKIPPED, now, worker_id=worker_id,
-                 detail={"schedule": row.name, "reason": why, "slot": slot})  # fmt: skip
+    record_event(
+        conn,
+        None,
+        EventKind.SCHEDULE_SKIPPED,
+        now,
+        worker_id=worker_id,
+        detail={"schedule": row.name, "reason": why, "slot": slot},
+    )
 
 
 def occur(
@@ -197,8 +220,14 @@ def occur(
         .where(schedules.c.id == row.id)
         .values(last_job_id=job_id, last_slot_at=slot)
     )
-    record_event(conn, job_id, EventKind.SCHEDULE_FIRED, now, worker_id=worker_id,
-                 detail={"schedule": row.name, "slot": slot, "outcome": outcome.value})  # fmt: skip
+    record_event(
+        conn,
+        job_id,
+        EventKind.SCHEDULE_FIRED,
+        now,
+        worker_id=worker_id,
+        detail={"schedule": row.name, "slot": slot, "outcome": outcome.value},
+    )
     return job_id
 
 

@@ -136,15 +136,24 @@ class Recording:
         answer_now: bool,
     ) -> None:
         self._endings = endings
-        self._successes = _Successes(conn, [e for e in endings if e.outcome.succeeded],
-                                     worker_id=worker_id, now=now)  # fmt: skip
+        self._successes = _Successes(
+            conn, [e for e in endings if e.outcome.succeeded], worker_id=worker_id, now=now
+        )
         if answer_now:
             self._successes.flags()
         self._failed = {
-            i: record_failure(conn, job_id=e.job_id, attempt=(e.attempt_id, e.attempt_no),
-                              worker_id=worker_id, outcome=e.outcome, now=now, pid=e.pid)
-            for i, e in enumerate(endings) if not e.outcome.succeeded
-        }  # fmt: skip
+            i: record_failure(
+                conn,
+                job_id=e.job_id,
+                attempt=(e.attempt_id, e.attempt_no),
+                worker_id=worker_id,
+                outcome=e.outcome,
+                now=now,
+                pid=e.pid,
+            )
+            for i, e in enumerate(endings)
+            if not e.outcome.succeeded
+        }
 
     def states(self) -> list[JobState | None]:
         done = iter(self._successes.flags())
@@ -186,8 +195,9 @@ class _Successes:
         first = set(self._batch)
         flags = [i in first and endings[i].job_id in done for i in range(len(endings))]
         if self._again:
-            later = _Successes(conn, [endings[i] for i in self._again],
-                               worker_id=self._worker_id, now=self._now)  # fmt: skip
+            later = _Successes(
+                conn, [endings[i] for i in self._again], worker_id=self._worker_id, now=self._now
+            )
             for i, flag in zip(self._again, later.flags(), strict=True):
                 flags[i] = flag
         self._flags = flags
@@ -218,8 +228,11 @@ def _finish_params(
     }
     if measured is None or measured.cgroup is None:
         return False, params
-    usage = {"b_cgroup": measured.cgroup, "b_peak": measured.peak_memory_bytes,
-             "b_cpu": measured.cpu_time_s}  # fmt: skip
+    usage = {
+        "b_cgroup": measured.cgroup,
+        "b_peak": measured.peak_memory_bytes,
+        "b_cpu": measured.cpu_time_s,
+    }
     return True, {**params, **usage}
 
 
@@ -259,13 +272,16 @@ def _mark_done_then_finish(
     marked = sql.MARK_DONE.of(len(endings)).all(conn, params)
     done = {int(row.id) for row in marked}
     recorded = [e for e in endings if e.job_id in done]
-    _finish_attempts(conn, [
-        _finish_params(e.attempt_id, AttemptState.SUCCEEDED, None, now, e.pid, e.outcome)
-        for e in recorded
-    ])  # fmt: skip
-    record_events(conn, [
-        event_row(e.job_id, EventKind.SUCCEEDED, now, worker_id=worker_id) for e in recorded
-    ])  # fmt: skip
+    _finish_attempts(
+        conn,
+        [
+            _finish_params(e.attempt_id, AttemptState.SUCCEEDED, None, now, e.pid, e.outcome)
+            for e in recorded
+        ],
+    )
+    record_events(
+        conn, [event_row(e.job_id, EventKind.SUCCEEDED, now, worker_id=worker_id) for e in recorded]
+    )
     return marked
 
 
@@ -276,11 +292,18 @@ def _mark_done_and_finish(
     items = []
     for place, e in enumerate(endings):
         contained = e.outcome.cgroup is not None
-        items.append({
-            "b_ord": place, "b_job_id": e.job_id, "b_attempt_id": e.attempt_id, "b_pid": e.pid,
-            "b_contained": int(contained), "b_cgroup": e.outcome.cgroup,
-            "b_peak": e.outcome.peak_memory_bytes, "b_cpu": e.outcome.cpu_time_s,
-        })  # fmt: skip
+        items.append(
+            {
+                "b_ord": place,
+                "b_job_id": e.job_id,
+                "b_attempt_id": e.attempt_id,
+                "b_pid": e.pid,
+                "b_contained": int(contained),
+                "b_cgroup": e.outcome.cgroup,
+                "b_peak": e.outcome.peak_memory_bytes,
+                "b_cpu": e.outcome.cpu_time_s,
+            }
+        )
     params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
     return sql.MARK_DONE_AND_FINISH.of(len(endings)).send(conn, params)
 

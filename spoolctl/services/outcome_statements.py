@@ -51,8 +51,9 @@ def _finished(state: Any, exit_code: Any, error: Any, reason: Any, pid: Any) -> 
 
 
 _PID = bindparam("b_job_pid", type_=Integer)
-_FINISHED = _finished(bindparam("b_state"), bindparam("b_exit"), bindparam("b_error"),
-                      bindparam("b_reason"), _PID)  # fmt: skip
+_FINISHED = _finished(
+    bindparam("b_state"), bindparam("b_exit"), bindparam("b_error"), bindparam("b_reason"), _PID
+)
 _RUNNING_ATTEMPT = (
     attempts.c.id == bindparam("b_id"),
     attempts.c.state == AttemptState.RUNNING.value,
@@ -146,9 +147,15 @@ MARK_DONE = PreparedFor(_mark_done)
 rebuilding statements."""
 
 _ENDED_COLUMNS: dict[str, Any] = {
-    "ord": Int, "job_id": Int, "attempt_id": Int, "pid": Int, "contained": Int,
-    "cgroup": Text, "peak": Int, "cpu": Float,
-}  # fmt: skip
+    "ord": Int,
+    "job_id": Int,
+    "attempt_id": Int,
+    "pid": Int,
+    "contained": Int,
+    "cgroup": Text,
+    "peak": Int,
+    "cpu": Float,
+}
 """One success as `MARK_DONE_AND_FINISH` binds it (`b_<name>_i`): its place in
 the pass, job, attempt, process, and what its cgroup measured (contained 1)."""
 
@@ -165,11 +172,17 @@ def _mark_done_and_finish(n: int) -> Any:
     statistics say (joined, it walked every running job's index entries, or
     every attempt, when they made the tables look small)."""
     rows = values(*(column(name, kind) for name, kind in _ENDED_COLUMNS.items()), name="rows")
-    ended = select(rows.data([
-        tuple(cast(bindparam(item_bind(f"b_{name}", i)), kind)
-              for name, kind in _ENDED_COLUMNS.items())
-        for i in range(n)
-    ])).cte("ended")  # fmt: skip
+    ended = select(
+        rows.data(
+            [
+                tuple(
+                    cast(bindparam(item_bind(f"b_{name}", i)), kind)
+                    for name, kind in _ENDED_COLUMNS.items()
+                )
+                for i in range(n)
+            ]
+        )
+    ).cte("ended")
     attempt_ids: list[Any] = [bindparam(item_bind("b_attempt_id", i)) for i in range(n)]
     job_ids: list[Any] = [bindparam(item_bind("b_job_id", i)) for i in range(n)]
     marked = _done(job_ids, _still_running(attempt_ids)).cte("marked")
@@ -191,9 +204,12 @@ def _mark_done_and_finish(n: int) -> Any:
         .cte("finished")
     )
     event: tuple[Any, ...] = (
-        ended.c.job_id, bindparam("b_now"), literal(EventKind.SUCCEEDED.value),
-        bindparam("b_worker"), null(),
-    )  # fmt: skip
+        ended.c.job_id,
+        bindparam("b_now"),
+        literal(EventKind.SUCCEEDED.value),
+        bindparam("b_worker"),
+        null(),
+    )
     noted = insert(job_events).from_select(
         ["job_id", "at", "event", "worker_id", "detail"],
         select(*event).where(ours).order_by(ended.c.ord),

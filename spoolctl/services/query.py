@@ -278,10 +278,26 @@ def _str_or_none(value: object) -> str | None:
 
 
 LIST_FIELDS = (
-    "id", "argv", "state", "attempts", "crashes", "max_retries", "timeout_seconds",
-    "created_at", "started_at", "finished_at", "next_run_at", "priority", "queue", "cwd",
-    "last_exit_code", "last_error", "idempotency_key", "tags", "note",
-)  # fmt: skip
+    "id",
+    "argv",
+    "state",
+    "attempts",
+    "crashes",
+    "max_retries",
+    "timeout_seconds",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "next_run_at",
+    "priority",
+    "queue",
+    "cwd",
+    "last_exit_code",
+    "last_error",
+    "idempotency_key",
+    "tags",
+    "note",
+)
 
 
 @dataclass(frozen=True)

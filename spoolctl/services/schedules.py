@@ -22,9 +22,20 @@ from spoolctl.services.submit import JobSpec
 from spoolctl.states import CatchUp, EventKind, Overlap
 
 JOB_FIELDS = (
-    "argv", "queue", "priority", "timeout_seconds", "max_retries", "max_crashes", "tags",
-    "note", "cwd", "env", "memory_bytes", "cpus", "require_limits",
-)  # fmt: skip
+    "argv",
+    "queue",
+    "priority",
+    "timeout_seconds",
+    "max_retries",
+    "max_crashes",
+    "tags",
+    "note",
+    "cwd",
+    "env",
+    "memory_bytes",
+    "cpus",
+    "require_limits",
+)
 """The JobSpec fields a schedule keeps for its occurrences."""
 UPCOMING = 3
 """Next fire times shown by list and show."""
@@ -80,9 +91,10 @@ def add(conn: Connection, spec: ScheduleSpec, now: float, *, replace: bool) -> d
         "catch_up": spec.catch_up.value,
         "anchor_at": rec.anchor_at,
         "job": job_json(spec.job),
-        "next_fire_at": rec.next_after(now - 1e-6) if rec.every_s is not None
+        "next_fire_at": rec.next_after(now - 1e-6)
+        if rec.every_s is not None
         else rec.next_after(now),
-    }  # fmt: skip
+    }
     if existing is not None and not replace:
         raise Conflict(
             f"a schedule named {spec.name!r} exists; give --replace to change it",
@@ -179,14 +191,15 @@ def describe(conn: Connection, row: Any, now: float) -> dict[str, Any]:
         "anchor_at": row.anchor_at,
         "created_at": row.created_at,
         "next_fire_at": None if row.paused_at is not None else row.next_fire_at,
-        "upcoming": [] if row.paused_at is not None else
-        [row.next_fire_at, *rec.upcoming(row.next_fire_at, UPCOMING - 1)],
+        "upcoming": []
+        if row.paused_at is not None
+        else [row.next_fire_at, *rec.upcoming(row.next_fire_at, UPCOMING - 1)],
         "paused": row.paused_at is not None,
         "paused_at": row.paused_at,
         "paused_reason": row.paused_reason,
         "last": last,
         "job": codec.load_detail(row.job),
-    }  # fmt: skip
+    }
 
 
 def occurrences(conn: Connection, schedule_id: int, limit: int = RECENT) -> list[dict[str, Any]]:
@@ -204,10 +217,15 @@ def occurrences(conn: Connection, schedule_id: int, limit: int = RECENT) -> list
         .limit(limit)
     ).all()
     return [
-        {"slot_at": r.slot_at, "at": r.at, "outcome": r.outcome, "job_id": r.job_id,
-         "state": r.state}
+        {
+            "slot_at": r.slot_at,
+            "at": r.at,
+            "outcome": r.outcome,
+            "job_id": r.job_id,
+            "state": r.state,
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def fire_times(conn: Connection) -> list[tuple[str, float, bool]]:

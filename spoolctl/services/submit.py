@@ -158,8 +158,9 @@ def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list
         plain = []
         after = (*spec.after_jobs, *(ids[i] for i in spec.after_lines))
         after_any = (*spec.after_jobs_any, *(ids[i] for i in spec.after_lines_any))
-        resolved = replace(spec, after_jobs=after, after_lines=(), after_jobs_any=after_any,
-                           after_lines_any=())  # fmt: skip
+        resolved = replace(
+            spec, after_jobs=after, after_lines=(), after_jobs_any=after_any, after_lines_any=()
+        )
         ids.append(submit(conn, resolved, now).job_id)
     ids.extend(_insert_many(conn, plain, now))
     return ids

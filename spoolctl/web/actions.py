@@ -62,8 +62,9 @@ class Actions:
             if len(body) > FORM_MAX_BYTES:
                 raise Refused(413, "form too large")
         try:
-            fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True,
-                              max_num_fields=16)  # fmt: skip
+            fields = parse_qs(
+                body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=16
+            )
         except ValueError:
             raise Refused(400, "too many form fields") from None
         form = {key: values[-1] for key, values in fields.items()}
@@ -85,8 +86,9 @@ class Actions:
         await self.change(
             lambda conn, now: requeue(conn, job_id, force=False, now=now, actor=actor)
         )
-        return RedirectResponse(with_notice(safe_next(form.get("next"), f"/jobs/{job_id}"),
-                                            "retry"), 303)  # fmt: skip
+        return RedirectResponse(
+            with_notice(safe_next(form.get("next"), f"/jobs/{job_id}"), "retry"), 303
+        )
 
     async def cancel(self, request: Request) -> Response:
         job_id = job_id_of(request)
@@ -95,8 +97,9 @@ class Actions:
         await self.change(
             lambda conn, now: cancel(conn, job_id, running_ok=running_ok, now=now, actor=actor)
         )
-        return RedirectResponse(with_notice(safe_next(form.get("next"), f"/jobs/{job_id}"),
-                                            "cancel"), 303)  # fmt: skip
+        return RedirectResponse(
+            with_notice(safe_next(form.get("next"), f"/jobs/{job_id}"), "cancel"), 303
+        )
 
     async def pause(self, request: Request) -> Response:
         queue = validate.queue_name(request.path_params["queue"])

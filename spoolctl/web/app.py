@@ -50,9 +50,13 @@ NOTICES = {
 JOB_PARTS = {"head": "_job_head.html", "history": "_job_history.html"}
 """The parts of a job page its script refreshes while the job is not finished."""
 STATUS_OF: dict[type[SpoolError], int] = {
-    InvalidInput: 400, MissingRequired: 400, NotFound: 404, SafetyBlock: 403, Conflict: 409,
+    InvalidInput: 400,
+    MissingRequired: 400,
+    NotFound: 404,
+    SafetyBlock: 403,
+    Conflict: 409,
     Locked: 503,
-}  # fmt: skip
+}
 
 
 def partial(request: Request) -> bool:
@@ -213,9 +217,12 @@ class Dashboard:
             )
         response = RedirectResponse("/", 303)
         response.set_cookie(
-            self.guard.session_cookie, self.guard.session, httponly=True, samesite="strict",
+            self.guard.session_cookie,
+            self.guard.session,
+            httponly=True,
+            samesite="strict",
             path="/",
-        )  # fmt: skip
+        )
         return response
 
     # -- errors ----------------------------------------------------------------------

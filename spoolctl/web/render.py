@@ -23,9 +23,13 @@ from spoolctl.text import shown, shown_argv
 
 STATE_CLASSES = {state.value: f"state-{state.value}" for state in JobState}
 ATTEMPT_CLASSES = {
-    "running": "state-running", "succeeded": "state-done", "failed": "state-dead",
-    "timed_out": "state-dead", "abandoned": "state-canceled", "canceled": "state-canceled",
-}  # fmt: skip
+    "running": "state-running",
+    "succeeded": "state-done",
+    "failed": "state-dead",
+    "timed_out": "state-dead",
+    "abandoned": "state-canceled",
+    "canceled": "state-canceled",
+}
 
 
 SHOWN_STATES = [state.value for state in JobState if state is not JobState.FAILED]
@@ -121,9 +125,15 @@ def make_environment() -> Environment:
         finalize=printed,
     )
     env.filters.update(
-        ts=timestamp, secs=seconds, command=command, json=compact_json, badge=state_badge,
-        attempt_badge=attempt_badge, event_class=event_class, exit_label=attempt_exit,
+        ts=timestamp,
+        secs=seconds,
+        command=command,
+        json=compact_json,
+        badge=state_badge,
+        attempt_badge=attempt_badge,
+        event_class=event_class,
+        exit_label=attempt_exit,
         output=output,
-    )  # fmt: skip
+    )
     env.globals.update(version=__version__, states=list(STATE_CLASSES), shown_states=SHOWN_STATES)
     return env

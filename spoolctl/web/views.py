@@ -89,9 +89,17 @@ def serving_workers(workers: list[dict[str, Any]], silent_after: float) -> Count
 
 def empty_overview(now: float) -> dict[str, Any]:
     return {
-        "counts": empty_counts(), "scheduled": 0, "queues": {}, "lanes": [], "recent_dead": [],
-        "workers": [], "orphans_unconfirmed": [], "paused_lanes": [], "running": {}, "now": now,
-    }  # fmt: skip
+        "counts": empty_counts(),
+        "scheduled": 0,
+        "queues": {},
+        "lanes": [],
+        "recent_dead": [],
+        "workers": [],
+        "orphans_unconfirmed": [],
+        "paused_lanes": [],
+        "running": {},
+        "now": now,
+    }
 
 
 # -- job list ---------------------------------------------------------------------

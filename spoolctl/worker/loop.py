@@ -48,9 +48,17 @@ class Worker:
         on_containment: Callable[[containment.Status], None] | None = None,
     ) -> None:
         worker_id = options.worker_id or default_worker_id()
-        self.shift = shift = Shift(queue, options, timing, worker_id, WorkReport(worker_id),
-                                   queue.driver.output_writer(), queue.clock(),
-                                   on_result=on_result, log=on_log)  # fmt: skip
+        self.shift = shift = Shift(
+            queue,
+            options,
+            timing,
+            worker_id,
+            WorkReport(worker_id),
+            queue.driver.output_writer(),
+            queue.clock(),
+            on_result=on_result,
+            log=on_log,
+        )
         self.prepare = prepare
         """Makes the schema usable (run before registering; may need the server)."""
         self.on_wait = on_wait
@@ -59,22 +67,38 @@ class Worker:
         """Told once, as the worker starts to serve, which containment its jobs get
         (with a log sink, the sink gets it as a `containment` record instead)."""
         self.signals = Signals()
-        self.reaping = Reaping(shift.engine, timing, worker_id, shift.boot_id, shift.hostname,
-                               shift.clock, LOCK_SLICE_S, log=on_log)  # fmt: skip
+        self.reaping = Reaping(
+            shift.engine,
+            timing,
+            worker_id,
+            shift.boot_id,
+            shift.hostname,
+            shift.clock,
+            LOCK_SLICE_S,
+            log=on_log,
+        )
         self.settler = Settler(shift, self.reaping)
         self.heartbeat = duties.Heartbeat(shift, self.reaping)
         self.fence = duties.LeaseFence(shift)
         self.duties: list[duties.Duty] = [
-            duties.SpawnRecords(shift), duties.OutputPass(shift),
-            duties.ReapPass(shift, self.reaping), ScheduleFiring(shift),
-        ]  # fmt: skip
+            duties.SpawnRecords(shift),
+            duties.OutputPass(shift),
+            duties.ReapPass(shift, self.reaping),
+            ScheduleFiring(shift),
+        ]
         """Run in this order after each claim pass, while writes may go on."""
         self._watch: ChangeWatch | None = None
 
     def _tell_containment(self, status: containment.Status) -> None:
         if self.shift.log is not None:
-            self.shift.log({"event": "containment", "at": time.time(),
-                            "worker_id": self.shift.worker_id, **status.as_dict()})  # fmt: skip
+            self.shift.log(
+                {
+                    "event": "containment",
+                    "at": time.time(),
+                    "worker_id": self.shift.worker_id,
+                    **status.as_dict(),
+                }
+            )
         elif self.on_containment is not None:
             self.on_containment(status)
 

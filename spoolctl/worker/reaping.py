@@ -132,8 +132,11 @@ class Reaping:
         self, cand: reaper.Candidate, ended: list[JobState | None], conn: Connection
     ) -> None:
         threshold = self.timing.reap_threshold_s
-        ended[:] = [reaper.reap(conn, cand, now=self.clock(), threshold_s=threshold,
-                                reaper_id=self.worker_id)]  # fmt: skip
+        ended[:] = [
+            reaper.reap(
+                conn, cand, now=self.clock(), threshold_s=threshold, reaper_id=self.worker_id
+            )
+        ]
 
     def _tell_unconfirmed(
         self, cand: reaper.Candidate, check: reaper.OrphanCheck, now: float
@@ -150,9 +153,17 @@ class Reaping:
 
     def _tell(self, event: str, cand: reaper.Candidate, **facts: Any) -> None:
         if self.log is not None:
-            self.log({"event": event, "at": time.time(), "worker_id": self.worker_id,
-                      "job_id": cand.job_id, "attempt_id": cand.attempt_id,
-                      "dead_worker": cand.worker_id, **facts})  # fmt: skip
+            self.log(
+                {
+                    "event": event,
+                    "at": time.time(),
+                    "worker_id": self.worker_id,
+                    "job_id": cand.job_id,
+                    "attempt_id": cand.attempt_id,
+                    "dead_worker": cand.worker_id,
+                    **facts,
+                }
+            )
 
     def _flag(self, cand: reaper.Candidate, check: reaper.OrphanCheck, conn: Connection) -> None:
         reaper.flag_unconfirmed(

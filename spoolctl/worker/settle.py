@@ -97,11 +97,15 @@ class Settler:
         answer). A job whose spawn was not recorded yet has its pid stored with
         its end."""
         endings = [
-            Ending(execution.claim.job_id, execution.claim.attempt_id,
-                   execution.claim.attempt_no, outcome,
-                   None if execution.spawn_recorded else execution.pid)
+            Ending(
+                execution.claim.job_id,
+                execution.claim.attempt_id,
+                execution.claim.attempt_no,
+                outcome,
+                None if execution.spawn_recorded else execution.pid,
+            )
             for execution, outcome in ended
-        ]  # fmt: skip
+        ]
         return Recording(
             conn, endings, worker_id=self.shift.worker_id, now=now, answer_now=answer_now
         )
@@ -155,11 +159,20 @@ class Settler:
         shift.running[claim.job_id] = execution
         self.spin.spawned(now)
         if shift.log is not None:
-            shift.log({
-                "event": "attempt_started", "at": time.time(), "worker_id": shift.worker_id,
-                "queue": claim.queue, "job_id": claim.job_id, "attempt_id": claim.attempt_id,
-                "attempt_no": claim.attempt_no, "pid": execution.pid, "slot": execution.slot,
-                "error": execution.spawn_error,
-            })  # fmt: skip
-        shift.output.track(claim.attempt_id, {"stdout": claim.stdout_path,
-                                               "stderr": claim.stderr_path})  # fmt: skip
+            shift.log(
+                {
+                    "event": "attempt_started",
+                    "at": time.time(),
+                    "worker_id": shift.worker_id,
+                    "queue": claim.queue,
+                    "job_id": claim.job_id,
+                    "attempt_id": claim.attempt_id,
+                    "attempt_no": claim.attempt_no,
+                    "pid": execution.pid,
+                    "slot": execution.slot,
+                    "error": execution.spawn_error,
+                }
+            )
+        shift.output.track(
+            claim.attempt_id, {"stdout": claim.stdout_path, "stderr": claim.stderr_path}
+        )

@@ -196,15 +196,22 @@ def ended_record(
     """The log record of an attempt's recorded end."""
     claim = execution.claim
     return {
-        "event": "attempt_ended", "at": time.time(), "worker_id": shift.worker_id,
-        "queue": claim.queue, "job_id": claim.job_id, "attempt_id": claim.attempt_id,
-        "attempt_no": claim.attempt_no, "result": label,
+        "event": "attempt_ended",
+        "at": time.time(),
+        "worker_id": shift.worker_id,
+        "queue": claim.queue,
+        "job_id": claim.job_id,
+        "attempt_id": claim.attempt_id,
+        "attempt_no": claim.attempt_no,
+        "result": label,
         "exit_code": None if outcome is None else outcome.exit_code,
         "signal": None if outcome is None else outcome.signal,
-        "failure_reason": None if outcome is None or outcome.reason is None
+        "failure_reason": None
+        if outcome is None or outcome.reason is None
         else outcome.reason.value,
         "error": None if outcome is None else outcome.error,
         "duration_s": round(max(0.0, shift.clock() - execution.started_at), 6)
-        if execution.started_at else None,
+        if execution.started_at
+        else None,
         "job_state": None if state is None else state.value,
-    }  # fmt: skip
+    }

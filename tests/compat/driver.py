@@ -104,8 +104,11 @@ def finish(pids: list[int]) -> None:
 
 
 def run_step(spec: str, step: dict[str, Any], cwd: str, env: dict[str, str]) -> dict[str, Any]:
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-            tempfile.TemporaryFile() as inp:  # fmt: skip
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryFile() as inp,
+    ):
         inp.write(step.get("stdin", "").encode())
         inp.seek(0)
         sys.stdout.flush()

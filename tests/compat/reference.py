@@ -64,10 +64,17 @@ def build(target: Path, version: str) -> None:
     shutil.rmtree(target, ignore_errors=True)
     base = getattr(sys, "_base_executable", sys.executable)
     run([base, "-m", "venv", str(target)])
-    run([
-        str(target / "bin" / "python"), "-m", "pip", "install", "--quiet",
-        "--disable-pip-version-check", f"spoolctl=={version}",
-    ])  # fmt: skip
+    run(
+        [
+            str(target / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            f"spoolctl=={version}",
+        ]
+    )
     (target / COMPLETE).write_text(version + "\n")
 
 

@@ -26,12 +26,26 @@ DRIVER = HERE / "driver.py"
 # and every verb module (nothing in either reads the environment at import).
 REFERENCE_PRELOAD = ("spoolctl.cli",)
 OURS_PRELOAD = (
-    "spoolctl.cli", "spoolctl.cli.jobs", "spoolctl.cli.batch", "spoolctl.cli.work",
-    "spoolctl.cli.status", "spoolctl.cli.inspect", "spoolctl.cli.wait", "spoolctl.cli.output",
-    "spoolctl.cli.follow", "spoolctl.cli.feedback", "spoolctl.cli.events", "spoolctl.cli.steer",
-    "spoolctl.cli.migrate", "spoolctl.cli.admin", "spoolctl.cli.contract",
-    "spoolctl.cli.capabilities", "spoolctl.cli.brief", "spoolctl.db.revision", "spoolctl.worker",
-)  # fmt: skip
+    "spoolctl.cli",
+    "spoolctl.cli.jobs",
+    "spoolctl.cli.batch",
+    "spoolctl.cli.work",
+    "spoolctl.cli.status",
+    "spoolctl.cli.inspect",
+    "spoolctl.cli.wait",
+    "spoolctl.cli.output",
+    "spoolctl.cli.follow",
+    "spoolctl.cli.feedback",
+    "spoolctl.cli.events",
+    "spoolctl.cli.steer",
+    "spoolctl.cli.migrate",
+    "spoolctl.cli.admin",
+    "spoolctl.cli.contract",
+    "spoolctl.cli.capabilities",
+    "spoolctl.cli.brief",
+    "spoolctl.db.revision",
+    "spoolctl.worker",
+)
 DRIVER_TIMEOUT_S = 600
 
 

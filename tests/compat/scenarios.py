@@ -49,8 +49,12 @@ class Step:
     def plan(self) -> dict[str, Any]:
         if self.setup is not None:
             return dict(self.setup)
-        return {"run": list(self.argv), "env": self.env, "stdin": self.stdin,
-                "timeout": self.timeout}  # fmt: skip
+        return {
+            "run": list(self.argv),
+            "env": self.env,
+            "stdin": self.stdin,
+            "timeout": self.timeout,
+        }
 
 
 @dataclass(frozen=True)
@@ -80,106 +84,201 @@ def config(text: str) -> Step:
 
 ADD_PINS = ("data.state", "data.deduplicated", "data.queue", "data.priority")
 JOB_PINS = ("data.job.state", "data.job.attempts", "data.job.queue", "data.job.priority")
-FEEDBACK_PINS = ("data.state", "data.terminal", "data.succeeded", "data.exit_code",
-                 "data.failure_reason", "data.attempts")  # fmt: skip
+FEEDBACK_PINS = (
+    "data.state",
+    "data.terminal",
+    "data.succeeded",
+    "data.exit_code",
+    "data.failure_reason",
+    "data.attempts",
+)
 
 
 def empty_queue() -> Scenario:
     """Every read-only verb on a queue file that does not exist yet."""
-    return Scenario("empty-queue", (
-        q("status", pins=STATUS_PINS), q("list", pins=("data.count",)), q("show", "1"),
-        q("output", "1"), q("feedback", "1"), q("events", pins=("data.count",)),
-        q("wait", "1", "--timeout", "1"), q("wait", "1", "--timeout", "0"), q("retry", "1"),
-        q("cancel", "1"),
-        q("prune", "--older-than", "1d", "--dry-run", pins=("data.matched", "data.dry_run")),
-        q("work", "--once", pins=("data.claimed",)), q("work", "--drain", pins=("data.executed",)),
-        q("config-show"), q("doctor", pins=("data.ready",)),
-        file("spool/queue.db", stat=True),
-    ))  # fmt: skip
+    return Scenario(
+        "empty-queue",
+        (
+            q("status", pins=STATUS_PINS),
+            q("list", pins=("data.count",)),
+            q("show", "1"),
+            q("output", "1"),
+            q("feedback", "1"),
+            q("events", pins=("data.count",)),
+            q("wait", "1", "--timeout", "1"),
+            q("wait", "1", "--timeout", "0"),
+            q("retry", "1"),
+            q("cancel", "1"),
+            q("prune", "--older-than", "1d", "--dry-run", pins=("data.matched", "data.dry_run")),
+            q("work", "--once", pins=("data.claimed",)),
+            q("work", "--drain", pins=("data.executed",)),
+            q("config-show"),
+            q("doctor", pins=("data.ready",)),
+            file("spool/queue.db", stat=True),
+        ),
+    )
 
 
 def self_description() -> Scenario:
     """The verbs that describe the contract, and the bare command line."""
-    return Scenario("self-description", (
-        bare("capabilities", "--json"), bare("schema", "--json"),
-        *(bare("schema", "--json", "--verb", v) for v in ("add", "status", "list", "show")),
-        bare("schema", "--json", "--verb", "nope"), bare("brief", "--json"),
-        bare("robot-docs", "guide", "--json"), bare("robot-docs", "--json"),
-        bare("robot-docs", "nope", "--json"), bare("brief"), bare("capabilities"),
-        bare("--version"), bare("--help"), bare("add", "--help"), bare(), bare("--json"),
-        bare("nope", "--json"), bare("statu", "--json"), bare("nope"), bare("status", "--jsno"),
-        bare("status", "--json", "--jsno"), bare("add", "--json", "--prio", "3", "--", "true"),
-        bare("--json", "status"),
-    ))  # fmt: skip
+    return Scenario(
+        "self-description",
+        (
+            bare("capabilities", "--json"),
+            bare("schema", "--json"),
+            *(bare("schema", "--json", "--verb", v) for v in ("add", "status", "list", "show")),
+            bare("schema", "--json", "--verb", "nope"),
+            bare("brief", "--json"),
+            bare("robot-docs", "guide", "--json"),
+            bare("robot-docs", "--json"),
+            bare("robot-docs", "nope", "--json"),
+            bare("brief"),
+            bare("capabilities"),
+            bare("--version"),
+            bare("--help"),
+            bare("add", "--help"),
+            bare(),
+            bare("--json"),
+            bare("nope", "--json"),
+            bare("statu", "--json"),
+            bare("nope"),
+            bare("status", "--jsno"),
+            bare("status", "--json", "--jsno"),
+            bare("add", "--json", "--prio", "3", "--", "true"),
+            bare("--json", "status"),
+        ),
+    )
 
 
 def lifecycle() -> Scenario:
     """Submit, run, inspect and steer jobs along every success path."""
-    return Scenario("lifecycle", (
-        q("add", "--", "true", pins=ADD_PINS),
-        q("add", "--max-retries", "0", "-c", "echo out; echo err >&2; exit 3", pins=ADD_PINS),
-        q("add", "--queue", "other", "--", "true", pins=ADD_PINS),
-        q("add", "--key", "k1", "--", "echo", "keyed", pins=ADD_PINS),
-        q("add", "--key", "k1", "--", "echo", "keyed", pins=ADD_PINS),
-        q("add", "--key", "k1", "--note", "changed", "--", "echo", "keyed", pins=ADD_PINS),
-        q("add", "--key", "k1", "--", "echo", "other"),
-        q("add", "--after", "1h", "--", "true", pins=ADD_PINS),
-        q("add", "--at", "0", "--", "true", pins=ADD_PINS),
-        q("add", "--priority", "5", "--tag", "team=a", "--env", "K=V", "--note", "n",
-          "--cwd", "{dir}", "--timeout", "30", "--max-crashes", "1", "--", "true", pins=ADD_PINS),
-        q("list", pins=("data.count",)), q("list", "--state", "queued", pins=("data.count",)),
-        q("list", "--tag", "team=a", pins=("data.count",)),
-        q("list", "--queue", "other", pins=("data.count",)),
-        q("list", "--priority-min", "1", "--limit", "2", pins=("data.count",)),
-        q("list", "--tag", "team", pins=("data.count",)),
-        q("list", "--tag", "nobody", pins=("data.count",)),
-        q("status", pins=STATUS_PINS), q("show", "1", pins=JOB_PINS), q("show", "10"),
-        q("output", "1"), q("feedback", "1", pins=FEEDBACK_PINS),
-        q("work", "--drain", pins=("data.drained",)),
-        q("work", "--queue", "other", "--drain", pins=("data.drained", "data.executed")),
-        q("work", "--once", pins=("data.claimed",)),
-        q("status", pins=STATUS_PINS), q("status", "--limit", "1", pins=STATUS_PINS),
-        q("list", pins=("data.count",)), q("list", "--state", "done,dead", pins=("data.count",)),
-        q("list", "--limit", "0", pins=("data.count",)),
-        q("show", "1", pins=JOB_PINS), q("show", "2", pins=JOB_PINS), q("show", "10"),
-        q("output", "2"), q("output", "2", "--stream", "stdout"),
-        q("output", "2", "--attempt", "1"), q("output", "2", "--attempt", "9"),
-        bare("output", "2", "--db", DB, "--raw", "--stream", "stdout"),
-        q("feedback", "1", pins=FEEDBACK_PINS), q("feedback", "2", pins=FEEDBACK_PINS),
-        q("feedback", "2", "--tail-bytes", "2", pins=FEEDBACK_PINS),
-        q("events", "--limit", "0"), q("events", "--job", "1"),
-        q("events", "--since-id", "2", "--limit", "3"), q("events", "--job", "999"),
-        q("events", "--wait", "--wait-timeout", "0"),
-        q("events", "--since-cursor", "3", "--poll-interval", "0.2"),
-        q("wait", "1", "--timeout", "5", pins=("data.all_succeeded",)),
-        q("wait", "1", "2", "--timeout", "5", pins=("data.all_succeeded",)),
-        q("wait", "1", "99", "--timeout", "1"),
-        q("retry", "2", pins=("data.state",)), q("retry", "1"), q("retry", "2"),
-        q("cancel", "2", pins=("data.state", "data.was_running")), q("cancel", "2"),
-        q("cancel", "1"), q("retry", "2", pins=("data.state",)),
-        q("cancel", "2", "--running", "-y", pins=("data.state", "data.was_running")),
-        q("prune", "--older-than", "0", pins=()),
-        q("prune", "--older-than", "0", "--dry-run", pins=("data.matched", "data.dry_run")),
-        q("prune", "--older-than", "0", "--state", "canceled", "-y",
-          pins=("data.matched", "data.deleted_jobs", "data.dry_run")),
-        q("prune", "--older-than", "0", "--state", "done,dead", "--yes",
-          pins=("data.matched", "data.deleted_jobs", "data.dry_run")),
-        q("status", pins=STATUS_PINS), q("doctor", pins=("data.ready",)), q("config-show"),
-        bare("status", "--db", DB), bare("list", "--db", DB), bare("show", "1", "--db", DB),
-        file("spool", stat=True), file("spool/queue.db", stat=True),
-    ))  # fmt: skip
+    return Scenario(
+        "lifecycle",
+        (
+            q("add", "--", "true", pins=ADD_PINS),
+            q("add", "--max-retries", "0", "-c", "echo out; echo err >&2; exit 3", pins=ADD_PINS),
+            q("add", "--queue", "other", "--", "true", pins=ADD_PINS),
+            q("add", "--key", "k1", "--", "echo", "keyed", pins=ADD_PINS),
+            q("add", "--key", "k1", "--", "echo", "keyed", pins=ADD_PINS),
+            q("add", "--key", "k1", "--note", "changed", "--", "echo", "keyed", pins=ADD_PINS),
+            q("add", "--key", "k1", "--", "echo", "other"),
+            q("add", "--after", "1h", "--", "true", pins=ADD_PINS),
+            q("add", "--at", "0", "--", "true", pins=ADD_PINS),
+            q(
+                "add",
+                "--priority",
+                "5",
+                "--tag",
+                "team=a",
+                "--env",
+                "K=V",
+                "--note",
+                "n",
+                "--cwd",
+                "{dir}",
+                "--timeout",
+                "30",
+                "--max-crashes",
+                "1",
+                "--",
+                "true",
+                pins=ADD_PINS,
+            ),
+            q("list", pins=("data.count",)),
+            q("list", "--state", "queued", pins=("data.count",)),
+            q("list", "--tag", "team=a", pins=("data.count",)),
+            q("list", "--queue", "other", pins=("data.count",)),
+            q("list", "--priority-min", "1", "--limit", "2", pins=("data.count",)),
+            q("list", "--tag", "team", pins=("data.count",)),
+            q("list", "--tag", "nobody", pins=("data.count",)),
+            q("status", pins=STATUS_PINS),
+            q("show", "1", pins=JOB_PINS),
+            q("show", "10"),
+            q("output", "1"),
+            q("feedback", "1", pins=FEEDBACK_PINS),
+            q("work", "--drain", pins=("data.drained",)),
+            q("work", "--queue", "other", "--drain", pins=("data.drained", "data.executed")),
+            q("work", "--once", pins=("data.claimed",)),
+            q("status", pins=STATUS_PINS),
+            q("status", "--limit", "1", pins=STATUS_PINS),
+            q("list", pins=("data.count",)),
+            q("list", "--state", "done,dead", pins=("data.count",)),
+            q("list", "--limit", "0", pins=("data.count",)),
+            q("show", "1", pins=JOB_PINS),
+            q("show", "2", pins=JOB_PINS),
+            q("show", "10"),
+            q("output", "2"),
+            q("output", "2", "--stream", "stdout"),
+            q("output", "2", "--attempt", "1"),
+            q("output", "2", "--attempt", "9"),
+            bare("output", "2", "--db", DB, "--raw", "--stream", "stdout"),
+            q("feedback", "1", pins=FEEDBACK_PINS),
+            q("feedback", "2", pins=FEEDBACK_PINS),
+            q("feedback", "2", "--tail-bytes", "2", pins=FEEDBACK_PINS),
+            q("events", "--limit", "0"),
+            q("events", "--job", "1"),
+            q("events", "--since-id", "2", "--limit", "3"),
+            q("events", "--job", "999"),
+            q("events", "--wait", "--wait-timeout", "0"),
+            q("events", "--since-cursor", "3", "--poll-interval", "0.2"),
+            q("wait", "1", "--timeout", "5", pins=("data.all_succeeded",)),
+            q("wait", "1", "2", "--timeout", "5", pins=("data.all_succeeded",)),
+            q("wait", "1", "99", "--timeout", "1"),
+            q("retry", "2", pins=("data.state",)),
+            q("retry", "1"),
+            q("retry", "2"),
+            q("cancel", "2", pins=("data.state", "data.was_running")),
+            q("cancel", "2"),
+            q("cancel", "1"),
+            q("retry", "2", pins=("data.state",)),
+            q("cancel", "2", "--running", "-y", pins=("data.state", "data.was_running")),
+            q("prune", "--older-than", "0", pins=()),
+            q("prune", "--older-than", "0", "--dry-run", pins=("data.matched", "data.dry_run")),
+            q(
+                "prune",
+                "--older-than",
+                "0",
+                "--state",
+                "canceled",
+                "-y",
+                pins=("data.matched", "data.deleted_jobs", "data.dry_run"),
+            ),
+            q(
+                "prune",
+                "--older-than",
+                "0",
+                "--state",
+                "done,dead",
+                "--yes",
+                pins=("data.matched", "data.deleted_jobs", "data.dry_run"),
+            ),
+            q("status", pins=STATUS_PINS),
+            q("doctor", pins=("data.ready",)),
+            q("config-show"),
+            bare("status", "--db", DB),
+            bare("list", "--db", DB),
+            bare("show", "1", "--db", DB),
+            file("spool", stat=True),
+            file("spool/queue.db", stat=True),
+        ),
+    )
 
 
 def finished_only() -> Scenario:
     """A queue whose jobs have all finished still shows in status, with its counts."""
-    return Scenario("finished-only", (
-        q("add", "--queue", "lane", "--", "true"),
-        q("add", "--queue", "lane", "--max-retries", "0", "--", "false"),
-        q("add", "--queue", "lane", "--", "true"), q("cancel", "3"),
-        q("work", "--queue", "lane", "--drain", pins=("data.executed",)),
-        q("status", pins=STATUS_PINS), q("list", "--state", "done,dead,canceled"),
-        q("retry", "--force", "2"),
-    ))  # fmt: skip
+    return Scenario(
+        "finished-only",
+        (
+            q("add", "--queue", "lane", "--", "true"),
+            q("add", "--queue", "lane", "--max-retries", "0", "--", "false"),
+            q("add", "--queue", "lane", "--", "true"),
+            q("cancel", "3"),
+            q("work", "--queue", "lane", "--drain", pins=("data.executed",)),
+            q("status", pins=STATUS_PINS),
+            q("list", "--state", "done,dead,canceled"),
+            q("retry", "--force", "2"),
+        ),
+    )
 
 
 FAST = {"SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "0.2"}
@@ -188,47 +287,82 @@ FAST = {"SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "0.2"}
 def running_job() -> Scenario:
     """A job that is running: what may and may not be done to it, and the ledger as frames."""
     job_pins = ("data.job.state",)
-    return Scenario("running-job", (
-        q("add", "--timeout", "60", "--", "sleep", "30"),
-        Step(setup={"background": ["work", "--db", DB, "--json", "--once"], "env": FAST}),
-        Step(setup={"until": ["show", "1", "--db", DB, "--json"], "path": "data.job.state",
-                    "equals": "running", "timeout": 20}),
-        q("status", pins=STATUS_PINS), q("show", "1", pins=job_pins),
-        q("list", "--state", "running", pins=("data.count",)),
-        q("retry", "1"), q("cancel", "1"), q("cancel", "1", "--running"), q("cancel", "1", "--yes"),
-        q("prune", "--older-than", "0", "--state", "done,dead,canceled", "--yes",
-          pins=("data.matched",)),
-        q("output", "1"),
-        q("feedback", "1", pins=("data.state", "data.terminal", "data.succeeded")),
-        q("wait", "1", "--timeout", "0.3"),
-        q("cancel", "1", "--running", "--yes", pins=("data.state", "data.was_running")),
-        q("wait", "1", "--timeout", "20", pins=("data.all_succeeded",)),
-        q("show", "1", pins=job_pins), q("feedback", "1", pins=FEEDBACK_PINS),
-        q("events", "--follow", "--since-id", "0", "--max-events", "2"),
-        q("events", "--follow", "--since-id", "1000", "--idle-timeout", "0.2"),
-        q("status", pins=STATUS_PINS),
-    ))  # fmt: skip
+    return Scenario(
+        "running-job",
+        (
+            q("add", "--timeout", "60", "--", "sleep", "30"),
+            Step(setup={"background": ["work", "--db", DB, "--json", "--once"], "env": FAST}),
+            Step(
+                setup={
+                    "until": ["show", "1", "--db", DB, "--json"],
+                    "path": "data.job.state",
+                    "equals": "running",
+                    "timeout": 20,
+                }
+            ),
+            q("status", pins=STATUS_PINS),
+            q("show", "1", pins=job_pins),
+            q("list", "--state", "running", pins=("data.count",)),
+            q("retry", "1"),
+            q("cancel", "1"),
+            q("cancel", "1", "--running"),
+            q("cancel", "1", "--yes"),
+            q(
+                "prune",
+                "--older-than",
+                "0",
+                "--state",
+                "done,dead,canceled",
+                "--yes",
+                pins=("data.matched",),
+            ),
+            q("output", "1"),
+            q("feedback", "1", pins=("data.state", "data.terminal", "data.succeeded")),
+            q("wait", "1", "--timeout", "0.3"),
+            q("cancel", "1", "--running", "--yes", pins=("data.state", "data.was_running")),
+            q("wait", "1", "--timeout", "20", pins=("data.all_succeeded",)),
+            q("show", "1", pins=job_pins),
+            q("feedback", "1", pins=FEEDBACK_PINS),
+            q("events", "--follow", "--since-id", "0", "--max-events", "2"),
+            q("events", "--follow", "--since-id", "1000", "--idle-timeout", "0.2"),
+            q("status", pins=STATUS_PINS),
+        ),
+    )
 
 
 def add_input() -> Scenario:
     """Malformed submissions: refused with the documented code, nothing queued."""
-    steps = [q("add"), q("add", "-c", ""), q("add", "-c", "   "), q("add", "-c", "x", "--", "y"),
-             q("add", "echo", "-n", "hi"), q("add", "--", "echo", "-n", "hi"),
-             q("add", "--timeout"), q("add", "--after", "1s", "--at", "0", "--", "true"),
-             q("add", "--queue", "bad queue", "--", "true"), q("add", "--queue", "", "--", "true"),
-             q("add", "--queue", "x" * 65, "--", "true"),
-             q("add", "--tag", "novalue", "--", "true"), q("add", "--tag", "=v", "--", "true"),
-             q("add", "--env", "=v", "--", "true"), q("add", "--env", "K", "--", "true"),
-             q("add", "--key", "", "--", "true"), q("add", "--key", "a\x01b", "--", "true"),
-             q("add", "--note", "n" * 10_001, "--", "true"), q("add", "--cwd", "", "--", "true"),
-             q("add", "--at", "yesterday", "--", "true")]  # fmt: skip
+    steps = [
+        q("add"),
+        q("add", "-c", ""),
+        q("add", "-c", "   "),
+        q("add", "-c", "x", "--", "y"),
+        q("add", "echo", "-n", "hi"),
+        q("add", "--", "echo", "-n", "hi"),
+        q("add", "--timeout"),
+        q("add", "--after", "1s", "--at", "0", "--", "true"),
+        q("add", "--queue", "bad queue", "--", "true"),
+        q("add", "--queue", "", "--", "true"),
+        q("add", "--queue", "x" * 65, "--", "true"),
+        q("add", "--tag", "novalue", "--", "true"),
+        q("add", "--tag", "=v", "--", "true"),
+        q("add", "--env", "=v", "--", "true"),
+        q("add", "--env", "K", "--", "true"),
+        q("add", "--key", "", "--", "true"),
+        q("add", "--key", "a\x01b", "--", "true"),
+        q("add", "--note", "n" * 10_001, "--", "true"),
+        q("add", "--cwd", "", "--", "true"),
+        q("add", "--at", "yesterday", "--", "true"),
+    ]
     for flag in ("--timeout", "--max-retries", "--max-crashes", "--priority"):
         steps += [q("add", flag, value, "--", "true") for value in BAD_INTS]
-    steps += [q("add", "--timeout", "0", "--", "true"),
-              q("add", "--priority", str(2**31), "--", "true"),
-              q("add", "--priority", str(-(2**31) - 1), "--", "true"),
-              q("add", "--priority", str(2**31 - 1), "--", "true"),
-              q("add", "--priority", str(-(2**31)), "--", "true")]  # fmt: skip
+    steps += [
+        q("add", "--timeout", "0", "--", "true"),
+        q("add", "--priority", str(2**31), "--", "true"),
+        q("add", "--priority", str(-(2**31) - 1), "--", "true"),
+        q("add", "--priority", str(2**31 - 1), "--", "true"),
+        q("add", "--priority", str(-(2**31)), "--", "true"),
+    ]
     steps += [q("add", "--after", value, "--", "true") for value in BAD_DURATIONS]
     steps += [q("add", "--at", value, "--", "true") for value in ("nan", "inf", "1e400")]
     steps.append(q("list", pins=("data.count",)))
@@ -251,28 +385,49 @@ def id_input() -> Scenario:
 def option_input() -> Scenario:
     """Every bounded option of the reading and steering verbs, out of bounds."""
     steps = [q("add", "--", "true"), q("work", "--drain")]
-    for verb, flag in (("status", "--limit"), ("list", "--limit"), ("list", "--priority-min"),
-                       ("events", "--since-id"), ("events", "--limit"), ("events", "--job"),
-                       ("work", "--slots")):  # fmt: skip
+    for verb, flag in (
+        ("status", "--limit"),
+        ("list", "--limit"),
+        ("list", "--priority-min"),
+        ("events", "--since-id"),
+        ("events", "--limit"),
+        ("events", "--job"),
+        ("work", "--slots"),
+    ):
         steps += [q(verb, flag, value) for value in BAD_INTS]
     steps += [q("output", "1", "--attempt", v) for v in ("0", *BAD_INTS)]
     steps += [q("feedback", "1", "--tail-bytes", v) for v in ("0", "65537", *BAD_INTS)]
-    steps += [q("status", "--limit", "1001"), q("list", "--limit", "1001"),
-              q("events", "--limit", "10001"), q("list", "--state", "bogus"),
-              q("list", "--state", ""), q("list", "--queue", "bad queue"),
-              q("list", "--tag", "="), q("output", "1", "--stream", "stdou"),
-              q("output", "1", "--raw"), q("feedback", "1", "--stream", "x"),
-              q("events", "--wait", "--follow"), q("work", "--once", "--drain"),
-              q("work", "--worker-id", "", "--once"), q("work", "--queue", "bad queue", "--once"),
-              q("prune"), q("prune", "--older-than", "1d"),
-              q("prune", "--older-than", "1d", "--yes", "--dry-run"),
-              q("prune", "--older-than", "1d", "--state", "queued", "--dry-run"),
-              q("prune", "--older-than", "1d", "--state", "bogus", "--dry-run"),
-              q("cancel", "1", "--yes"), q("events", "--max-events", "5"),
-              q("events", "--follow", "--limit", "5")]  # fmt: skip
+    steps += [
+        q("status", "--limit", "1001"),
+        q("list", "--limit", "1001"),
+        q("events", "--limit", "10001"),
+        q("list", "--state", "bogus"),
+        q("list", "--state", ""),
+        q("list", "--queue", "bad queue"),
+        q("list", "--tag", "="),
+        q("output", "1", "--stream", "stdou"),
+        q("output", "1", "--raw"),
+        q("feedback", "1", "--stream", "x"),
+        q("events", "--wait", "--follow"),
+        q("work", "--once", "--drain"),
+        q("work", "--worker-id", "", "--once"),
+        q("work", "--queue", "bad queue", "--once"),
+        q("prune"),
+        q("prune", "--older-than", "1d"),
+        q("prune", "--older-than", "1d", "--yes", "--dry-run"),
+        q("prune", "--older-than", "1d", "--state", "queued", "--dry-run"),
+        q("prune", "--older-than", "1d", "--state", "bogus", "--dry-run"),
+        q("cancel", "1", "--yes"),
+        q("events", "--max-events", "5"),
+        q("events", "--follow", "--limit", "5"),
+    ]
     steps += [q("prune", "--older-than", v, "--dry-run") for v in BAD_DURATIONS]
-    for verb, flag in (("wait", "--timeout"), ("wait", "--poll-interval"),
-                       ("events", "--wait-timeout"), ("work", "--poll-interval")):  # fmt: skip
+    for verb, flag in (
+        ("wait", "--timeout"),
+        ("wait", "--poll-interval"),
+        ("events", "--wait-timeout"),
+        ("work", "--poll-interval"),
+    ):
         ids = ("1",) if verb == "wait" else ()
         steps += [
             q(verb, *ids, flag, value)
@@ -301,34 +456,48 @@ def config_files() -> Scenario:
     }
     steps: list[Step] = []
     for text in cases.values():
-        steps += [config(text), bare("config-validate", "--json"), bare("config-show", "--json"),
-                  bare("status", "--json"), bare("doctor", "--json", pins=("data.ready",)),
-                  bare("status", "--json", "--db", "{dir}/elsewhere.db"),
-                  bare("config-validate", ".spoolctl/config.json", "--json"),
-                  bare("config-validate")]  # fmt: skip
-    steps += [file(".spoolctl/config.json", remove=True),
-              file("dir-config/config.json", mkdir=True),
-              bare("config-validate", "dir-config/config.json", "--json"),
-              bare("config-validate", "dir-config/config.json"),
-              bare("config-validate", "missing.json", "--json"),
-              bare("config-validate", "dir-config", "--json")]  # fmt: skip
-    steps += [bare("status", "--json", env={"SPOOLCTL_DB": ""}),
-              bare("status", "--json", "--db", ""),
-              bare("status", "--json", env={"SPOOLCTL_DB": "{dir}/env/queue.db"}),
-              bare("config-show", "--json", env={"SPOOLCTL_DB": "{dir}/env/queue.db"}),
-              bare("status", "--json", "--db", "{dir}/dir-config"),
-              bare("add", "--json", "--db", "{dir}/dir-config", "--", "true")]  # fmt: skip
+        steps += [
+            config(text),
+            bare("config-validate", "--json"),
+            bare("config-show", "--json"),
+            bare("status", "--json"),
+            bare("doctor", "--json", pins=("data.ready",)),
+            bare("status", "--json", "--db", "{dir}/elsewhere.db"),
+            bare("config-validate", ".spoolctl/config.json", "--json"),
+            bare("config-validate"),
+        ]
+    steps += [
+        file(".spoolctl/config.json", remove=True),
+        file("dir-config/config.json", mkdir=True),
+        bare("config-validate", "dir-config/config.json", "--json"),
+        bare("config-validate", "dir-config/config.json"),
+        bare("config-validate", "missing.json", "--json"),
+        bare("config-validate", "dir-config", "--json"),
+    ]
+    steps += [
+        bare("status", "--json", env={"SPOOLCTL_DB": ""}),
+        bare("status", "--json", "--db", ""),
+        bare("status", "--json", env={"SPOOLCTL_DB": "{dir}/env/queue.db"}),
+        bare("config-show", "--json", env={"SPOOLCTL_DB": "{dir}/env/queue.db"}),
+        bare("status", "--json", "--db", "{dir}/dir-config"),
+        bare("add", "--json", "--db", "{dir}/dir-config", "--", "true"),
+    ]
     return Scenario("config-files", tuple(steps))
 
 
 def undecodable_config() -> Scenario:
     """A config file whose bytes are not UTF-8."""
-    return Scenario("undecodable-config", (
-        file(".spoolctl/config.json", hex="fffe7b7d"), bare("config-validate", "--json"),
-        bare("config-show", "--json"), bare("status", "--json"),
-        bare("config-validate", "--json", ".spoolctl/config.json"),
-        bare("status", "--json", "--db", "{dir}/q.db"),
-    ))  # fmt: skip
+    return Scenario(
+        "undecodable-config",
+        (
+            file(".spoolctl/config.json", hex="fffe7b7d"),
+            bare("config-validate", "--json"),
+            bare("config-show", "--json"),
+            bare("status", "--json"),
+            bare("config-validate", "--json", ".spoolctl/config.json"),
+            bare("status", "--json", "--db", "{dir}/q.db"),
+        ),
+    )
 
 
 def worker_knobs() -> Scenario:
@@ -351,19 +520,25 @@ def timeout() -> Scenario:
     )
     listed = tuple(f"data.jobs[{i}].{k}" for i in (0, 1) for k in ("state", "last_exit_code"))
     waited = tuple(f"data.jobs.{i}.{k}" for i in (1, 2) for k in ("state", "last_exit_code"))
-    return Scenario("timeout", (
-        q("add", "--timeout", "1", "--max-retries", "0", "--", "sleep", "30", pins=ADD_PINS),
-        q("add", "--max-retries", "0", "-c", "exit 3", pins=ADD_PINS),
-        q("work", "--drain", pins=("data.drained", "data.executed")),
-        q("show", "1", pins=ended), q("show", "2", pins=ended),
-        q("list", pins=("data.count", *listed)),
-        q("list", "--state", "dead", pins=("data.count", *listed)),
-        q("wait", "1", "2", "--timeout", "5", pins=("data.all_succeeded", *waited)),
-        q("feedback", "1", pins=FEEDBACK_PINS), q("feedback", "2", pins=FEEDBACK_PINS),
-        q("events", "--job", "1", pins=("data.count", "data.events[[]*[]].event")),
-        q("status", pins=STATUS_PINS),
-        bare("show", "1", "--db", DB), bare("feedback", "1", "--db", DB),
-    ))  # fmt: skip
+    return Scenario(
+        "timeout",
+        (
+            q("add", "--timeout", "1", "--max-retries", "0", "--", "sleep", "30", pins=ADD_PINS),
+            q("add", "--max-retries", "0", "-c", "exit 3", pins=ADD_PINS),
+            q("work", "--drain", pins=("data.drained", "data.executed")),
+            q("show", "1", pins=ended),
+            q("show", "2", pins=ended),
+            q("list", pins=("data.count", *listed)),
+            q("list", "--state", "dead", pins=("data.count", *listed)),
+            q("wait", "1", "2", "--timeout", "5", pins=("data.all_succeeded", *waited)),
+            q("feedback", "1", pins=FEEDBACK_PINS),
+            q("feedback", "2", pins=FEEDBACK_PINS),
+            q("events", "--job", "1", pins=("data.count", "data.events[[]*[]].event")),
+            q("status", pins=STATUS_PINS),
+            bare("show", "1", "--db", DB),
+            bare("feedback", "1", "--db", DB),
+        ),
+    )
 
 
 def missing_database() -> Scenario:
@@ -389,8 +564,13 @@ FOREIGN_SQLITE = (
     "INSERT INTO notes (body) VALUES ('not a queue');"
 )
 RANDOM_BYTES = random.Random(20).randbytes(4096).hex()
-FOREIGN_VERBS = (("status",), ("list",), ("add", "--", "true"), ("migrate", "--status"),
-                 ("doctor",))  # fmt: skip
+FOREIGN_VERBS = (
+    ("status",),
+    ("list",),
+    ("add", "--", "true"),
+    ("migrate", "--status"),
+    ("doctor",),
+)
 
 
 def foreign_file() -> Scenario:
@@ -413,17 +593,30 @@ def follow() -> Scenario:
     what follows it; without one it starts at the current end of the ledger
     (as `tail -f`), so on a queue with no new events it ends idle, empty."""
     kinds = ("frames[[]*[]].event", "frames[[]*[]].control.reason")
-    return Scenario("follow", (
-        q("add", "--", "true"), q("add", "--max-retries", "0", "-c", "exit 3"),
-        q("work", "--drain", pins=("data.executed",)),
-        q("events", "--follow", "--since-id", "0", "--max-events", "3", pins=kinds),
-        q("events", "--follow", "--since-id", "2", "--idle-timeout", "0.3", pins=kinds),
-        q("events", "--follow", "--since-id", "0", "--max-events", "100", "--idle-timeout",
-          "0.3", pins=kinds),
-        q("events", "--follow", "--idle-timeout", "0.3", pins=kinds),
-        q("events", "--follow", "--max-events", "1", "--idle-timeout", "0.3", pins=kinds),
-        q("events", "--follow", "--job", "1", "--idle-timeout", "0.3", pins=kinds),
-    ))  # fmt: skip
+    return Scenario(
+        "follow",
+        (
+            q("add", "--", "true"),
+            q("add", "--max-retries", "0", "-c", "exit 3"),
+            q("work", "--drain", pins=("data.executed",)),
+            q("events", "--follow", "--since-id", "0", "--max-events", "3", pins=kinds),
+            q("events", "--follow", "--since-id", "2", "--idle-timeout", "0.3", pins=kinds),
+            q(
+                "events",
+                "--follow",
+                "--since-id",
+                "0",
+                "--max-events",
+                "100",
+                "--idle-timeout",
+                "0.3",
+                pins=kinds,
+            ),
+            q("events", "--follow", "--idle-timeout", "0.3", pins=kinds),
+            q("events", "--follow", "--max-events", "1", "--idle-timeout", "0.3", pins=kinds),
+            q("events", "--follow", "--job", "1", "--idle-timeout", "0.3", pins=kinds),
+        ),
+    )
 
 
 SCENARIOS: tuple[Scenario, ...] = (

@@ -109,10 +109,26 @@ def test_both_sides_really_ran(results: dict[str, list[list[dict[str, Any]]]]) -
 
 def test_every_verb_of_the_original_is_exercised() -> None:
     original_verbs = {
-        "add", "work", "wait", "status", "list", "show", "retry", "cancel", "prune", "output",
-        "feedback", "events", "config-show", "config-validate", "doctor", "brief", "schema",
-        "capabilities", "robot-docs",
-    }  # fmt: skip
+        "add",
+        "work",
+        "wait",
+        "status",
+        "list",
+        "show",
+        "retry",
+        "cancel",
+        "prune",
+        "output",
+        "feedback",
+        "events",
+        "config-show",
+        "config-validate",
+        "doctor",
+        "brief",
+        "schema",
+        "capabilities",
+        "robot-docs",
+    }
     used = {step.argv[0] for s in SCENARIOS for step in s.steps if step.argv}
     assert original_verbs <= used
 
@@ -127,8 +143,13 @@ def test_the_docs_render_the_allowed_list() -> None:
 def test_the_comparison_catches_what_it_promises() -> None:
     """shapes.compare itself: a removed key, a retyped value, another exit code,
     another error code and a changed pinned count are each reported."""
-    original = {"ok": True, "data": {"n": 1, "ids": [1], "at": 1.5, "k": {"a": "x"}},
-                "meta": {"elapsed_ms": 3}, "errors": [], "warnings": []}  # fmt: skip
+    original = {
+        "ok": True,
+        "data": {"n": 1, "ids": [1], "at": 1.5, "k": {"a": "x"}},
+        "meta": {"elapsed_ms": 3},
+        "errors": [],
+        "warnings": [],
+    }
     same = json.loads(json.dumps(original))
     same["data"]["extra"] = True  # more keys are fine
     same["data"]["at"] = 2  # an integer where the original had a float is fine
@@ -143,11 +164,20 @@ def test_the_comparison_catches_what_it_promises() -> None:
         (d.kind, d.where)
         for d in compare(ok, Answer(0, json.dumps(broken), ""), as_json=True, pins=("data.n",))
     }
-    assert kinds == {("missing", "data.k.a"), ("type", "data.n"), ("type", "meta.elapsed_ms"),
-                     ("value", "data.n")}  # fmt: skip
+    assert kinds == {
+        ("missing", "data.k.a"),
+        ("type", "data.n"),
+        ("type", "meta.elapsed_ms"),
+        ("value", "data.n"),
+    }
 
-    failed = {"ok": False, "data": None, "meta": {}, "errors": [{"code": "CONFLICT"}],
-              "warnings": []}  # fmt: skip
+    failed = {
+        "ok": False,
+        "data": None,
+        "meta": {},
+        "errors": [{"code": "CONFLICT"}],
+        "warnings": [],
+    }
     kinds = {d.kind for d in compare(ok, Answer(5, json.dumps(failed), ""), as_json=True)}
     assert {"exit", "error_code"} <= kinds
 
@@ -155,13 +185,22 @@ def test_the_comparison_catches_what_it_promises() -> None:
 def test_pins_reach_into_lists_and_frames() -> None:
     """A pin names a list element (a null exit code in 0.4.11 is not "anything"
     in ours there) or an NDJSON frame (a follow that ends at once)."""
-    original = {"ok": True, "data": {"attempts": [{"exit_code": None}]}, "meta": {},
-                "errors": [], "warnings": []}  # fmt: skip
+    original = {
+        "ok": True,
+        "data": {"attempts": [{"exit_code": None}]},
+        "meta": {},
+        "errors": [],
+        "warnings": [],
+    }
     signalled = json.loads(json.dumps(original))
     signalled["data"]["attempts"][0]["exit_code"] = -15
     pins = ("data.attempts[0].exit_code",)
-    found = compare(Answer(0, json.dumps(original), ""), Answer(0, json.dumps(signalled), ""),
-                    as_json=True, pins=pins)  # fmt: skip
+    found = compare(
+        Answer(0, json.dumps(original), ""),
+        Answer(0, json.dumps(signalled), ""),
+        as_json=True,
+        pins=pins,
+    )
     assert [(d.kind, d.where) for d in found] == [("value", "data.attempts[0].exit_code")]
 
     ended = Answer(0, json.dumps({"control": {"type": "end", "reason": "idle_timeout"}}), "")

@@ -63,8 +63,13 @@ def preview(path: str, budget: int = PREVIEW_BYTES) -> dict[str, Any]:
     """The head of a stream for the `output` envelope."""
     span = read_span(path, 0, budget)
     if span is None:
-        return {"path": path, "size_bytes": 0, "preview": "", "preview_truncated": False,
-                "missing": True}  # fmt: skip
+        return {
+            "path": path,
+            "size_bytes": 0,
+            "preview": "",
+            "preview_truncated": False,
+            "missing": True,
+        }
     data, size = span
     return {
         "path": path,

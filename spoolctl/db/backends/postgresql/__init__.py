@@ -83,9 +83,14 @@ if TYPE_CHECKING:
     from spoolctl.db.health import Check
 
 __all__ = [
-    "PostgresDriver", "display_of", "ledger_lag", "ledger_reader", "parse_url", "pipeline",
+    "PostgresDriver",
+    "display_of",
+    "ledger_lag",
+    "ledger_reader",
+    "parse_url",
+    "pipeline",
     "translate_errors",
-]  # fmt: skip
+]
 
 MIGRATE_BUSY_TIMEOUT_S = 60.0
 """A migrate waits at least this long for another migrate's lock and rows."""
@@ -328,8 +333,9 @@ class PostgresDriver:
         lock_wait_s: float | None = None,
     ) -> Engine:
         timeout_s = busy_timeout_s() if lock_wait_s is None else lock_wait_s
-        return make_engine(self.url, write=write, busy_timeout_s=timeout_s,
-                           expected_revision=expected_revision)  # fmt: skip
+        return make_engine(
+            self.url, write=write, busy_timeout_s=timeout_s, expected_revision=expected_revision
+        )
 
     def peek_engine(self) -> Engine:
         return self.engine(write=False, expected_revision=None)

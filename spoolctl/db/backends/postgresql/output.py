@@ -195,8 +195,13 @@ def _size(path: str) -> int:
 
 
 _COLUMNS = ("attempt_id", "stream", "offset", "data", "truncated")
-_TYPES = {"attempt_id": BigInteger, "stream": Text, "offset": Integer, "data": LargeBinary,
-          "truncated": Integer}  # fmt: skip
+_TYPES = {
+    "attempt_id": BigInteger,
+    "stream": Text,
+    "offset": Integer,
+    "data": LargeBinary,
+    "truncated": Integer,
+}
 _NEW = (
     func.unnest(*(cast(bindparam(f"c_{name}"), ARRAY(_TYPES[name])) for name in _COLUMNS))
     .table_valued(*_COLUMNS)
@@ -254,17 +259,29 @@ def _chunk_rows(
     data, size = span
     start = stream.stored
     rows = [
-        {"attempt_id": attempt_id, "stream": name, "offset": start + i,
-         "data": data[i : i + CHUNK_BYTES], "truncated": 0}
+        {
+            "attempt_id": attempt_id,
+            "stream": name,
+            "offset": start + i,
+            "data": data[i : i + CHUNK_BYTES],
+            "truncated": 0,
+        }
         for i in range(0, len(data), CHUNK_BYTES)
-    ]  # fmt: skip
+    ]
     end = start + len(data)
     capped = end >= cap and size > end
     if capped and rows:
         rows[-1]["truncated"] = 1
     elif capped or (final and not rows and not stream.present):
-        rows.append({"attempt_id": attempt_id, "stream": name, "offset": end, "data": b"",
-                     "truncated": int(capped)})  # fmt: skip
+        rows.append(
+            {
+                "attempt_id": attempt_id,
+                "stream": name,
+                "offset": end,
+                "data": b"",
+                "truncated": int(capped),
+            }
+        )
     return rows, _Stream(stream.path, end, capped, present=stream.present or bool(rows))
 
 

@@ -49,8 +49,9 @@ def parse_url(text: str, source: str, shown: str) -> str:
         url = make_url(text)
     except (ArgumentError, ValueError) as exc:
         problem = "its port is not a number" if isinstance(exc, ValueError) else "it is malformed"
-        raise bad_url(f"{source}: the URL {shown!r} cannot be parsed: {problem}; {ENCODE_HINT}",
-                   shown) from None  # fmt: skip
+        raise bad_url(
+            f"{source}: the URL {shown!r} cannot be parsed: {problem}; {ENCODE_HINT}", shown
+        ) from None
     if url.host is not None and not re.fullmatch(r"[A-Za-z0-9.\-_:%]+", url.host):
         raise bad_url(f"{source}: the URL {shown!r} names no valid host; {ENCODE_HINT}", shown)
     if url.port is not None and not 1 <= url.port <= 65535:

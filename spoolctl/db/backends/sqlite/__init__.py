@@ -127,8 +127,9 @@ class SqliteDriver:
 
     def migration_engine(self) -> Engine:
         timeout_s = max(busy_timeout_s(), MIGRATE_BUSY_TIMEOUT_S)
-        return make_engine(self.path, write=True, busy_timeout_s=timeout_s, synchronous="FULL",
-                           foreign_keys=False)  # fmt: skip
+        return make_engine(
+            self.path, write=True, busy_timeout_s=timeout_s, synchronous="FULL", foreign_keys=False
+        )
 
     def translate_errors(self, engine: Engine) -> Any:
         return translate_errors(engine)

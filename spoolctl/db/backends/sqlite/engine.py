@@ -293,17 +293,26 @@ def is_busy(exc: BaseException) -> bool:
 
 
 STORAGE_FAULTS = (
-    ("unable to open database file", "unreadable",
-     "check that the file and its folder exist and that this user may read and write them"),
+    (
+        "unable to open database file",
+        "unreadable",
+        "check that the file and its folder exist and that this user may read and write them",
+    ),
     ("file is not a database", "damaged", "the file is damaged or not an SQLite database"),
     ("malformed", "damaged", "the file is damaged: restore the queue from a backup"),
-    ("readonly database", "read_only",
-     "the database file or its folder is read-only for this user"),
+    (
+        "readonly database",
+        "read_only",
+        "the database file or its folder is read-only for this user",
+    ),
     ("disk i/o error", "unusable", "the disk failed or the file was removed underneath"),
     ("database or disk is full", "disk_full", "free space on the disk holding the spool folder"),
-    ("no such table", "not_a_queue",
-     "the file is not a spoolctl queue (or was replaced underneath)"),
-)  # fmt: skip
+    (
+        "no such table",
+        "not_a_queue",
+        "the file is not a spoolctl queue (or was replaced underneath)",
+    ),
+)
 """SQLite's words for a file it cannot use -> (DB_UNUSABLE reason, what to check)."""
 
 

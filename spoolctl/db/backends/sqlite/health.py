@@ -30,8 +30,10 @@ def database_checks(path: Path) -> list[Check]:
     checks = [folder_check(path.parent), space_check(path.parent)]
     if not path.exists():
         checks.append(missing_check(path))
-        checks += [Check(n, "skip", "no database yet", blocked_by="database_exists")
-                   for n in ("sqlite_open_readwrite", "schema_version", "integrity")]  # fmt: skip
+        checks += [
+            Check(n, "skip", "no database yet", blocked_by="database_exists")
+            for n in ("sqlite_open_readwrite", "schema_version", "integrity")
+        ]
         return checks
     checks.append(Check("database_exists", "pass", str(path)))
     opened = guarded("sqlite_open_readwrite", lambda: opens_read_write(path))
@@ -39,8 +41,10 @@ def database_checks(path: Path) -> list[Check]:
         opened.remediation = UNOPENABLE_FIX
     checks.append(opened)
     if opened.status == "fail":
-        checks += [Check(n, "skip", "cannot open", blocked_by="sqlite_open_readwrite")
-                   for n in ("schema_version", "integrity")]  # fmt: skip
+        checks += [
+            Check(n, "skip", "cannot open", blocked_by="sqlite_open_readwrite")
+            for n in ("schema_version", "integrity")
+        ]
     else:
         checks.append(guarded("schema_version", lambda: schema_check(SqliteDriver(path))))
         checks.append(guarded("integrity", lambda: integrity_check(path)))
@@ -52,14 +56,20 @@ def missing_check(path: Path) -> Check:
     ready, exit 3, as in 0.4.11); alarming if its WAL is still there."""
     wal = path.with_name(path.name + "-wal")
     if wal.exists():
-        return Check("database_exists", "fail",
-                     f"{path} is missing but its write-ahead log {wal.name} is there: "
-                     "the database was deleted or moved underneath",
-                     "stop every worker of this queue, then restore the file from a backup "
-                     "or move the -wal and -shm files aside")  # fmt: skip
-    return Check("database_exists", "fail",
-                 f"the queue does not exist yet: there is no database at {path}",
-                 f"{CREATES_THE_QUEUE}; or point --db at the queue you meant")  # fmt: skip
+        return Check(
+            "database_exists",
+            "fail",
+            f"{path} is missing but its write-ahead log {wal.name} is there: "
+            "the database was deleted or moved underneath",
+            "stop every worker of this queue, then restore the file from a backup "
+            "or move the -wal and -shm files aside",
+        )
+    return Check(
+        "database_exists",
+        "fail",
+        f"the queue does not exist yet: there is no database at {path}",
+        f"{CREATES_THE_QUEUE}; or point --db at the queue you meant",
+    )
 
 
 def opens_read_write(path: Path) -> Check:
@@ -74,9 +84,12 @@ def opens_read_write(path: Path) -> Check:
     finally:
         conn.close()
     if not os.access(path, os.W_OK):
-        return Check("sqlite_open_readwrite", "fail",
-                     f"{path} is read-only (its mode, or a read-only file system)",
-                     "make it and its folder writable, or remount the disk read-write")  # fmt: skip
+        return Check(
+            "sqlite_open_readwrite",
+            "fail",
+            f"{path} is read-only (its mode, or a read-only file system)",
+            "make it and its folder writable, or remount the disk read-write",
+        )
     return Check("sqlite_open_readwrite", "pass", "opens read-write")
 
 
@@ -89,5 +102,9 @@ def integrity_check(path: Path) -> Check:
         conn.close()
     if found == ["ok"]:
         return Check("integrity", "pass", "quick_check ok")
-    return Check("integrity", "fail", "the file is damaged: " + "; ".join(found)[:500],
-                 "stop the workers and restore the queue from a backup")  # fmt: skip
+    return Check(
+        "integrity",
+        "fail",
+        "the file is damaged: " + "; ".join(found)[:500],
+        "stop the workers and restore the queue from a backup",
+    )
