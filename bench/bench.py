@@ -10,7 +10,7 @@ SQLite (bench/pg.py), interleaved the same way. Prints a table and writes
 bench/results/<timestamp>/results.json (and table.txt, and
 bench/results/latest.json) with medians, spreads, per-pair ratios, raw samples,
 the file systems and the machine. See bench/README.md for what each
-number means and the targets of SPEC section 6.
+number means and its target.
 """
 
 from __future__ import annotations

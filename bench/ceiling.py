@@ -62,7 +62,7 @@ FALLBACK_LAYOUT = Layout(
     files=("{job}/1/stdout", "{job}/1/stderr"),
     source="constant in bench/ceiling.py (ours' output_paths could not be read)",
 )
-"""Ours as of issue 14: OUTPUT_ROOT/<job>/<attempt>/{stdout,stderr}, both folders new."""
+"""Ours before 0.5.1: OUTPUT_ROOT/<job>/<attempt>/{stdout,stderr}, both folders new."""
 
 NO_FILES = Layout(dirs=(), files=(), source="spawn alone")
 

@@ -1,4 +1,4 @@
-"""A fleet on PostgreSQL beside the same fleet on SQLite (issue 22).
+"""A fleet on PostgreSQL beside the same fleet on SQLite.
 
 - fleet:drain: K `work --drain --concurrency C` processes (K = 1, 2, 4, 8;
   C = 8) over due jobs of `sleep 0.05`, so that the spawn's CPU does not hide

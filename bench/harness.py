@@ -121,7 +121,7 @@ def drain_once(
         "workers_cpu_ms_per_job": 1000 * workers_cpu_s / jobs,
         **{f"{k}_per_job": (after[k] - before[k]) / jobs for k in before},
     }
-    if all("timings" in data for data in datas):  # ours since issue 23; the reference never
+    if all("timings" in data for data in datas):  # ours reports them; the reference never
         timings = {k: sum(data["timings"][k] for data in datas) for k in TIMING_KEYS}
         sample["timings"] = timings
         sample["per_job_ms"] = per_job_ms(timings, wall, workers, jobs)

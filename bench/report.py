@@ -1,5 +1,6 @@
 """Turn the raw results into the summary table (also stored in the JSON),
-with each SPEC section 6 target checked against our numbers.
+with each target (bench/README.md, "What each number means") checked
+against our numbers.
 
 Cells read "median [min-max]" over the samples of one side; the ours/ref
 column is the median [min-max] of the ratios of interleaved pairs (for times
@@ -18,7 +19,7 @@ from cells import row as _row
 from cells import verdict as _verdict
 
 DRAIN_TARGET = {"disk": 1.5, "tmpfs": 2.0}
-"""SPEC 6: drain throughput over the reference's, per file system."""
+"""The 1,000-job drains' throughput over the reference's, per file system."""
 DRAIN_LABELS = ("1 worker", "2 workers", "1 worker --concurrency 4")
 
 

@@ -3,7 +3,8 @@
 spawn + files ceiling over as many jobs), under each file system's drain
 section: jobs/s of both sides, ours/ref per pair, each side's fraction of the
 ceiling, and ours' time per job split by the workers' own timings. Checked
-against the targets of issue 23, which are set on these drains."""
+against the drain targets, which are set on these drains (bench/README.md,
+"What each number means")."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ TARGETS: dict[tuple[str, str], tuple[float, float | None, str]] = {
     ("disk", "1 worker"): (1.5, 0.8, "or"),
     ("disk", "2 workers"): (2.0, 0.8, "or"),
 }
-"""Issue 23, per file system and setup: (ours/ref at least, fraction of the
+"""The drain targets, per file system and setup: (ours/ref at least, fraction of the
 ceiling at least, whether both are needed or either is enough). On the disk
 either will do: where the disk's own loop is the bound, a ratio to the
 reference says little."""
@@ -73,7 +74,7 @@ def _drain_row(fs_label: str, long: dict[str, Any], label: str) -> Row:
 
 
 def _target(fs_label: str, label: str, pair: dict[str, Any], of: dict[str, Any]) -> dict[str, str]:
-    """The issue's target for this drain and whether the medians meet it."""
+    """The target for this drain and whether the medians meet it."""
     want = TARGETS.get((fs_label, label))
     if want is None or not pair.get("n"):
         return {}

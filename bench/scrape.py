@@ -1,5 +1,5 @@
 """The metrics scenario: one scrape with a small and a big jobs table
-(SPEC §6: flat as the table grows, under 50 ms at 100,000 jobs).
+(the target: flat as the table grows, under 50 ms at 100,000 jobs).
 
 Ours only (the reference has no metrics). For each size: in-process scrapes
 (bench/scrapecost.py) warm, as the web's /metrics serves them, and cold, as

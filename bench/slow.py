@@ -1,6 +1,6 @@
 """Slow jobs across slots: with `--concurrency 8`, one worker should finish 100
-jobs of `sleep 0.1` in about an eighth of the time one slot takes (issue 14,
-item 3). Ours only: the reference runs one job per worker. The two settings
+jobs of `sleep 0.1` in about an eighth of the time one slot takes. Ours
+only: the reference runs one job per worker. The two settings
 run interleaved (A B B A) on one file system; the speedup is taken per pair.
 Each drain is bench/harness.py's, on an SQLite file.
 """

@@ -1,5 +1,5 @@
-"""Round trips per job on PostgreSQL, counted on the wire by the relay that
-bench/pgcount.py reads too (devtools/pgwire.py): how often a worker waits for
+"""Round trips per job on PostgreSQL, counted on the wire by the relay of
+devtools/pgwire.py: how often a worker waits for
 the server. A worker with one free slot records a job's end and claims the
 next in one wait, the job's last output stored beside them: its pass is the
 BEGIN with its settings and the pass's statements together, and the COMMIT."""

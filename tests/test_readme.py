@@ -1,5 +1,6 @@
 """The newcomer's path holds together: the README has the sections a newcomer
-needs (and the marked table bench numbers go into), docs/index.md links every
+needs, its performance table is one run recorded in docs/performance.md (the
+measurement notebook, where every other run lives), docs/index.md links every
 page of docs/, and every relative link in README.md and docs/*.md points at a
 file (and heading) that exists."""
 
@@ -39,8 +40,34 @@ def test_readme_has_the_newcomers_sections() -> None:
     assert "./scripts/demo" in text and "./scripts/test" in text
     table = text.split("<!-- perf-table -->")[1].split("<!-- /perf-table -->")[0]
     assert table.strip().startswith("|"), "the perf table sits between its markers"
-    for tool in ("nohup", "tmux", "task-spooler", "nq", "pueue", "cron", "Celery"):
+    for tool in ("nohup", "tmux", "task-spooler", "nq", "pueue", "0.4.11", "cron", "Celery"):
         assert tool in text, tool
+
+
+RUN_ID = re.compile(r"\b\d{8}T\d{6}Z\b")
+
+
+def unlinked(line: str) -> str:
+    """A table row with its links' targets dropped: the README and docs/ link
+    the same page by different relative paths."""
+    return re.sub(r"\]\([^)]*\)", "]", line)
+
+
+def test_the_readme_shows_one_run_and_the_notebook_records_it() -> None:
+    """The README's table comes from one benchmark run, named once; that run
+    and its table are in docs/performance.md, so the README can be brought
+    up to date with a newer run without losing the old one."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    notebook = (REPO / "docs" / "performance.md").read_text(encoding="utf-8")
+    runs = set(RUN_ID.findall(readme))
+    assert len(runs) == 1, f"the README names one run, not {sorted(runs)}"
+    assert runs <= set(RUN_ID.findall(notebook))
+    table = readme.split("<!-- perf-table -->")[1].split("<!-- /perf-table -->")[0]
+    rows = [unlinked(line) for line in table.splitlines() if line.startswith("|")]
+    recorded = {unlinked(line) for line in notebook.splitlines()}
+    missing = [row for row in rows if row not in recorded]
+    assert rows and missing == [], missing
+    assert "docs/performance.md" in readme.split("## Performance")[1]
 
 
 def test_the_index_links_every_page() -> None:

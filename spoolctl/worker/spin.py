@@ -5,7 +5,7 @@ short script) spends each job's life asleep in poll(). Its CPU goes idle,
 and the next record, claim and spawn then run more slowly than the same code
 run back to back: measured on a 2-core VM, one worker's claim-and-record
 pass took 170 us in a tight loop and 236 us after each 0.6 ms asleep
-(`bench/waitcost.py`; bench/README.md, "Waiting for short jobs"). So,
+(docs/performance.md, "Waiting for short jobs"). So,
 for up to SPIN_S after it spawns, a worker whose last job ended within
 SPIN_S looks for the end without sleeping, giving its CPU to any other
 runnable process between looks (`wakeup.readable`). A worker whose jobs run longer stops spinning

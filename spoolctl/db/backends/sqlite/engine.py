@@ -170,7 +170,7 @@ def begin_immediate(raw: Any, timeout_s: float, waits: LockWait | None = None) -
     to any other runnable process between tries: the holder's transaction
     usually ends within it, and a waiter that slept would find its CPU gone
     idle and run its own transaction slower (`worker/spin.py`; two
-    uncontained workers drained 1.03× faster this way, bench/README.md,
+    uncontained workers drained 1.03× faster this way, docs/performance.md,
     "Waiting for short jobs"). Then it retries with sleeps from 0.1 ms
     doubling to 2 ms: transactions here last well under a millisecond, so a
     waiting claimant gets the lock about as soon as it is free instead of
