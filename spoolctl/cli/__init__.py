@@ -116,9 +116,10 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, "--version", prog_name="spoolctl")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
-    """spoolctl: a durable job queue for shell commands on one machine.
+    """spoolctl: a durable job queue for shell commands, with no daemon.
 
-    Submit with `add`, run with `work`, inspect with `status`, `list`, `show`,
+    The queue is one SQLite file, or a PostgreSQL database that workers on
+    many machines share. Submit with `add`, run with `work`, inspect with `status`, `list`, `show`,
     `output` and `feedback`. Every verb takes --json.
 
     \b
