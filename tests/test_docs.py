@@ -68,9 +68,11 @@ def test_shell_examples_run(path: Path, tmp_path: Path) -> None:
 
 def verb_flags() -> dict[str, set[str]]:
     """Every verb's option strings (the empty verb is the top-level group)."""
+    from spoolctl.cli import GROUPS
     from spoolctl.cli.contract import verb_commands
 
     flags = {"": {"--version", "--help", "-h"}}
+    flags |= {family: {"--json", "--help", "-h"} for family in GROUPS}
     for name, command in verb_commands().items():
         opts = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
         flags[name] = opts | {"--help", "-h"}
