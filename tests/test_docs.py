@@ -196,7 +196,7 @@ CITATIONS = (
     "github.com/o/r/issues/7",
 )
 """Citations the guard must catch (most of them once stood in this repository)."""
-STANDALONE = ["spoolctl", "tests", "docs", "ARCHITECTURE.md"]
+STANDALONE = ["spoolctl", "tests", "docs", "ARCHITECTURE.md", "README.md", "bench"]
 GENERATED = {"__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
 
 
