@@ -1,3 +1,3 @@
-"""spoolctl: a durable job queue for shell commands on one machine."""
+"""spoolctl: a durable job queue for shell commands, with no daemon."""
 
 __version__ = "0.5.1"

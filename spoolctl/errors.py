@@ -203,7 +203,8 @@ ERROR_CLASSES: tuple[type[SpoolError], ...] = (
     Unreachable,
     ExtraMissing,
 )
-"""In the published order: new codes are appended (SPEC §7)."""
+"""In the published order: a new code is appended, so a client that knows
+the old ones in their order keeps working (docs/design.md)."""
 
 ERROR_CODES: dict[str, int] = {cls.code: cls.exit_code for cls in ERROR_CLASSES}
 

@@ -1,4 +1,4 @@
-"""Grammars and limits of every user-supplied value (SPEC section 4).
+"""Grammars and limits of every user-supplied value (docs/design.md, Input).
 
 Pure functions raising InvalidInput; the click parameter types and the
 `add --batch` reader both call these, so each rule is written once.

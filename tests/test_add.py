@@ -1,4 +1,4 @@
-"""`add`: every grammar and limit of SPEC section 4 that applies to it, the
+"""`add`: every grammar and limit of docs/design.md that applies to it, the
 idempotency key rules, cwd and file permissions, and all-or-nothing batches.
 
 Runs the CLI in-process (fast); every rejected input must leave the queue

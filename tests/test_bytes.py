@@ -1,4 +1,4 @@
-"""Bytes are data (issue 20 item 4): argv after `--` and `-c` accept any bytes
+"""Bytes are data (docs/concepts.md, Jobs): argv after `--` and `-c` accept any bytes
 the OS passes (Unix arguments need not be UTF-8) and the job receives exactly
 those bytes; JSON shows them losslessly (a byte that is not UTF-8 is the
 escape `\\udcXX`, PEP 383, which Python's json reads back and os.fsencode

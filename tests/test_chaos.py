@@ -68,7 +68,7 @@ SHORT = Chaos(
 PG_FLEET = Chaos(
     jobs=200, workers=4, concurrency=8, kill_every_s=(0.2, 0.5), killing_s=8.0, job_sleep_s="0.2"
 )
-"""Issue 22's fleet at speed: 4 workers x 8 slots on PostgreSQL, one killed
+"""A PostgreSQL fleet at speed: 4 workers x 8 slots, one killed
 every 0.2-0.5 s (each kill also closes its lease guard's pipe: the guard
 kills the dead worker's jobs, and the reap requeues them)."""
 LONG = Chaos(

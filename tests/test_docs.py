@@ -68,9 +68,11 @@ def test_shell_examples_run(path: Path, tmp_path: Path) -> None:
 
 def verb_flags() -> dict[str, set[str]]:
     """Every verb's option strings (the empty verb is the top-level group)."""
+    from spoolctl.cli import GROUPS
     from spoolctl.cli.contract import verb_commands
 
     flags = {"": {"--version", "--help", "-h"}}
+    flags |= {family: {"--json", "--help", "-h"} for family in GROUPS}
     for name, command in verb_commands().items():
         opts = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
         flags[name] = opts | {"--help", "-h"}
@@ -165,3 +167,76 @@ def test_the_verb_reference_shows_every_example_as_written() -> None:
     for name, command in verb_commands().items():
         for example in command.examples:
             assert example in page, (name, example)
+
+
+FORBIDDEN = (
+    r"\bSPEC\b",
+    r"§ ?\d",
+    r"\bDESIGN\.md\b",
+    r"\bguarantees\.txt\b",
+    r"\.\./shared\b",
+    r"\b[Ii]ssues? #?\d+",
+    r"\(#\d+\)",
+    r"\b(?:issues|pull)/\d+",
+)
+"""References a reader of the repository cannot follow: a requirements
+document kept outside it, or an issue number. Cite docs/ (design.md says
+where each rule lives) or write the reason where it applies."""
+OUTSIDE_REFERENCE = re.compile("|".join(FORBIDDEN))
+CITATIONS = (
+    "the revision policy of SPEC section 3",
+    "appended (SPEC §7)",
+    "the targets of SPEC.md section 6",
+    "see DESIGN.md",
+    "the guarantees in seed/guarantees.txt",
+    "the fixtures in ../shared",
+    "Bytes are data (issue 20 item 4)",
+    "Issue 22's fleet",
+    "fixed in issues #12 and (#13)",
+    "github.com/o/r/issues/7",
+)
+"""Citations the guard must catch (most of them once stood in this repository)."""
+STANDALONE = ["spoolctl", "tests", "docs", "ARCHITECTURE.md", "README.md", "bench"]
+GENERATED = {"__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
+
+
+def outside_references(path: Path) -> list[str]:
+    """`file:line: text` for each line of a text file, or of the text files
+    under a folder, that cites something outside the repository; this test's
+    own pattern and samples are not citations."""
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    found = []
+    for file in files:
+        if GENERATED & set(file.parts) or file.is_relative_to(REPO / "bench" / "results"):
+            continue
+        raw = file.read_bytes()
+        if b"\0" in raw:
+            continue  # images and databases
+        text = raw.decode("utf-8", errors="replace")
+        if file == Path(__file__).resolve():
+            for own in (*FORBIDDEN, *CITATIONS):
+                text = text.replace(own, "")
+        shown = file.relative_to(REPO) if file.is_relative_to(REPO) else file
+        for number, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE_REFERENCE.search(line):
+                found.append(f"{shown}:{number}: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("area", STANDALONE)
+def test_the_repository_cites_only_itself(area: str) -> None:
+    found = outside_references(REPO / area)
+    assert not found, "cite docs/ or write the reason instead:\n" + "\n".join(found)
+
+
+def test_the_citation_guard_catches_each_kind(tmp_path: Path) -> None:
+    assert [text for text in CITATIONS if not OUTSIDE_REFERENCE.search(text)] == []
+    innocent = ["spec = job_of(row)", 'SECRET = "s3§cr"', "#1 succeeded", "SPECIAL", "1#2"]
+    assert [text for text in innocent if OUTSIDE_REFERENCE.search(text)] == []
+    folder = tmp_path / "pkg"
+    (folder / "sub").mkdir(parents=True)
+    cited = CITATIONS[0]
+    (folder / "sub" / "queue.py").write_text(f'"""Opening a queue.\n\nOn {cited}."""\n')
+    (folder / "clean.md").write_text("The revision policy of docs/migrations.md.\n")
+    (folder / "image.png").write_bytes(b"\x89PNG\0 " + CITATIONS[1].encode())
+    assert outside_references(folder) == [f'{folder / "sub" / "queue.py"}:3: On {cited}."""']

@@ -1,4 +1,4 @@
-"""INTERNAL means a bug, and only that (SPEC §7, issue 20 item 3).
+"""INTERNAL means a bug, and only that (docs/json-contract.md, Error codes).
 
 Every error path the code raises is walked in its source: each raise names
 a SpoolError whose code is not INTERNAL, or is in ALLOWED with why it can
@@ -122,7 +122,7 @@ def test_every_published_code_but_internal_has_its_own_class() -> None:
     classes = [cls for cls in errors.ERROR_CLASSES if cls.code != "INTERNAL"]
     assert len({cls.code for cls in classes}) == len(classes)
     codes = [cls.code for cls in errors.ERROR_CLASSES]
-    assert codes[-3:] == ["DB_UNUSABLE", "UNREACHABLE", "EXTRA_MISSING"], "appended (SPEC §7)"
+    assert codes[-3:] == ["DB_UNUSABLE", "UNREACHABLE", "EXTRA_MISSING"], "appended, not inserted"
     assert [errors.ERROR_CODES[c] for c in codes[-3:]] == [3, 4, 3]
 
 

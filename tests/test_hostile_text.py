@@ -1,4 +1,4 @@
-"""Job text cannot drive the terminal (issue 20, item 6).
+"""Job text cannot drive the terminal (docs/security.md, Terminal escapes).
 
 Everything a submitter or a worker controls (the command, notes, tags, env,
 cwd, worker ids, hostnames, queue names, pause reasons, errors, output) is fed

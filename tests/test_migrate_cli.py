@@ -1,4 +1,4 @@
-"""`spoolctl migrate` and the revision policy on open (SPEC section 3), through
+"""`spoolctl migrate` and the revision policy on open (docs/migrations.md), through
 the real command line; races and workers of another version as real processes."""
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 events, prune, reap and claim really run are captured and explained with
 EXPLAIN QUERY PLAN, and each plan is the one written down here, with why.
 
-SPEC §1 promises: "no verb scans the whole jobs table when the queue is
-large". Where the plan keeps that promise only in the letter, the entry says
-so:
+docs/design.md promises that no verb reads the whole jobs table because the
+table grew. Where the plan keeps that promise only in the letter, the entry
+says so:
 - status counts every job by queue and state: one walk of the claim index
   (state, queue, priority, next_run_at, id), every entry of it but no table
   row and no sort. Its cost grows with the number of jobs (SQLite keeps no
-  counts), which the benchmark measures (SPEC §6); nothing else in status
+  counts), which the benchmark (bench/) measures; nothing else in status
   depends on the size of the table.
 - list without a state or queue filter walks the table by id, newest first,
   and stops at --limit; with a tag filter (or --priority-min) alone it stops

@@ -352,3 +352,38 @@ def test_a_schedule_keeps_the_limits_of_add_for_its_occurrences(
     ran = envelope(inproc("schedule run", "--db", db, "--json", "capped", capsys=capsys))
     row = job(db, ran["data"]["job_id"])
     assert (row["memory_bytes"], row["cpus"], row["require_limits"]) == (64 << 20, 0.5, 1)
+
+
+SCHEDULE_VERBS = ["add", "list", "pause", "remove", "resume", "run", "show"]
+
+
+@pytest.mark.parametrize("args", [["schedule"], ["schedule", "--help"], ["schedule", "-h"]])
+def test_schedule_alone_or_with_help_lists_its_verbs(args: list[str]) -> None:
+    result = cli(*args)
+    assert (result.exit_code, result.stderr) == (0, ""), result.stderr
+    assert result.stdout.startswith("Usage: spoolctl schedule VERB [ARGS]...")
+    listed = result.stdout.split("Commands:")[1].split("Options:")[0]
+    assert [line.split()[0] for line in listed.strip().splitlines()] == SCHEDULE_VERBS
+    assert "'spoolctl schedule VERB --help'" in result.stdout
+
+
+def test_schedule_with_json_but_no_sub_verb_is_missing_required_in_one_envelope() -> None:
+    result = cli("schedule", json=True)
+    assert result.exit_code == 1 and result.stderr == ""
+    error = result.envelope["errors"][0]
+    assert error["code"] == "MISSING_REQUIRED"
+    assert error["detail"]["verbs"] == [f"schedule {word}" for word in SCHEDULE_VERBS]
+    assert error["remediation"] == "run 'spoolctl schedule --help' for its usage and examples"
+    bare = cli("--json")
+    assert (bare.exit_code, bare.envelope["errors"][0]["code"]) == (1, "MISSING_REQUIRED")
+
+
+def test_a_sub_verb_of_schedule_that_does_not_exist_is_still_unknown() -> None:
+    result = cli("schedule", "lsit", json=True)
+    error = result.envelope["errors"][0]
+    assert (result.exit_code, error["code"]) == (1, "UNKNOWN_COMMAND")
+    assert error["detail"] == {"command": "schedule lsit", "did_you_mean": "schedule list"}
+    flag = cli("schedule", "--bogus", json=True)
+    assert (flag.exit_code, flag.envelope["errors"][0]["code"]) == (1, "UNKNOWN_FLAG")
+    late = cli("schedule", "list", json=True).envelope["errors"][0]  # --json before `list`
+    assert late["code"] == "INVALID_INPUT" and "spoolctl schedule list" in late["message"]

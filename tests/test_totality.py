@@ -24,10 +24,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from spoolctl.cli import FAMILY_HELP, GROUPS
 from spoolctl.cli.contract import verb_commands
 from spoolctl.cli.schemas import ENVELOPE
 from spoolctl.errors import ERROR_CODES
-from tests.helpers import Db, is_postgres, rows
+from tests.helpers import Db, cli, is_postgres, rows
 from tests.populated import Populated, populate, run_quiet, takes_db
 from tests.schema_check import errors as schema_errors
 
@@ -245,6 +246,24 @@ def test_no_verb_is_missing_required_with_the_verbs_listed() -> None:
     assert run_quiet("--help").exit_code == 0
     assert run_quiet("--version").exit_code == 0
     assert run_quiet("list", "--help").exit_code == 0
+
+
+@pytest.mark.parametrize("family", sorted(GROUPS))
+def test_every_family_of_two_word_verbs_lists_its_verbs_alone_and_with_help(family: str) -> None:
+    verbs = sorted(
+        name.split(" ", 1)[1] for name in verb_commands() if name.startswith(f"{family} ")
+    )
+    assert verbs and FAMILY_HELP[family]
+    for args in ([family], [family, "--help"]):
+        result = cli(*args)
+        assert (result.exit_code, result.stderr) == (0, ""), (args, result.stderr)
+        assert FAMILY_HELP[family].split(":")[0] in result.stdout
+        listed = result.stdout.split("Commands:")[1].split("Options:")[0].strip()
+        assert [line.split()[0] for line in listed.splitlines()] == verbs, args
+    missing = cli(family, json=True)
+    assert (missing.exit_code, missing.envelope["errors"][0]["code"]) == (1, "MISSING_REQUIRED")
+    for verb in verbs:
+        assert cli(family, verb, "--help").exit_code == 0, verb
 
 
 def sample(param: click.Parameter) -> list[str]:

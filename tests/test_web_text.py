@@ -1,8 +1,9 @@
-"""The dashboard shows what a job controls as text (issue 20, items 6 and 10):
+"""The dashboard shows what a job controls as text (docs/web.md), so that
+nothing a submitter wrote can drive the page or pass for something else:
 control characters and escape sequences as their escapes, colour codes in
 output as nothing, bytes that are not UTF-8 as `\\xXX` (never a replacement
-box); a lane says whether a live worker serves it; attempts and failures are
-counted apart."""
+box). A lane says whether a live worker serves it, so that a mistyped lane
+does not look like a slow one; attempts and failures are counted apart."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import click
 
 from spoolctl import __version__
 from spoolctl.cli.render import emit_error, from_click, unknown_command
-from spoolctl.errors import Internal, MissingRequired, SpoolError
+from spoolctl.errors import Internal, InvalidInput, MissingRequired, SpoolError
 
 VERBS: dict[str, str] = {
     "add": "spoolctl.cli.jobs:add",
@@ -53,14 +53,22 @@ VERBS: dict[str, str] = {
 """A verb of two words (`schedule add`) is one entry: its command line gives
 the words as two arguments (`verb_of`)."""
 GROUPS = frozenset(name.split(" ")[0] for name in VERBS if " " in name)
+"""The families of two-word verbs (`schedule`)."""
+FAMILY_HELP: dict[str, str] = {
+    "schedule": "Recurring jobs: every slot of a cron expression or an interval becomes "
+    "one job, fired by any running `spoolctl work` (no daemon).",
+}
+"""What each family is about, the first line of `spoolctl FAMILY --help`."""
 
 
 def verb_of(args: list[str]) -> str | None:
-    """The verb a command line names: one word, or a group and its sub-verb."""
+    """The verb a command line names: one word, a family and its sub-verb, or
+    a family alone (`spoolctl schedule`, which lists the family's verbs)."""
     if not args:
         return None
-    if args[0] in GROUPS and len(args) > 1 and f"{args[0]} {args[1]}" in VERBS:
-        return f"{args[0]} {args[1]}"
+    if args[0] in GROUPS:
+        pair = f"{args[0]} {args[1]}" if len(args) > 1 else ""
+        return pair if pair in VERBS else args[0]
     return args[0] if args[0] in VERBS else None
 
 
@@ -98,14 +106,72 @@ class LazyGroup(click.Group):
         name = verb_of(args) or args[0]
         if name in GROUPS:
             subs = [v for v in self.list_commands(ctx) if v.startswith(f"{name} ")]
-            given = args[1] if len(args) > 1 else None
-            if given is None:
-                raise MissingRequired(f"{name} needs a sub-verb: {', '.join(subs)}", verbs=subs)
-            raise unknown_command(f"{name} {given}", subs)
+            rest = args[1:]
+            if rest and not rest[0].startswith("-"):
+                raise unknown_command(f"{name} {rest[0]}", subs)
+            return name, VerbFamily(name, subs, self), rest
         command = self.get_command(ctx, name)
         if command is None:
             raise unknown_command(name, self.list_commands(ctx))
         return name, command, args[1 if args[0] == name else 2 :]
+
+
+class VerbFamily(click.Command):
+    """A family of two-word verbs named without a sub-verb (`spoolctl
+    schedule`). Alone or with --help it lists the family's verbs and exits 0,
+    as a click group does; with --json it is MISSING_REQUIRED (`detail.verbs`
+    names them), as `spoolctl --json` is, so that stdout stays one envelope."""
+
+    def __init__(self, name: str, verbs: list[str], group: LazyGroup) -> None:
+        super().__init__(
+            name,
+            help=FAMILY_HELP.get(name),
+            epilog=f"Run 'spoolctl {name} VERB --help' for one verb's flags and examples.",
+            params=[click.Option(["--json", "as_json"], is_flag=True, help="Answer as JSON.")],
+            context_settings={"help_option_names": ["-h", "--help"], "allow_extra_args": True},
+        )
+        self.verbs = verbs
+        self.group = group
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """A word after the family's flags (`schedule --json lsit`) is named
+        as the sub-verb it tries to be: the sub-verb comes first."""
+        rest = super().parse_args(ctx, args)
+        if ctx.args and not ctx.resilient_parsing:  # completion parses half a line
+            tried = f"{self.name} {ctx.args[0]}"
+            if tried not in self.verbs:
+                raise unknown_command(tried, self.verbs)
+            raise InvalidInput(f"the sub-verb comes first: spoolctl {tried} [OPTIONS]")
+        return rest
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(ctx.command_path, "VERB [ARGS]...")
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The family's verbs (by their second word, as typed after the
+        family's name), then its own options."""
+        found = [(v.split(" ", 1)[1], self.group.get_command(ctx, v)) for v in self.verbs]
+        commands = [(word, command) for word, command in found if command is not None]
+        if commands:
+            limit = formatter.width - 6 - max(len(word) for word, _ in commands)
+            with formatter.section("Commands"):
+                formatter.write_dl([(w, c.get_short_help_str(limit)) for w, c in commands])
+        super().format_options(ctx, formatter)
+
+    def shell_complete(
+        self, ctx: click.Context, incomplete: str
+    ) -> list[click.shell_completion.CompletionItem]:
+        words = [v.split(" ", 1)[1] for v in self.verbs]
+        return [
+            click.shell_completion.CompletionItem(w) for w in words if w.startswith(incomplete)
+        ] + super().shell_complete(ctx, incomplete)
+
+    def invoke(self, ctx: click.Context) -> int:
+        if ctx.params["as_json"]:
+            listed = ", ".join(self.verbs)
+            raise MissingRequired(f"{self.name} needs a sub-verb: {listed}", verbs=self.verbs)
+        click.echo(ctx.get_help())
+        return 0
 
 
 @click.group(
@@ -116,9 +182,10 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, "--version", prog_name="spoolctl")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
-    """spoolctl: a durable job queue for shell commands on one machine.
+    """spoolctl: a durable job queue for shell commands, with no daemon.
 
-    Submit with `add`, run with `work`, inspect with `status`, `list`, `show`,
+    The queue is one SQLite file, or a PostgreSQL database that workers on
+    many machines share. Submit with `add`, run with `work`, inspect with `status`, `list`, `show`,
     `output` and `feedback`. Every verb takes --json.
 
     \b

@@ -1,6 +1,7 @@
 """The prose half of `capabilities`: what each code means, how each verb treats
 safety and streams, and the probe vocabulary, in the vocabulary of 0.4.11's
-contract (whose key paths are the floor, SPEC section 7).
+contract (whose key paths are the floor: docs/design.md, The contract and
+how it grows).
 
 Facts that the code defines (flags, bounds, defaults, codes, states) are not
 repeated here: `capabilities.py` reads them from the click tree, `validate`,

@@ -12,7 +12,8 @@ HEADER = """# spoolctl verb reference
 
 Generated from the click command tree by `python scripts/gen_docs.py`; do not
 edit by hand. Every verb also takes `--json` (one envelope on stdout) and
-`-h/--help`; verbs that touch the queue take `--db PATH`.
+`-h/--help`; verbs that touch the queue take `--db PATH`. A family of verbs
+of two words named alone (`spoolctl schedule`) lists its verbs.
 """
 
 

@@ -1,4 +1,4 @@
-"""`migrate`: see and change a queue file's schema revision (SPEC section 3).
+"""`migrate`: see and change a queue file's schema revision (docs/migrations.md).
 
 Needs no alembic.ini and works from any directory: the revision scripts ship
 inside the package and alembic's Config is built in code. `--db` may name a

@@ -1,4 +1,4 @@
-"""Opening a queue for a verb, with the revision policy of SPEC section 3.
+"""Opening a queue for a verb, with the revision policy of docs/migrations.md.
 
 A `Queue` is a driver (`spoolctl.db.backends`: where the queue is and how its
 backend works) and an engine made by it; every verb, the worker and the web

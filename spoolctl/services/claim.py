@@ -1,4 +1,5 @@
-"""claim_next: the atomic hand-over of one queued job to one worker.
+"""The atomic hand-over of queued jobs to one worker (`claim_up_to`: as many
+as it has free slots; `claim_next`: one).
 
 Runs inside the caller's write transaction. On SQLite that is BEGIN
 IMMEDIATE, so the select, the update to running and the attempt insert happen

@@ -1,10 +1,11 @@
 """How one command's answer from the original is compared with ours.
 
-The floor (SPEC §7): the same exit code, the same error codes and warning
-codes, and every key path of the original's `data` and `meta` present in ours
-with the same JSON type. Values are not compared (ids, timestamps, paths and
-pids differ between two runs), except under paths a scenario pins, where the
-values are the point (a count of done jobs must be the same count).
+The floor (docs/design.md, The contract and how it grows): the same exit
+code, the same error codes and warning codes, and every key path of the
+original's `data` and `meta` present in ours with the same JSON type. Values
+are not compared (ids, timestamps, paths and pids differ between two runs),
+except under paths a scenario pins, where the values are the point (a count
+of done jobs must be the same count).
 
 An integer in the original must stay an integer in ours; a float in the
 original may be any number in ours; where the original says null (a nullable
@@ -184,7 +185,7 @@ def compare(
     if ours.timed_out or original.exit != ours.exit:
         found.append(Difference("exit", "exit", str(original.exit), str(ours.exit)))
     if not as_json:
-        return found  # text is for people (SPEC §4): only the exit code is contract
+        return found  # text is for people (docs/design.md): only the exit code is contract
     theirs, mine = original.envelope(), ours.envelope()
     if theirs is None:  # NDJSON frames (events --follow): compared frame by frame
         frames = original.frames()

@@ -1,15 +1,15 @@
 """The seam between spoolctl and a database engine: one driver per backend.
 
 Everything that differs between the embedded SQLite file and a PostgreSQL
-server lives behind these protocols, in `sqlite.py` and `postgresql.py`, and
-nowhere else (a test in tests/test_layering.py fails on a backend check
-outside this package). A driver is chosen once, from the `--db` value, by
+server lives behind these protocols, in the packages `sqlite/` and
+`postgresql/`, and nowhere else (a test in tests/test_layering.py fails on a
+backend check outside this package). A driver is chosen once, from the `--db` value, by
 `spoolctl.db.backends.locate`; callers hold a `Queue` made from it
 (`spoolctl.db.queue`) and never ask which backend it is. Services stay plain
 Core over a Connection; the few statements whose SQL differs are reached
 through `backends.statements(conn)`, the connection's backend's module.
 
-Adding a third engine is one new module implementing `Driver` and
+Adding a third engine is one new package implementing `Driver` and
 `Statements`, registered in `backends/__init__.py`, plus a run of the driver
 test suite (tests/test_drivers.py) against it.
 """
