@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from spoolctl import containment, spawn
-from spoolctl.services.execute import open_output
+from spoolctl.runner import containment, spawn
+from spoolctl.runner.supervise import open_output
 
 Arm = Callable[[Path, int], None]
 

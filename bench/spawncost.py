@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from spoolctl import procs, spawn
-from spoolctl.services.execute import open_output
+from spoolctl.runner import procs, spawn
+from spoolctl.runner.supervise import open_output
 
 Starter = Callable[[list[str], dict[bytes, bytes], Path, int], None]
 

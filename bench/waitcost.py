@@ -34,14 +34,14 @@ from typing import Any
 
 from fixtures import OURS, clone_queued, seed
 
-from spoolctl import spawn
 from spoolctl.db.backends import sqlite_at
 from spoolctl.db.engine import HeldConnection
 from spoolctl.db.queue import open_for_write
+from spoolctl.runner import spawn
+from spoolctl.runner.supervise import open_output
+from spoolctl.runner.wakeup import readable
 from spoolctl.services.claim import claim_up_to
-from spoolctl.services.execute import open_output
 from spoolctl.services.outcome import Ending, Outcome, record_outcomes
-from spoolctl.wakeup import readable
 
 SUCCESS = Outcome(exit_code=0, reason=None)
 

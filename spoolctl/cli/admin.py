@@ -128,7 +128,7 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
 def containment_check() -> Check:
     """Which containment a worker here would use, and why: passes either way
     (process groups are the fallback, nothing fails without cgroups)."""
-    from spoolctl import containment
+    from spoolctl.runner import containment
 
     status = containment.report()
     return Check("containment", "pass", status.line())

@@ -1,7 +1,7 @@
 """`output --follow`: a running attempt's bytes as they arrive, until it ends.
 
 A job with no attempt yet is waited for, up to --idle-timeout. Every read
-rides out a server's outages (`outage.py`) and printing goes on from the
+rides out a server's outages (`db/outage.py`) and printing goes on from the
 bytes already printed; with --json the stream of frames ends with one
 control frame (`end`, or `error` when the server stayed out of reach).
 """
@@ -24,14 +24,14 @@ from spoolctl.cli.output import open_existing, output_reply
 from spoolctl.cli.render import emit, write_json
 from spoolctl.config import OUTPUT_CAP_ENV as CAP_ENV
 from spoolctl.config import Timing
+from spoolctl.db.outage import Reconnecting
 from spoolctl.db.queue import Queue
 from spoolctl.errors import SpoolError, WaitTimeout
-from spoolctl.outage import Reconnecting
+from spoolctl.runner.wakeup import StopRequested, counting_signals
 from spoolctl.services.attempt_output import AttemptOutput, confine, find_attempt
 from spoolctl.services.query import get_job_row
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState
 from spoolctl.text import shown
-from spoolctl.wakeup import StopRequested, counting_signals
 
 FOLLOW_POLL_S = 0.1
 FOLLOW_CHUNK = 65_536
@@ -63,7 +63,7 @@ def follow_job(
 
 
 class OutputFollower:
-    """Follows one job's output through a server's outages (`outage.py`):
+    """Follows one job's output through a server's outages (`db/outage.py`):
     every read is tried again until the idle timeout passes, and printing
     goes on from the byte offsets already printed."""
 

@@ -24,7 +24,7 @@
 
 - Output: the worker's files are the first copy; a copy goes into
   `output_chunks` (`postgresql/output.py`), so output reads the same from
-  any machine. A lease guard (`spoolctl/lease_guard.py`) kills a silent worker's
+  any machine. A lease guard (`spoolctl/runner/lease_guard.py`) kills a silent worker's
   jobs, since reapers on other machines cannot check its processes.
 
 The package: this module (the driver, its engines, the statements that
@@ -360,7 +360,7 @@ class PostgresDriver:
         return NotifyWatch(self.url)
 
     def lease_guard(self, fence_after_s: float) -> LeaseGuard | None:
-        from spoolctl.lease_guard import LeaseGuard as Guard
+        from spoolctl.runner.lease_guard import LeaseGuard as Guard
 
         return Guard(fence_after_s)
 

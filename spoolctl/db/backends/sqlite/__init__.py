@@ -14,7 +14,7 @@
 - Change watch (`watch`): `PRAGMA data_version`, and an inotify watch on the
   write-ahead log that wakes an idle worker when a commit is written.
 - Clock: this machine's (one machine uses the file). A lease guard
-  (`spoolctl/lease_guard.py`) as on PostgreSQL: workers in separate PID
+  (`spoolctl/runner/lease_guard.py`) as on PostgreSQL: workers in separate PID
   namespaces of this machine cannot check each other's processes.
 - Output: the files the jobs write are the store (`backends.files`).
 - Migrations: the backup is `VACUUM INTO` beside the file, taken under the
@@ -145,7 +145,7 @@ class SqliteDriver:
         # of one host (containers, `unshare --pid`), which judge each other by
         # the lease, as machines do: a frozen or killed worker's jobs must end
         # before another may rerun them, as on PostgreSQL.
-        from spoolctl.lease_guard import LeaseGuard as Guard
+        from spoolctl.runner.lease_guard import LeaseGuard as Guard
 
         return Guard(fence_after_s)
 
