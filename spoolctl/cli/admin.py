@@ -20,19 +20,15 @@ from spoolctl.config import (
     CONFIG_VERSION,
     PRECEDENCE,
     ConfigFile,
-    DbLocation,
     Timing,
     auto_migrate,
     busy_timeout_s,
-    config_location,
-    locate_db,
     read_config,
-    resolve_db,
 )
 from spoolctl.db import revision
-from spoolctl.db.backends.base import Driver
-from spoolctl.db.health import Check
+from spoolctl.db.backends.base import Check, Driver
 from spoolctl.db.legacy import LEGACY_VERSIONS
+from spoolctl.db.location import DbLocation, config_location, locate_db, resolve_db
 from spoolctl.db.queue import open_for_read
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
