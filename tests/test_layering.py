@@ -305,6 +305,10 @@ SIZE_EXEMPT: dict[str, str] = {
         "one function per section of the published contract (verbs, codes,"
         " environment, limits, scheduling), each built from its own source of truth"
     ),
+    "spoolctl/cli/output.py": (
+        "the `output` verb, now and with --follow: one answer, read once or as it"
+        " grows; split by length the two imported each other"
+    ),
     "spoolctl/worker/loop.py": (
         "class Worker sequences every duty of a worker's pass; its size is the"
         " number of duties, each a short method"
