@@ -13,6 +13,6 @@ Two tiers, each in its own place in the layer order (ARCHITECTURE.md):
   attempt), `lease_guard.py` (the forked watchdog that fences a frozen
   worker's jobs) and `wakeup.py` (waiting on descriptors and signals).
 
-Nothing here reads or writes the database: the spawn record the worker
-writes is `services/spawn_record.py`'s.
+No SQL here: the spawn record (a job's pid, start time and cgroup) is read
+from the process here and written by `services/spawn_record.py`.
 """
