@@ -46,7 +46,7 @@ each worker process gets its own PostgreSQL server (pg_server is per
 session, and each worker is a session), its own basetemp and so its own
 queues and spool folders; ports are always the kernel's free ones. The
 reaper's scan of every process on the machine finds an attempt's processes
-by a token of worker id, attempt row and claim time (spoolctl/procs.py), so
+by a token of worker id, attempt row and claim time (spoolctl/runner/procs.py), so
 one worker's reaper cannot take another's jobs for orphans. Tests
 that share a module-scoped fixture (a queue filled once, a server or browser
 of the module's own, the differential suite's one run of every scenario)

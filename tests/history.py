@@ -12,7 +12,7 @@ each, so the file's order is the order in which the lines were written):
     overlap KEY ATTEMPT TOKEN PID NS   (another copy of KEY held the lock)
 
 ATTEMPT and TOKEN are SPOOLCTL_ATTEMPT and SPOOLCTL_ATTEMPT_TOKEN from the
-job's environment (spoolctl/services/execute.py), PID the shell's, NS the
+job's environment (spoolctl/runner/supervise.py), PID the shell's, NS the
 wall clock in nanoseconds (bash's EPOCHREALTIME; a time namespace does not
 shift it, but nothing here depends on it).
 

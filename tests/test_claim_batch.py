@@ -10,10 +10,11 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Connection, insert, select, update
 
-from spoolctl import layout, procs
+from spoolctl import layout
 from spoolctl.cli.queues import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts, job_events, jobs
+from spoolctl.runner import procs
 from spoolctl.services import claim, lanes
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import Db

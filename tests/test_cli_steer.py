@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from spoolctl.outage import Reconnecting
+from spoolctl.db.outage import Reconnecting
 from tests.helpers import (
     Db,
     add,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl.containment import cgroup, hierarchy, sites
+from spoolctl.runner.containment import cgroup, hierarchy, sites
 from tests.helpers import (
     add_job,
     attempts_of,

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl import containment
-from spoolctl.containment import cgroup, sites
+from spoolctl.runner import containment
+from spoolctl.runner.containment import cgroup, sites
 from tests.helpers import UNSHARE, child_env, cli, needs_namespaces, rows, wait_for
 from tests.test_containment import root_required
 from tests.test_pid_namespaces import Machine

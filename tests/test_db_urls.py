@@ -5,6 +5,7 @@ string and a URL with several hosts are PostgreSQL's too."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
@@ -15,8 +16,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.engine import make_url
 
+from spoolctl.db import backends
+from spoolctl.db.backends import parse_db_url
 from spoolctl.db.backends.postgresql.url import connect_kwargs, scrub
-from spoolctl.db.url import MASK, looks_like_conninfo, looks_like_url, masked, parse_db_url
+from spoolctl.db.url import MASK, looks_like_conninfo, looks_like_url, masked
 from spoolctl.errors import InvalidInput
 from tests.helpers import cli_json, inproc
 
@@ -316,3 +319,16 @@ def test_several_hosts_reach_libpq_as_written(value: str, ports: str | None) -> 
 @pytest.mark.parametrize("value", ["queue.db", "./host=x.db", "/srv/user=a/q.db", "a=b.db"])
 def test_paths_are_not_connection_strings(value: str) -> None:
     assert not looks_like_conninfo(value) and not looks_like_url(value)
+
+
+def test_every_scheme_names_a_driver_the_registry_can_reach() -> None:
+    """The registry's tables (db/backends/__init__.py) name only driver
+    modules that offer what it calls (`base.Backend` and its two kinds)."""
+    assert set(backends.SCHEMES.values()) == set(backends.DRIVERS)
+    assert {backends.FILE_BACKEND, backends.CONNINFO_BACKEND} <= set(backends.DRIVERS)
+    for backend, module_name in backends.DRIVERS.items():
+        module = importlib.import_module(module_name)
+        assert callable(module.parse_url) and callable(module.located), backend
+    assert callable(importlib.import_module(backends.DRIVERS[backends.FILE_BACKEND]).at)
+    conninfo = importlib.import_module(backends.DRIVERS[backends.CONNINFO_BACKEND])
+    assert callable(conninfo.parse_conninfo)

@@ -22,7 +22,8 @@ from spoolctl.db.backends import statements
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.engine import RevisionMismatch, read_tx, write_tx
 from spoolctl.db.migration import migrate_file
-from spoolctl.db.queue import Queue, open_for_write, schema_status
+from spoolctl.db.queue import Queue, open_for_write
+from spoolctl.db.revision import schema_status
 from spoolctl.db.tables import workers
 from spoolctl.errors import Locked
 from spoolctl.services.attempt_output import find_attempt

@@ -43,12 +43,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("cli/options.py", "NotImplementedError"): "the abstract check of a parameter type",
     ("cli/options.py", "SpoolUsage"): "carries one of our errors through click's parser",
     ("cli/contract.py", "click.BadParameter"): "click's parse error: an input error",
-    ("outage.py", "StopRequested"): "a stop signal: its callers end as on a signal (exit 0)",
-    ("wakeup.py", "StopRequested"): "a stop signal: its callers end as on a signal (exit 0)",
+    ("db/outage.py", "StopRequested"): "a stop signal: its callers end as on a signal (exit 0)",
+    ("runner/wakeup.py", "StopRequested"): "a stop signal: its callers end as on a signal (exit 0)",
     ("web/actions.py", "Refused"): "the dashboard's HTTP refusal of an action (a 4xx page)",
     ("web/app.py", "Refused"): "the dashboard's HTTP refusal of an action (a 4xx page)",
-    ("spawn.py", "_named"): "Popen's OSError for a program that cannot run: the attempt's "
-    "spawn_failed outcome (execute.py), never a verb's error",
+    ("runner/spawn.py", "_named"): "Popen's OSError for a program that cannot run: the attempt's "
+    "spawn_failed outcome (runner/supervise.py), never a verb's error",
 }
 
 

@@ -480,7 +480,7 @@ def test_the_dashboard_takes_ascii_job_ids_only(db: Path) -> None:
 
 GUARDED = """
 import sys
-from spoolctl.lease_guard import LeaseGuard
+from spoolctl.runner.lease_guard import LeaseGuard
 guard = LeaseGuard(3600.0)
 print(guard.pid, flush=True)
 sys.stdin.read()

@@ -52,7 +52,7 @@ def test_a_memory_hog_is_oom_killed_and_recorded(tmp_path: Path) -> None:
 
 
 CPU_PROBE = """
-from spoolctl.containment import cgroup, hierarchy
+from spoolctl.runner.containment import cgroup, hierarchy
 layout = hierarchy.discover()
 found = []
 if "cpu" in layout.v1:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import resource
 
-from spoolctl.wakeup import readable, wait_readable
+from spoolctl.runner.wakeup import readable, wait_readable
 
 
 def test_a_descriptor_above_1023_can_be_waited_on() -> None:

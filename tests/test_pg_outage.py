@@ -30,10 +30,10 @@ import pytest
 from spoolctl.cli.schemas import DATA_SCHEMAS
 from spoolctl.config import Timing
 from spoolctl.db.backends.sqlite import SqliteDriver
+from spoolctl.db.outage import ONE_SHOT_WAIT_S, Reconnecting, retry_delay_s
 from spoolctl.db.queue import Queue
 from spoolctl.errors import StorageFault, Unreachable
-from spoolctl.outage import ONE_SHOT_WAIT_S, Reconnecting, retry_delay_s
-from spoolctl.wakeup import Signals, StopRequested, counting_signals
+from spoolctl.runner.wakeup import Signals, StopRequested, counting_signals
 from spoolctl.worker import Worker, WorkerOptions
 from tests.helpers import (
     STARTED_WORKERS,

@@ -24,7 +24,7 @@ from spoolctl.db.engine import write_tx
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.queue import open_for_write
 from spoolctl.db.tables import lanes
-from spoolctl.services.execute import SPAWN_RECORD_ALONE_S
+from spoolctl.runner.supervise import SPAWN_RECORD_ALONE_S
 from tests.helpers import cli, driver_of
 
 PASS_ROUND_TRIPS = 2

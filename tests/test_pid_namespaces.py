@@ -40,7 +40,7 @@ from typing import Any
 import psutil
 import pytest
 
-from spoolctl.procs import START_TIME_TOLERANCE_S
+from spoolctl.runner.procs import START_TIME_TOLERANCE_S
 from tests.helpers import (
     FAST_KNOBS,
     NS_INIT,

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl import liveness, procs
 from spoolctl.cli.queues import open_write
 from spoolctl.db.engine import read_tx
+from spoolctl.runner import liveness, procs
 from spoolctl.services import reaper
 from tests.helpers import UNSHARE, Db, add_job, execute_all, needs_namespaces, pid_alive, wait_for
 
@@ -33,7 +33,7 @@ def test_a_pid_namespace_of_its_own_is_another_pid_space() -> None:
             *UNSHARE,
             sys.executable,
             "-c",
-            "from spoolctl import procs; print(procs.pid_space())",
+            "from spoolctl.runner import procs; print(procs.pid_space())",
         ],
         capture_output=True,
         text=True,

@@ -21,9 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spoolctl import liveness, procs
 from spoolctl.cli.queues import open_write
 from spoolctl.db.engine import read_tx, write_tx
+from spoolctl.runner import liveness, procs
 from spoolctl.services import reaper
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import (

@@ -1,4 +1,4 @@
-"""Jobs started by os.posix_spawn (spoolctl/spawn.py) get what Popen gave them.
+"""Jobs started by os.posix_spawn (spoolctl/runner/spawn.py) get what Popen gave them.
 
 Every test starts real jobs, most of them both ways (`posix`: the worker's
 Spawner; `popen`: the same Spawner without close_range, so every job goes
@@ -25,12 +25,12 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from spoolctl import spawn
+from spoolctl.runner import spawn
+from spoolctl.runner.supervise import Execution, job_environment
+from spoolctl.runner.wakeup import counting_signals
 from spoolctl.services.claim import Claim
-from spoolctl.services.execute import Execution, job_environment
 from spoolctl.services.outcome import Outcome
 from spoolctl.states import FailureReason
-from spoolctl.wakeup import counting_signals
 from tests.helpers import REPO, Db, add_job, attempts_of, child_env, job, pid_alive, wait_for
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]
@@ -51,7 +51,7 @@ STATUS_FIELDS = ("SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")
 NAMEABLE = sum(1 << (number - 1) for number in signal.valid_signals())
 """The signals a program can set or name through its C library: all but
 glibc's own two (kernel numbers 32 and 33), which glibc's posix_spawn leaves
-ignored in the child (see spoolctl/spawn.py) and glibc refuses to anyone else."""
+ignored in the child (see spoolctl/runner/spawn.py) and glibc refuses to anyone else."""
 POSIX_AND_POPEN = pytest.mark.parametrize("way", ["posix", "popen"])
 
 

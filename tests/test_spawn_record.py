@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection
 
-from spoolctl import liveness, procs
 from spoolctl.cli.queues import open_write
 from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx
 from spoolctl.db.queue import Queue
-from spoolctl.services import claim, execute, reaper
+from spoolctl.runner import liveness, procs, supervise
+from spoolctl.services import claim, reaper
 from spoolctl.services.submit import JobSpec, submit
 from spoolctl.worker.reaping import Reaping
 from tests.helpers import Db, attempts_of, cli, events_of, execute_all, job, wait_for
@@ -56,21 +56,21 @@ def claimed(queue: Queue, argv: list[str]) -> claim.Claim:
 
 
 def test_no_pid_is_recorded_for_a_job_already_waited_for(queue: Queue, db: Db) -> None:
-    ended = execute.Execution(claimed(queue, ["true"]), slot=0)
-    running = execute.Execution(claimed(queue, ["sleep", "30"]), slot=1)
-    base = execute.encoded_environment()
+    ended = supervise.Execution(claimed(queue, ["true"]), slot=0)
+    running = supervise.Execution(claimed(queue, ["sleep", "30"]), slot=1)
+    base = supervise.encoded_environment()
     try:
         for execution in (ended, running):
             execution.start(base, "w", time.time())
         wait_for(lambda: ended.poll(time.time()) is not None, what="the short job's end")
         assert ended.returncode == 0 and ended.pid is not None
-        queue.write(lambda conn: execute.record_spawns(conn, [ended, running]))
-        queue.write(lambda conn: execute.record_spawn(conn, ended, None))
+        queue.write(lambda conn: supervise.record_spawns(conn, [ended, running]))
+        queue.write(lambda conn: supervise.record_spawn(conn, ended, None))
     finally:
         running.kill_now()
         running.wait_blocking()
 
-    def recorded(execution: execute.Execution) -> tuple[Any, Any]:
+    def recorded(execution: supervise.Execution) -> tuple[Any, Any]:
         (attempt,) = attempts_of(db, execution.claim.job_id)
         return attempt["job_pid"], attempt["job_started_at"]
 

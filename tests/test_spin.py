@@ -14,10 +14,10 @@ from typing import Any
 import psutil
 import pytest
 
-from spoolctl import wakeup
 from spoolctl.cli.queues import open_write
 from spoolctl.config import Timing
 from spoolctl.db.backends.sqlite.engine import begin_immediate
+from spoolctl.runner import wakeup
 from spoolctl.worker import Worker, WorkerOptions
 from spoolctl.worker import loop as worker_loop
 from spoolctl.worker import settle as worker_settle

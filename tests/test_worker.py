@@ -16,7 +16,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.config import Timing
 from spoolctl.db.engine import write_tx
 from spoolctl.errors import Locked
-from spoolctl.services import execute
+from spoolctl.runner import supervise
 from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
 from spoolctl.worker import Worker, WorkerOptions
@@ -232,18 +232,18 @@ def test_a_spawn_record_lost_to_a_busy_lock_is_retried_until_it_lands(
     """Without the job's pid on its attempt a reaper could not kill the job if
     this worker died; one busy lock must not lose it for good."""
     job_id = add_job(db, "sleep", "1")
-    real = execute.record_spawn
+    real = supervise.record_spawn
     calls: list[int] = []
 
     def busy_the_first_time(
-        conn: Any, execution: execute.Execution, started_at: float | None
+        conn: Any, execution: supervise.Execution, started_at: float | None
     ) -> None:
         calls.append(execution.claim.job_id)
         if len(calls) == 1:
             raise Locked("database is locked")
         real(conn, execution, started_at)
 
-    monkeypatch.setattr(execute, "record_spawn", busy_the_first_time)
+    monkeypatch.setattr(supervise, "record_spawn", busy_the_first_time)
     queue = open_write(str(db))
     worker = Worker(queue, WorkerOptions(mode="once"), Timing(0.2, 1.0, 600.0))
     try:
@@ -265,7 +265,7 @@ def test_a_due_spawn_record_rides_with_the_next_pass(
     while it runs (a pid stored with the outcome would come without one)."""
     long_id = add_job(db, "sleep", "1")
     short_id = add_job(db, "sleep", "0.05")
-    monkeypatch.setattr(execute, "SPAWN_RECORD_ALONE_S", 3600.0)
+    monkeypatch.setattr(supervise, "SPAWN_RECORD_ALONE_S", 3600.0)
     queue = open_write(str(db))
     options = WorkerOptions(mode="drain", concurrency=2)
     worker = Worker(queue, options, Timing(0.2, 1.0, 600.0))

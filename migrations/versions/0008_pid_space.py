@@ -6,7 +6,7 @@ Create Date: 2026-12-06 10:00:00
 
 One new nullable column, added in place on both backends (no table is
 rebuilt): workers.pid_space, what a worker's pid is only valid inside (its
-machine id, PID namespace and cgroup namespace: `spoolctl/procs.py`'s
+machine id, PID namespace and cgroup namespace: `spoolctl/runner/procs.py`'s
 `pid_space`). Host name and boot time, all a worker row told before, are
 the same for workers in separate PID namespaces of one machine (`unshare
 --pid`, containers sharing the host's UTS namespace or network), where one

@@ -20,19 +20,15 @@ from spoolctl.config import (
     CONFIG_VERSION,
     PRECEDENCE,
     ConfigFile,
-    DbLocation,
     Timing,
     auto_migrate,
     busy_timeout_s,
-    config_location,
-    locate_db,
     read_config,
-    resolve_db,
 )
 from spoolctl.db import revision
-from spoolctl.db.backends.base import Driver
-from spoolctl.db.health import Check
+from spoolctl.db.backends.base import Check, Driver
 from spoolctl.db.legacy import LEGACY_VERSIONS
+from spoolctl.db.location import DbLocation, config_location, locate_db, resolve_db
 from spoolctl.db.queue import open_for_read
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
@@ -128,7 +124,7 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
 def containment_check() -> Check:
     """Which containment a worker here would use, and why: passes either way
     (process groups are the fallback, nothing fails without cgroups)."""
-    from spoolctl import containment
+    from spoolctl.runner import containment
 
     status = containment.report()
     return Check("containment", "pass", status.line())

@@ -144,7 +144,7 @@ def global_flags() -> dict[str, Any]:
 def containment_data() -> dict[str, Any]:
     """Which containment a worker started here now would get, and why (judged
     without making a cgroup: access checks only)."""
-    from spoolctl import containment
+    from spoolctl.runner import containment
 
     return containment.report().as_dict()
 

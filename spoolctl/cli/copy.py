@@ -10,9 +10,9 @@ import click
 
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
 from spoolctl.cli.render import Reply, emit
-from spoolctl.config import resolve_db
 from spoolctl.db.backends import locate
 from spoolctl.db.backends.base import Driver
+from spoolctl.db.location import resolve_db
 from spoolctl.db.url import looks_like_url, masked
 from spoolctl.errors import InvalidInput
 

@@ -21,13 +21,13 @@ from spoolctl.cli.options import (
 from spoolctl.cli.outages import outage_notice
 from spoolctl.cli.queues import open_read, warn_no_queue
 from spoolctl.cli.render import Reply, emit, local_time, write_json
+from spoolctl.db.outage import Reconnecting
 from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, SpoolError
-from spoolctl.outage import Reconnecting
+from spoolctl.runner.wakeup import StopRequested, counting_signals
 from spoolctl.services.ledger import Page, ledger_end, read_events
 from spoolctl.text import shown
 from spoolctl.validate import MAX_WAIT_S
-from spoolctl.wakeup import StopRequested, counting_signals
 
 POLL_S = 0.1
 DEFAULT_IDLE_TIMEOUT_S = 3600
@@ -195,7 +195,7 @@ def follow_events(
 
 class EventFollower:
     """The follow loop and its cursor. An unreachable server is waited for
-    (`outage.py`) while the idle timeout runs; reads resume after the cursor,
+    (`db/outage.py`) while the idle timeout runs; reads resume after the cursor,
     so nothing is skipped or printed twice across a reconnection."""
 
     def __init__(

@@ -16,12 +16,12 @@ from spoolctl.cli.options import db_option, json_option, verb
 from spoolctl.cli.queues import driver_of
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.backends.base import Driver
-from spoolctl.db.queue import schema_status
 from spoolctl.db.revision import (
     DELETE_STORED_OUTPUT_FLAG,
     DROP_SCHEDULES_FLAG,
     HEAD_REVISION,
     KNOWN_REVISIONS,
+    schema_status,
 )
 from spoolctl.errors import InvalidInput, SafetyBlock
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from spoolctl.outage import Outage, OutageListener
+from spoolctl.db.outage import Outage, OutageListener
 from spoolctl.text import shown
 
 

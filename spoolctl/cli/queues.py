@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from spoolctl.cli.render import Reply
-from spoolctl.config import resolve_db
 from spoolctl.db.backends.base import Driver, Synchronous
+from spoolctl.db.location import resolve_db
 from spoolctl.db.queue import Queue, open_for_read, open_for_write
 from spoolctl.errors import NotFound
 

@@ -13,7 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from spoolctl.errors import ERROR_CODES, WARNING_CODES
-from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
+from spoolctl.states import (
+    AttemptState,
+    CatchUp,
+    EventKind,
+    FailureReason,
+    JobState,
+    OccurrenceOutcome,
+    Overlap,
+)
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 Schema = dict[str, Any]
@@ -527,7 +535,56 @@ DATA_SCHEMAS: dict[str, Schema] = {
     ),
 }
 
-from spoolctl.cli.schedule_schemas import SCHEDULE_SCHEMAS  # noqa: E402  (uses the helpers above)
+# The schedule verbs' data.
+
+LAST: Schema = {
+    **obj({"slot_at": NUM, "job_id": opt(INT), "state": opt(STR)}),
+    "type": ["object", "null"],
+}
+SCHEDULE = obj(
+    {
+        "name": STR,
+        "cron": opt(STR),
+        "every_s": opt(NUM),
+        "expression": STR,
+        "timezone": STR,
+        "overlap": one_of(*Overlap),
+        "catch_up": one_of(*CatchUp),
+        "anchor_at": NUM,
+        "created_at": NUM,
+        "next_fire_at": opt(NUM),
+        "upcoming": arr(NUM),
+        "paused": BOOL,
+        "paused_at": opt(NUM),
+        "paused_reason": opt(STR),
+        "last": LAST,
+        "job": {"type": "object"},
+    }
+)
+OCCURRENCE = obj(
+    {
+        "slot_at": NUM,
+        "at": NUM,
+        "outcome": one_of(*OccurrenceOutcome),
+        "job_id": opt(INT),
+        "state": opt(STR),
+    }
+)
+CHANGE = {
+    **SCHEDULE,
+    "properties": {**SCHEDULE["properties"], "changed": BOOL},
+    "required": sorted([*SCHEDULE["required"], "changed"]),
+}
+
+SCHEDULE_SCHEMAS: dict[str, Schema] = {
+    "schedule add": SCHEDULE,
+    "schedule list": obj({"count": INT, "schedules": arr(SCHEDULE)}),
+    "schedule show": obj({"schedule": SCHEDULE, "occurrences": arr(OCCURRENCE)}),
+    "schedule pause": CHANGE,
+    "schedule resume": CHANGE,
+    "schedule remove": obj({"name": STR, "removed": BOOL}),
+    "schedule run": obj({"name": STR, "job_id": INT, "slot_at": NUM}),
+}
 
 DATA_SCHEMAS.update(SCHEDULE_SCHEMAS)
 

@@ -23,8 +23,8 @@ from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import ProgressLine, Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
+from spoolctl.db.outage import ONE_SHOT_WAIT_S
 from spoolctl.db.queue import diagnose, prepare
-from spoolctl.outage import ONE_SHOT_WAIT_S
 from spoolctl.worker import AttemptResult, Mode, Worker, WorkerOptions, WorkReport
 
 MAX_CONCURRENCY = 256

@@ -9,29 +9,16 @@ import os
 import shutil
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import sqlalchemy
 
 from spoolctl.db import revision
+from spoolctl.db.backends.base import Check, Driver
 from spoolctl.errors import NotAQueue, SpoolError
-
-if TYPE_CHECKING:
-    from spoolctl.db.backends.base import Driver
 
 MIN_FREE_BYTES = 1_048_576
 """Below this a worker cannot count on recording an attempt or its output."""
-
-
-@dataclass
-class Check:
-    id: str
-    status: str  # pass | warn | fail | skip
-    message: str
-    remediation: str | None = None
-    blocked_by: str | None = None
 
 
 CREATES_THE_QUEUE = "the first `spoolctl add` or `spoolctl work` creates the queue"
@@ -85,9 +72,7 @@ def space_check(folder: Path) -> Check:
 
 
 def schema_check(driver: Driver) -> Check:
-    from spoolctl.db.queue import schema_status
-
-    found = schema_status(driver)
+    found = revision.schema_status(driver)
     if found is None:  # an empty file or database: no queue in it yet, as for no file
         return Check(
             "schema_version",

@@ -21,7 +21,6 @@ from sqlalchemy import Connection
 from spoolctl.db import legacy, revision
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.engine import read_tx, write_tx
-from spoolctl.db.queue import schema_status
 from spoolctl.db.revision import KNOWN_REVISIONS, SchemaStatus
 from spoolctl.errors import InvalidInput, SchemaTooNew
 
@@ -234,7 +233,7 @@ def migration_sql(
 
 
 def _read_status(driver: Driver) -> SchemaStatus:
-    status = schema_status(driver)
+    status = revision.schema_status(driver)
     return status if status is not None else SchemaStatus(None, None, has_tables=False)
 
 

@@ -134,29 +134,14 @@ def open_for_write(driver: Driver, *, synchronous: Synchronous = "NORMAL") -> Qu
 
 def open_for_read(driver: Driver) -> Queue | None:
     """Open for a read-only verb; None when there is no queue there yet."""
-    if schema_status(driver) is None:
+    if revision.schema_status(driver) is None:
         return None
     return Queue(driver, driver.engine(write=False, expected_revision=revision.HEAD_REVISION))
 
 
-def schema_status(driver: Driver) -> revision.SchemaStatus | None:
-    """What the database holds, read without the write lock and without
-    creating or changing anything; None when there is nothing there (no
-    file, an empty one, or a database without tables)."""
-    if not driver.may_hold_a_queue():
-        return None
-    engine = driver.peek_engine()
-    try:
-        with read_tx(engine) as conn:
-            status = revision.inspect_schema(conn)
-    finally:
-        engine.dispose()
-    return status if status.has_tables else None
-
-
 def diagnose(driver: Driver) -> None:
     """Raise the public error for a database whose revision is not the head."""
-    status = schema_status(driver)
+    status = revision.schema_status(driver)
     if status is not None:
         revision.refuse_unless_current(status, driver)
 
@@ -167,7 +152,7 @@ def prepare(driver: Driver) -> None:
 
     Auto-migration covers spoolctl's own revisions only; adopting a legacy
     file is always an explicit `spoolctl migrate`."""
-    status = schema_status(driver)
+    status = revision.schema_status(driver)
     if status is not None and status.is_head:
         return
     auto = revision.auto_migrate_enabled() and status is not None and status.is_known

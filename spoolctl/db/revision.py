@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from sqlalchemy import Connection
 
 from spoolctl.config import auto_migrate
+from spoolctl.db.engine import read_tx
 from spoolctl.errors import NotAQueue, SchemaOutdated, SchemaTooNew
 
 if TYPE_CHECKING:
@@ -109,6 +110,21 @@ def inspect_schema(conn: Connection) -> SchemaStatus:
         current = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     legacy = None if current is not None else backend.legacy_version(conn, tables)
     return SchemaStatus(current=current, legacy_version=legacy, has_tables=bool(tables))
+
+
+def schema_status(driver: Driver) -> SchemaStatus | None:
+    """What the database holds, read without the write lock and without
+    creating or changing anything; None when there is nothing there (no
+    file, an empty one, or a database without tables)."""
+    if not driver.may_hold_a_queue():
+        return None
+    engine = driver.peek_engine()
+    try:
+        with read_tx(engine) as conn:
+            status = inspect_schema(conn)
+    finally:
+        engine.dispose()
+    return status if status.has_tables else None
 
 
 def refuse_unless_current(status: SchemaStatus, where: Driver) -> None:

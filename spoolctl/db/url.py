@@ -1,10 +1,10 @@
 """What `--db` names: a path (SQLite), a URL (PostgreSQL, or
 `sqlite:///PATH`), or a libpq connection string (PostgreSQL).
 
-This module tells them apart and checks a URL's shape (its scheme, no
-spaces around it); each scheme's own rules are its driver's (`parse_url` of
-`backends.sqlite` and `backends.postgresql`, and the latter's
-`parse_conninfo`).
+This module tells them apart by their shape and masks their secrets; which
+driver reads a value is the driver registry's to say (`db/backends`: its
+table of schemes, `parse_db_url`), and each scheme's own rules are that
+driver's (`parse_url`, and PostgreSQL's `parse_conninfo`).
 
 A value that looks like a URL is parsed as one and never becomes a file name:
 it has `://`, or it begins (after any spaces) with a scheme-like word and a
@@ -27,13 +27,11 @@ secret query options) and the secret values of a connection string.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 from spoolctl.errors import InvalidInput
 
-POSTGRES_SCHEMES = ("postgresql", "postgresql+psycopg", "postgres")
-SQLITE_SCHEMES = ("sqlite",)
 MASK = "***"
 _SCHEME_WORD = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.\-]*):")
 _KNOWN_NO_COLON = re.compile(r"^\s*(postgres(?:ql)?(?:\+\w+)?|sqlite)//", re.IGNORECASE)
@@ -45,7 +43,6 @@ ENCODE_HINT = (
     "percent-encode reserved characters in the user name and password "
     "(@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)"
 )
-Kind = Literal["postgresql", "sqlite"]
 LIBPQ_KEYWORDS = (
     "host",
     "hostaddr",
@@ -127,37 +124,6 @@ def scheme_of(text: str) -> str | None:
     if match is None:
         return text.split("://", 1)[0].strip().lower() or None
     return match.group(1).lower()
-
-
-def parse_db_url(text: str, source: str) -> tuple[Kind, str]:
-    """A URL-like `--db` value: ("postgresql", the URL in canonical form) or
-    ("sqlite", the file's path as written). Anything else is INVALID_INPUT
-    naming what is wrong; nothing is created either way."""
-    shown = masked(text)
-    if looks_like_conninfo(text):
-        from spoolctl.db.backends.postgresql.url import parse_conninfo
-
-        return "postgresql", parse_conninfo(text, source, shown)
-    if text != text.strip():
-        raise bad_url(f"{source}: the database URL {shown!r} begins or ends with spaces", shown)
-    scheme = scheme_of(text) or ""
-    if scheme not in POSTGRES_SCHEMES + SQLITE_SCHEMES:
-        raise bad_url(
-            f"{source}: {shown!r} looks like a URL with scheme {scheme!r}, which spoolctl does "
-            "not open; use postgresql://user@host/dbname, or a file path (write a relative "
-            "path with a colon as ./name:with:colon)",
-            shown,
-            scheme=scheme,
-        )
-    if not text.lower().startswith(f"{scheme}://"):
-        raise bad_url(f"{source}: {shown!r} is not a URL: write {scheme}://…", shown, scheme=scheme)
-    if scheme in SQLITE_SCHEMES:
-        from spoolctl.db.backends.sqlite import parse_url as sqlite_url
-
-        return "sqlite", sqlite_url(text, source, shown)
-    from spoolctl.db.backends.postgresql import parse_url as postgres_url
-
-    return "postgresql", postgres_url(text, source, shown)
 
 
 def bad_url(message: str, shown: str, **detail: Any) -> InvalidInput:

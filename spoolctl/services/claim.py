@@ -18,11 +18,11 @@ from typing import Any
 from sqlalchemy import Connection, Select, case, delete, func, select, update
 
 from spoolctl import layout
-from spoolctl.containment import NO_LIMITS, Limits
 from spoolctl.db import codec
 from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Sent, item_binds
 from spoolctl.db.tables import attempts, job_events, jobs
+from spoolctl.runner.containment import NO_LIMITS, Limits
 from spoolctl.services import claim_limits, lingering
 from spoolctl.services import claim_statements as sql
 from spoolctl.services.deadletter import RELEASE_LOCK

@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import Connection, Integer, and_, bindparam, func, literal_column, not_, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from spoolctl.containment import NO_LIMITS, Limits
 from spoolctl.db.tables import jobs
+from spoolctl.runner.containment import NO_LIMITS, Limits
 from spoolctl.states import EventKind, JobState
 
 _NEEDING = jobs.alias("needing")

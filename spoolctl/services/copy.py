@@ -30,7 +30,8 @@ from spoolctl.db import revision
 from spoolctl.db.backends import base
 from spoolctl.db.backends.base import Driver, OutputWriter
 from spoolctl.db.backends.files import open_regular
-from spoolctl.db.queue import open_for_read, schema_status
+from spoolctl.db.queue import open_for_read
+from spoolctl.db.revision import schema_status
 from spoolctl.db.tables import attempts, jobs, output_chunks
 from spoolctl.errors import Conflict, InvalidInput
 from spoolctl.services.attempt_output import inside

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select
 
-from spoolctl import procs
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts
+from spoolctl.runner import procs
 from spoolctl.states import AttemptState
 
 ENDED_ELSEWHERE = frozenset({AttemptState.CANCELED.value, AttemptState.ABANDONED.value})

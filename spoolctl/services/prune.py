@@ -230,7 +230,7 @@ def _remove(path: Path, output_root: Path, report: PruneReport, *, dry_run: bool
 def remove_empty_parents(folder: Path, root: Path) -> None:
     """The attempt folder and the job folder, or the shared folder, once
     empty; never the root. (A worker about to open a file in a shared folder
-    removed here makes it again: `execute.open_output`.)"""
+    removed here makes it again: `runner/supervise.open_output`.)"""
     while folder != root and root in folder.parents:
         try:
             folder.rmdir()

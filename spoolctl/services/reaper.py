@@ -5,7 +5,7 @@ stale jobs to judge (`reap_candidates`), requeueing the job of a dead owner
 (`release_forgotten`), burying workers that died idle (`bury_workers`).
 
 Whether an owner is dead, and ending what is left of its attempt, is
-`spoolctl/liveness.py`'s judgement, made before any of these runs; the worker
+`runner/liveness.py`'s judgement, made before any of these runs; the worker
 sequences the two (`worker/reaping.py`). Every change re-checks, inside its
 own write transaction, that the job is still running, still owned by the
 same worker and still stale, so a worker that heartbeated meanwhile is
@@ -29,9 +29,9 @@ from sqlalchemy import (
     update,
 )
 
-from spoolctl import procs
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, job_events, jobs, workers
+from spoolctl.runner import procs
 from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.events import record_event
 from spoolctl.services.lingering import attempt_token

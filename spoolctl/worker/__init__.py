@@ -23,7 +23,7 @@ slice, or finds the disk full or the server gone, is retried with bounded
 backoff while timeouts, signals and group kills go on. A worker whose
 heartbeats have not landed for half the hang threshold kills its jobs and
 claims nothing (`services/lease.py`). A worker started while the server
-cannot be reached waits for it before it registers (`outage.py`).
+cannot be reached waits for it before it registers (`db/outage.py`).
 """
 
 from spoolctl.worker.loop import Worker

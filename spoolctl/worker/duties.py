@@ -12,7 +12,8 @@ from sqlalchemy import Connection
 
 from spoolctl.db.engine import write_quietly, write_tx
 from spoolctl.errors import StorageFault
-from spoolctl.services import execute, heartbeat, lease, reaper
+from spoolctl.runner import supervise
+from spoolctl.services import heartbeat, lease, reaper
 from spoolctl.states import FailureReason
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, NEVER, TRANSIENT, Shift
@@ -152,15 +153,15 @@ class SpawnRecords:
         if not waiting:
             return NEVER
         oldest = min(e.started_at for e in waiting)
-        return self.shift.db_due(oldest + execute.SPAWN_RECORD_ALONE_S)
+        return self.shift.db_due(oldest + supervise.SPAWN_RECORD_ALONE_S)
 
     def run(self, now: float) -> None:
-        if not self.shift.spawns_unrecorded(now, execute.SPAWN_RECORD_ALONE_S):
+        if not self.shift.spawns_unrecorded(now, supervise.SPAWN_RECORD_ALONE_S):
             return
-        due = self.shift.spawns_unrecorded(now, execute.SPAWN_RECORD_DELAY_S)
+        due = self.shift.spawns_unrecorded(now, supervise.SPAWN_RECORD_DELAY_S)
         with self.shift.report.timings.db:
             landed = write_quietly(
-                self.shift.engine, lambda conn: execute.record_spawns(conn, due), LOCK_SLICE_S
+                self.shift.engine, lambda conn: supervise.record_spawns(conn, due), LOCK_SLICE_S
             )
         if landed:
             for execution in due:

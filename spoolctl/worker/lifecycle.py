@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from spoolctl import liveness, outage, procs
+from spoolctl.db import outage
 from spoolctl.db.engine import write_tx
 from spoolctl.errors import Conflict
+from spoolctl.runner import liveness, procs
 from spoolctl.services import heartbeat
 from spoolctl.worker.shift import Predecessor, Shift
 

@@ -7,16 +7,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from spoolctl import containment, outage
 from spoolctl.config import Timing
+from spoolctl.db import outage
 from spoolctl.db.backends.base import ChangeWatch
 from spoolctl.db.engine import read_tx
+from spoolctl.db.outage import Reconnecting
 from spoolctl.db.queue import Queue
 from spoolctl.errors import Locked, Unreachable
-from spoolctl.outage import Reconnecting
+from spoolctl.runner import containment
+from spoolctl.runner.wakeup import Signals, StopRequested, wait_readable
 from spoolctl.services import due, lanes
 from spoolctl.states import FailureReason
-from spoolctl.wakeup import Signals, StopRequested, wait_readable
 from spoolctl.worker import duties, lifecycle
 from spoolctl.worker.firing import ScheduleFiring
 from spoolctl.worker.reaping import Reaping
@@ -136,7 +137,7 @@ class Worker:
 
     def _connect(self) -> bool:
         """Make the schema usable and register, waiting out a server that
-        cannot be reached (`outage.py`) for up to options.server_wait_s
+        cannot be reached (`db/outage.py`) for up to options.server_wait_s
         (then `Unreachable`). False when a stop signal ended the wait:
         nothing was registered."""
         server = Reconnecting(self.signals, self.on_wait)

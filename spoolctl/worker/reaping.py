@@ -13,10 +13,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from spoolctl import containment, liveness
 from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx, write_quietly
 from spoolctl.errors import Locked, Unreachable
+from spoolctl.runner import containment, liveness
 from spoolctl.services import reaper
 from spoolctl.states import JobState
 from spoolctl.worker.shift import Shift

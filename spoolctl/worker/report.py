@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from spoolctl import procs
+from spoolctl.runner import procs
 from spoolctl.services.outcome import SUCCEEDED
 
 Mode = Literal["loop", "once", "drain"]

@@ -9,14 +9,15 @@ import time
 from sqlalchemy import Connection
 
 from spoolctl.db.backends import statements
+from spoolctl.runner import supervise
 from spoolctl.services import claim as claiming
-from spoolctl.services import due, execute
+from spoolctl.services import due
 from spoolctl.services.outcome import Ending, Outcome, Recording
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
 from spoolctl.worker.spin import Spin
 
-Ended = list[tuple[execute.Execution, Outcome]]
+Ended = list[tuple[supervise.Execution, Outcome]]
 
 
 class Settler:
@@ -29,7 +30,7 @@ class Settler:
         self.reaping = reaping
         self.next_claim_at = 0.0
         self.exhausted = False
-        self.job_env = execute.encoded_environment()
+        self.job_env = supervise.encoded_environment()
         """This process's environment, encoded once: the base of every job's."""
         self.spin = Spin()
         """Whether the wait for the ends of the jobs started looks without sleeping first."""
@@ -50,7 +51,7 @@ class Settler:
                     self._store_last_output(conn, ended)
                     recording = self._settle(conn, ended, now, answer_now=not gathered)
                     riding = self._spawns_riding(ended, now)
-                    execute.record_spawns(conn, riding)
+                    supervise.record_spawns(conn, riding)
                     scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
                     stale = self.reaping.stale(conn, now, shift) if scan else []
                     claiming = None if stale else self._claiming(conn, now, wanted)
@@ -77,11 +78,11 @@ class Settler:
             claims = self._claim_only(now, wanted)
         return claims
 
-    def _spawns_riding(self, ended: Ended, now: float) -> list[execute.Execution]:
+    def _spawns_riding(self, ended: Ended, now: float) -> list[supervise.Execution]:
         """The due spawn records of jobs still running: they ride with this
         pass instead of costing a transaction of their own."""
         over = {execution.claim.job_id for execution, _ in ended}
-        due = self.shift.spawns_unrecorded(now, execute.SPAWN_RECORD_DELAY_S)
+        due = self.shift.spawns_unrecorded(now, supervise.SPAWN_RECORD_DELAY_S)
         return [e for e in due if e.claim.job_id not in over]
 
     def _store_last_output(self, conn: Connection, ended: Ended) -> None:
@@ -153,7 +154,7 @@ class Settler:
         """Spawn a claimed job (its claim committed first) in a free slot."""
         shift = self.shift
         shift.report.claimed += 1
-        execution = execute.Execution(claim, shift.free_slot())
+        execution = supervise.Execution(claim, shift.free_slot())
         with shift.report.timings.spawn:
             execution.start(self.job_env, shift.worker_id, now, cells=shift.cells)
         shift.running[claim.job_id] = execution

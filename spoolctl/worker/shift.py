@@ -13,13 +13,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from spoolctl import containment, procs
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import LeaseGuard, OutputWriter
 from spoolctl.db.engine import HeldConnection
 from spoolctl.db.queue import Queue
 from spoolctl.errors import DiskFull, Locked, Unreachable
-from spoolctl.services import execute
+from spoolctl.runner import containment, procs, supervise
 from spoolctl.services.outcome import Outcome
 from spoolctl.states import JobState
 from spoolctl.worker.report import AttemptResult, LogSink, WorkerOptions, WorkReport
@@ -83,7 +82,7 @@ class Shift:
     """The process that held this worker id before, on this machine and in
     this pid space, found gone when this one registered: the jobs it claimed
     are judged by it, the row that told of it being this worker's now."""
-    running: dict[int, execute.Execution] = field(default_factory=dict)
+    running: dict[int, supervise.Execution] = field(default_factory=dict)
     backoff: Backoff = field(default_factory=Backoff)
     guard: LeaseGuard | None = None
     on_result: Callable[[WorkReport], None] | None = None
@@ -134,7 +133,7 @@ class Shift:
         if self.guard is not None:
             self.guard.track({e.proc.pid for e in self.running.values() if e.proc is not None})
 
-    def ended(self, now: float) -> list[tuple[execute.Execution, Outcome]]:
+    def ended(self, now: float) -> list[tuple[supervise.Execution, Outcome]]:
         """Attempts whose process group is over, with their outcome (still in
         `running` until the outcome is recorded)."""
         found = []
@@ -144,7 +143,7 @@ class Shift:
                 found.append((execution, outcome))
         return found
 
-    def spawns_unrecorded(self, now: float, after_s: float) -> list[execute.Execution]:
+    def spawns_unrecorded(self, now: float, after_s: float) -> list[supervise.Execution]:
         """Running jobs spawned at least `after_s` ago whose spawn record has
         not landed, and whose leader has not been waited for (one that has is
         gone: its pid goes with its outcome, while the write of that lags)."""
@@ -158,7 +157,7 @@ class Shift:
         ]
 
     def finished_one(
-        self, execution: execute.Execution, outcome: Outcome | None, state: JobState | None
+        self, execution: supervise.Execution, outcome: Outcome | None, state: JobState | None
     ) -> None:
         """The attempt's end is recorded (outcome None or state None: this
         worker lost it to a cancel, a reap or a forced retry)."""
@@ -188,7 +187,7 @@ NEVER = math.inf
 
 def ended_record(
     shift: Shift,
-    execution: execute.Execution,
+    execution: supervise.Execution,
     outcome: Outcome | None,
     state: JobState | None,
     label: str,

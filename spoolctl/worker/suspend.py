@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from spoolctl.db.engine import OpenWrites
-from spoolctl.wakeup import Signals, counting_signals
+from spoolctl.runner.wakeup import Signals, counting_signals
 
 STOP_SIGNAL = signal.SIGTSTP
 

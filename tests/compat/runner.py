@@ -34,7 +34,6 @@ OURS_PRELOAD = (
     "spoolctl.cli.inspect",
     "spoolctl.cli.wait",
     "spoolctl.cli.output",
-    "spoolctl.cli.follow",
     "spoolctl.cli.feedback",
     "spoolctl.cli.events",
     "spoolctl.cli.steer",

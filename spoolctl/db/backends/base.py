@@ -20,14 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.types import Boolean
-
-if TYPE_CHECKING:
-    from spoolctl.db.health import Check
 
 Synchronous = Literal["OFF", "NORMAL", "FULL"]
 STREAMS = ("stdout", "stderr")
@@ -53,6 +50,18 @@ class AttemptOutput:
     def recorded_path(self, name: str) -> str:
         """The stream's path as its row records it (the worker's machine's)."""
         return self.refused.get(name) or self.paths[name]
+
+
+@dataclass
+class Check:
+    """One of `doctor`'s readiness checks: a driver's (`Driver.health_checks`)
+    or one every backend shares (`db/health.py`)."""
+
+    id: str
+    status: str  # pass | warn | fail | skip
+    message: str
+    remediation: str | None = None
+    blocked_by: str | None = None
 
 
 class HasTag(ColumnElement[bool]):
@@ -234,6 +243,37 @@ class Statements(Protocol):
         """How far the ledger's positions are behind its writers (PostgreSQL:
         `unnumbered`, `behind_s`, `oldest_writer_s`, as `doctor` reports it);
         None where events are positioned as they commit (SQLite)."""
+        ...
+
+
+class Backend(Protocol):
+    """A driver module as the registry (`backends/__init__.py`) reaches it,
+    once a `--db` value chose it."""
+
+    def parse_url(self, text: str, source: str, shown: str) -> str:
+        """The location a URL of this backend's schemes names (`shown`: the
+        URL as messages may show it); INVALID_INPUT naming what is wrong."""
+        ...
+
+    def located(self, location: str, base: Path, source: str) -> Driver:
+        """The driver of a location: `parse_url`'s, or a path (relative to
+        `base`) for the backend of paths."""
+        ...
+
+
+class FileBackend(Backend, Protocol):
+    """The backend of a path (`backends.FILE_BACKEND`)."""
+
+    def at(self, path: Path) -> Driver:
+        """The driver of the file at path (the default queue, tests)."""
+        ...
+
+
+class ConninfoBackend(Backend, Protocol):
+    """The backend of a libpq connection string (`backends.CONNINFO_BACKEND`)."""
+
+    def parse_conninfo(self, text: str, source: str, shown: str) -> str:
+        """The location a connection string names, as `parse_url` gives one."""
         ...
 
 

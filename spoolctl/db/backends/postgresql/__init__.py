@@ -24,7 +24,7 @@
 
 - Output: the worker's files are the first copy; a copy goes into
   `output_chunks` (`postgresql/output.py`), so output reads the same from
-  any machine. A lease guard (`spoolctl/lease_guard.py`) kills a silent worker's
+  any machine. A lease guard (`spoolctl/runner/lease_guard.py`) kills a silent worker's
   jobs, since reapers on other machines cannot check its processes.
 
 The package: this module (the driver, its engines, the statements that
@@ -52,7 +52,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
-from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
+from spoolctl.db.backends.base import ChangeWatch, Check, HasTag, LeaseGuard, Synchronous
 from spoolctl.db.backends.postgresql.begin import (
     Opening,
     check_revision,
@@ -71,22 +71,26 @@ from spoolctl.db.backends.postgresql.limits import (
     transaction_bounds,
 )
 from spoolctl.db.backends.postgresql.pipeline import answer_in_pipelines, pipeline
-from spoolctl.db.backends.postgresql.url import driver_url, parse_url
+from spoolctl.db.backends.postgresql.url import (
+    driver_url,
+    parse_conninfo,
+    parse_url,
+    require_driver,
+)
 from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION
 from spoolctl.db.prepared import OPENING_INFO
 from spoolctl.db.url import masked
-from spoolctl.errors import ExtraMissing
 
 if TYPE_CHECKING:
     from spoolctl.db.backends.postgresql.output import OutputCopier
     from spoolctl.db.backends.postgresql.stored import StoredOutput
-    from spoolctl.db.health import Check
 
 __all__ = [
     "PostgresDriver",
     "display_of",
     "ledger_lag",
     "ledger_reader",
+    "parse_conninfo",
     "parse_url",
     "pipeline",
     "translate_errors",
@@ -189,18 +193,6 @@ def make_engine(
     return engine
 
 
-def require_driver() -> None:
-    """psycopg 3 is the optional `postgresql` extra: without it a PostgreSQL
-    `--db` is EXTRA_MISSING, naming what to install."""
-    try:
-        import psycopg  # noqa: F401
-    except ModuleNotFoundError:
-        raise ExtraMissing(
-            "--db names a PostgreSQL database, which needs psycopg 3 (the postgresql extra)",
-            extra="postgresql",
-        ) from None
-
-
 # psycopg logs what it ignores while an error unwinds (a pipeline left on a
 # lost connection: "error ignored terminating"); with no handler of the
 # program's, Python would print that on stderr beside the error spoolctl reports.
@@ -290,6 +282,11 @@ def local_spool(url: str) -> Path:
     return state / "spoolctl" / f"pg-{digest}"
 
 
+def located(location: str, base: Path, source: str) -> PostgresDriver:
+    """The driver of a database's URL (`parse_url`'s or `parse_conninfo`'s)."""
+    return PostgresDriver(location)
+
+
 class PostgresDriver:
     """One database on a server, shared by workers on many machines."""
 
@@ -360,7 +357,7 @@ class PostgresDriver:
         return NotifyWatch(self.url)
 
     def lease_guard(self, fence_after_s: float) -> LeaseGuard | None:
-        from spoolctl.lease_guard import LeaseGuard as Guard
+        from spoolctl.runner.lease_guard import LeaseGuard as Guard
 
         return Guard(fence_after_s)
 

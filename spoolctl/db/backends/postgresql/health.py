@@ -6,19 +6,15 @@ that fails reports a failed check, never an exception."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from spoolctl.db.backends.base import Check, Driver
 from spoolctl.db.engine import read_tx
-from spoolctl.db.health import Check, folder_check, guarded, schema_check, space_check
-
-if TYPE_CHECKING:
-    from spoolctl.db.backends.postgresql import PostgresDriver
+from spoolctl.db.health import folder_check, guarded, schema_check, space_check
 
 MIN_POSTGRES_VERSION = 160000
 """PostgreSQL 16: `IS JSON` (tag filters on possibly damaged rows)."""
 
 
-def postgres_checks(driver: PostgresDriver) -> list[Check]:
+def postgres_checks(driver: Driver) -> list[Check]:
     checks = [folder_check(driver.spool), space_check(driver.spool)]
     reached = guarded("database_connect", lambda: connect_check(driver))
     checks.append(reached)
@@ -37,7 +33,7 @@ def postgres_checks(driver: PostgresDriver) -> list[Check]:
     return checks
 
 
-def connect_check(driver: PostgresDriver) -> Check:
+def connect_check(driver: Driver) -> Check:
     engine = driver.peek_engine()
     try:
         with read_tx(engine) as conn:
@@ -59,7 +55,7 @@ READ_ONLY = "DB_UNUSABLE (reason read_only)"
 """How a failed database_writable check begins: what every write would answer."""
 
 
-def writable_check(driver: PostgresDriver) -> Check:
+def writable_check(driver: Driver) -> Check:
     """The server takes writes: not a hot standby (pg_is_in_recovery), and
     default_transaction_read_only off for this login (set on the server, the
     database or the role). Readers work either way."""
@@ -97,7 +93,7 @@ TRANSACTION_STALE_S = 60.0
 locks) back beyond what the driver's settings let ours last."""
 
 
-def ledger_check(driver: PostgresDriver) -> Check:
+def ledger_check(driver: Driver) -> Check:
     """How far the ledger's positions are behind the writers: events committed
     but not numbered yet (the next `events` read numbers them), and the
     longest-open writing transaction, whose events appear when it commits.

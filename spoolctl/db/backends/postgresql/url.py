@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from spoolctl.db.url import ENCODE_HINT, MASK, SECRET_QUERY_KEYS, bad_url, masked, parsed_url
+from spoolctl.errors import ExtraMissing
 
 PLAIN_HOST = re.compile(r"[A-Za-z0-9.\-_]+")
 """A host name or IPv4 address, which the URL's host field holds as it is."""
@@ -68,9 +69,19 @@ def parse_conninfo(text: str, source: str, shown: str) -> str:
     return _rewritten(_libpq_parse(text, source, shown), "postgresql", source, shown)
 
 
-def _libpq_parse(text: str, source: str, shown: str) -> dict[str, str]:
-    from spoolctl.db.backends.postgresql import require_driver
+def require_driver() -> None:
+    """psycopg 3 is the optional `postgresql` extra: without it a PostgreSQL
+    `--db` is EXTRA_MISSING, naming what to install."""
+    try:
+        import psycopg  # noqa: F401
+    except ModuleNotFoundError:
+        raise ExtraMissing(
+            "--db names a PostgreSQL database, which needs psycopg 3 (the postgresql extra)",
+            extra="postgresql",
+        ) from None
 
+
+def _libpq_parse(text: str, source: str, shown: str) -> dict[str, str]:
     require_driver()
     import psycopg
     from psycopg.conninfo import conninfo_to_dict

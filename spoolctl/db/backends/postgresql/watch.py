@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from spoolctl.db.backends.postgresql.limits import network_bounds
 from spoolctl.db.backends.postgresql.url import connect_kwargs
-from spoolctl.wakeup import readable
+from spoolctl.runner.wakeup import readable
 
 NOTIFY_CHANNEL = "spoolctl_work"
 CLOCK_RESAMPLE_S = 5.0

@@ -14,7 +14,7 @@
 - Change watch (`watch`): `PRAGMA data_version`, and an inotify watch on the
   write-ahead log that wakes an idle worker when a commit is written.
 - Clock: this machine's (one machine uses the file). A lease guard
-  (`spoolctl/lease_guard.py`) as on PostgreSQL: workers in separate PID
+  (`spoolctl/runner/lease_guard.py`) as on PostgreSQL: workers in separate PID
   namespaces of this machine cannot check each other's processes.
 - Output: the files the jobs write are the store (`backends.files`).
 - Migrations: the backup is `VACUUM INTO` beside the file, taken under the
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection, Engine, Table, case, exists, func
 from sqlalchemy.ext.compiler import compiles
@@ -38,7 +38,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
 from spoolctl.config import busy_timeout_s, local_clock
-from spoolctl.db.backends.base import ChangeWatch, HasTag, LeaseGuard, Synchronous
+from spoolctl.db.backends.base import ChangeWatch, Check, HasTag, LeaseGuard, Synchronous
 from spoolctl.db.backends.files import FileOutput
 from spoolctl.db.backends.sqlite.engine import (
     make_engine,
@@ -50,9 +50,6 @@ from spoolctl.db.backends.sqlite.watch import DataVersionWatch
 from spoolctl.db.engine import READ_ONLY_OPTION
 from spoolctl.db.url import bad_url
 from spoolctl.errors import InvalidInput, StorageFault
-
-if TYPE_CHECKING:
-    from spoolctl.db.health import Check
 
 __all__ = ["SqliteDriver", "ensure_spool", "make_engine", "peek_uri", "translate_errors"]
 
@@ -145,7 +142,7 @@ class SqliteDriver:
         # of one host (containers, `unshare --pid`), which judge each other by
         # the lease, as machines do: a frozen or killed worker's jobs must end
         # before another may rerun them, as on PostgreSQL.
-        from spoolctl.lease_guard import LeaseGuard as Guard
+        from spoolctl.runner.lease_guard import LeaseGuard as Guard
 
         return Guard(fence_after_s)
 
@@ -174,7 +171,7 @@ class SqliteDriver:
     def health_checks(self) -> list[Check]:
         from spoolctl.db.backends.sqlite.health import database_checks
 
-        return database_checks(self.path)
+        return database_checks(self.path, self)
 
 
 def _refuse_wrong_shape(path: Path, source: str) -> None:
@@ -264,6 +261,17 @@ def check_references(conn: Connection) -> None:
             reason="damaged",
             violations=[list(v) for v in violations[:20]],
         )
+
+
+def located(location: str, base: Path, source: str) -> SqliteDriver:
+    """The driver of a path (a `--db` value, or `parse_url`'s), relative to `base`."""
+    path = Path(location).expanduser()
+    return SqliteDriver.located(path if path.is_absolute() else base / path, source)
+
+
+def at(path: Path) -> SqliteDriver:
+    """The driver of the file at path, as it is (the default queue, tests)."""
+    return SqliteDriver(path)
 
 
 def parse_url(text: str, source: str, shown: str) -> str:

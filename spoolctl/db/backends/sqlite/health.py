@@ -9,15 +9,9 @@ import sqlite3
 from pathlib import Path
 
 from spoolctl.config import busy_timeout_s
-from spoolctl.db.backends.sqlite import SqliteDriver, peek_uri
-from spoolctl.db.health import (
-    CREATES_THE_QUEUE,
-    Check,
-    folder_check,
-    guarded,
-    schema_check,
-    space_check,
-)
+from spoolctl.db.backends.base import Check, Driver
+from spoolctl.db.backends.sqlite.engine import peek_uri
+from spoolctl.db.health import CREATES_THE_QUEUE, folder_check, guarded, schema_check, space_check
 
 UNOPENABLE_FIX = (
     "point --db (or SPOOLCTL_DB, config db_path) at the queue; if this file is the queue, "
@@ -26,7 +20,8 @@ UNOPENABLE_FIX = (
 """A file SQLite cannot open (not a database, damaged, unreadable)."""
 
 
-def database_checks(path: Path) -> list[Check]:
+def database_checks(path: Path, driver: Driver) -> list[Check]:
+    """The checks of the queue file at path (`driver`'s, for the schema's)."""
     checks = [folder_check(path.parent), space_check(path.parent)]
     if not path.exists():
         checks.append(missing_check(path))
@@ -46,7 +41,7 @@ def database_checks(path: Path) -> list[Check]:
             for n in ("schema_version", "integrity")
         ]
     else:
-        checks.append(guarded("schema_version", lambda: schema_check(SqliteDriver(path))))
+        checks.append(guarded("schema_version", lambda: schema_check(driver)))
         checks.append(guarded("integrity", lambda: integrity_check(path)))
     return checks
 

@@ -16,7 +16,7 @@ workers, needs the lock itself. So a writer that has waited a while
   those bytes names the process in the way.
 - It is fenced (SIGKILLed, only while its pid and start time still name it,
   then confirmed gone) only when all of these hold, which make it what a
-  reap pass calls hung (`liveness.py`): it is not this process; its command
+  reap pass calls hung (`runner/liveness.py`): it is not this process; its command
   line carries spoolctl's marker; its pid and start time match a row of
   this queue's `workers` table for this machine (read without the lock: in
   WAL mode readers are not blocked); it is stopped (state T); and that row's
@@ -39,9 +39,9 @@ from typing import Any
 
 import psutil
 
-from spoolctl import procs
 from spoolctl.config import Timing, local_clock
 from spoolctl.errors import InvalidInput
+from spoolctl.runner import procs
 
 PROC_LOCKS = Path("/proc/locks")
 WAL_LOCK_BYTES = (120, 128)

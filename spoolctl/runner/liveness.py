@@ -28,7 +28,7 @@ from collections.abc import Container
 from enum import Enum
 from typing import Any
 
-from spoolctl import containment, procs
+from spoolctl.runner import containment, procs
 from spoolctl.services import lease
 from spoolctl.services.reaper import Candidate, OrphanCheck
 

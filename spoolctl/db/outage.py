@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from spoolctl.errors import Unreachable
-from spoolctl.wakeup import Signals, StopRequested, wait_readable
+from spoolctl.runner.wakeup import Signals, StopRequested, wait_readable
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ import os
 import signal
 import time
 
-from spoolctl.wakeup import readable
+from spoolctl.runner.wakeup import readable
 
 RENEWED = b"B\n"
 

@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from spoolctl.containment import cgroup, hierarchy
-from spoolctl.containment.sites import (
+from spoolctl.runner.containment import cgroup, hierarchy
+from spoolctl.runner.containment.sites import (
     ENV,
     UNKNOWN_NAMESPACE,
     Site,

@@ -25,8 +25,8 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from spoolctl.containment import cgroup
-from spoolctl.containment.hierarchy import Layout
+from spoolctl.runner.containment import cgroup
+from spoolctl.runner.containment.hierarchy import Layout
 
 ENV = "SPOOLCTL_CGROUP"
 """`off` keeps process groups; an absolute path names the cgroup subtree to

@@ -18,6 +18,8 @@ it left running in its group gets SIGTERM, the grace period, then SIGKILL,
 before the outcome is known, so nothing of attempt N overlaps attempt N+1.
 Every process of the attempt carries SPOOLCTL_ATTEMPT_TOKEN, by which the
 reaper finds it should this worker die before recording the leader's pid.
+That record (pid, start time, cgroup) is read here and written by
+`services/spawn_record.py`.
 """
 
 from __future__ import annotations
@@ -32,12 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from sqlalchemy import Connection, bindparam, update
+from sqlalchemy import Connection
 
-from spoolctl import containment, procs, spawn
-from spoolctl.db.prepared import Prepared
-from spoolctl.db.tables import attempts
-from spoolctl.services import contained
+from spoolctl.runner import contained, containment, procs, spawn
+from spoolctl.services import spawn_record
 from spoolctl.services.claim import Claim
 from spoolctl.services.outcome import Outcome, signal_name, signal_of
 from spoolctl.states import FailureReason
@@ -175,7 +175,7 @@ class Execution:
             self._leader_exited(now)
         if self.group_ends_at is not None and not self._group_ended(now):
             return None
-        contained.close(self, 0.0)
+        self._close_cell(0.0)
         self.outcome = contained.measured(self._outcome(self.returncode), self.cell, self.usage)
         return self.outcome
 
@@ -280,8 +280,14 @@ class Execution:
         if self.proc is not None:
             self.proc.wait()
             procs.wait_group_gone(self.proc.pid, GROUP_KILL_WAIT_S)
-        contained.close(self, GROUP_KILL_WAIT_S)
+        self._close_cell(GROUP_KILL_WAIT_S)
         self._close_pidfd()
+
+    def _close_cell(self, wait_s: float) -> None:
+        """Keep what the cgroup measured, then kill what is left in it and remove it."""
+        usage = contained.close(self.cell, wait_s)
+        if usage is not None:
+            self.usage = usage
 
     def _close_pidfd(self) -> None:
         if self.pidfd is not None:
@@ -348,28 +354,6 @@ def _pidfd(pid: int) -> int | None:
     return fd
 
 
-_RECORD_SPAWN = Prepared(
-    update(attempts)
-    .where(attempts.c.id == bindparam("b_id"))
-    .values(
-        job_pid=bindparam("b_pid"),
-        job_pgid=bindparam("b_pid"),
-        job_started_at=bindparam("b_started"),
-    )
-)
-_RECORD_CONTAINED = Prepared(
-    update(attempts)
-    .where(attempts.c.id == bindparam("b_id"))
-    .values(
-        job_pid=bindparam("b_pid"),
-        job_pgid=bindparam("b_pid"),
-        job_started_at=bindparam("b_started"),
-        cgroup=bindparam("b_cgroup"),
-    )
-)
-"""The same with the attempt's cgroup, for one its worker contained."""
-
-
 def record_spawns(conn: Connection, executions: list[Execution]) -> None:
     """`record_spawn` for each whose leader has not been waited for, with the
     start time read now. A leader this worker has reaped is gone (its pid may
@@ -383,16 +367,13 @@ def record_spawns(conn: Connection, executions: list[Execution]) -> None:
 
 
 def record_spawn(conn: Connection, execution: Execution, started_at: float | None) -> None:
-    """Store the job's pid, group and start time on its attempt, so a reaper can
-    later kill an orphaned group after checking it is still the same process.
-    Never a pid without its start time (`started_at` None: nothing is
-    written): a reaper could neither confirm such a pid gone nor tell it from
-    a process that took the number since."""
+    """Store the job's pid, group and start time on its attempt
+    (`spawn_record.record`), so a reaper can later kill an orphaned group
+    after checking it is still the same process. Never a pid without its
+    start time (`started_at` None: nothing is written): a reaper could
+    neither confirm such a pid gone nor tell it from a process that took the
+    number since."""
     if execution.proc is None or started_at is None:
         return
-    params = {"b_id": execution.claim.attempt_id, "b_pid": execution.proc.pid}
-    if execution.cell is None:
-        _RECORD_SPAWN.execute(conn, {**params, "b_started": started_at})
-        return
-    cgroup = {"b_cgroup": execution.cell.path}
-    _RECORD_CONTAINED.execute(conn, {**params, "b_started": started_at, **cgroup})
+    cgroup = None if execution.cell is None else execution.cell.path
+    spawn_record.record(conn, execution.claim.attempt_id, execution.proc.pid, started_at, cgroup)

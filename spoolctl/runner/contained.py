@@ -1,4 +1,4 @@
-"""An attempt's cgroup around its spawn and its end (`execute.Execution`'s
+"""An attempt's cgroup around its spawn and its end (`supervise.Execution`'s
 containment part): joining it for the spawn, the memory limit once the
 worker has left, what is left running, what it measured, removing it."""
 
@@ -7,15 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from spoolctl import containment, procs
+from spoolctl.runner import containment, procs
 from spoolctl.services.claim import Claim
 from spoolctl.services.outcome import Outcome
 from spoolctl.states import FailureReason
-
-if TYPE_CHECKING:
-    from spoolctl.services.execute import Execution
 
 
 @contextmanager
@@ -50,12 +46,14 @@ def left_running(pgid: int, cell: containment.Cell | None) -> bool:
     return procs.group_running(pgid)
 
 
-def close(execution: Execution, wait_s: float) -> None:
-    """Read what the cgroup measured, then kill what is left and remove it."""
-    cell = execution.cell
-    if cell is not None and not cell.closed:
-        execution.usage = cell.usage()
-        cell.close(wait_s)
+def close(cell: containment.Cell | None, wait_s: float) -> containment.Usage | None:
+    """Read what the cgroup measured, then kill what is left and remove it;
+    None where there is no open cgroup (nothing measured now)."""
+    if cell is None or cell.closed:
+        return None
+    usage = cell.usage()
+    cell.close(wait_s)
+    return usage
 
 
 def measured(

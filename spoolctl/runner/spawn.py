@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any, Protocol
 
-from spoolctl import procs
+from spoolctl.runner import procs
 
 PATH_CACHE_TTL_S = 1.0
 """How long a PATH lookup is trusted. A remembered program whose spawn
