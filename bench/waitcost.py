@@ -38,7 +38,7 @@ from spoolctl import spawn
 from spoolctl.db.backends import sqlite_at
 from spoolctl.db.engine import HeldConnection
 from spoolctl.db.queue import open_for_write
-from spoolctl.services.claim import claim_up_to
+from spoolctl.services.claim import Claimant, claim_up_to
 from spoolctl.services.execute import open_output
 from spoolctl.services.outcome import Ending, Outcome, record_outcomes
 from spoolctl.wakeup import readable
@@ -79,16 +79,8 @@ def passes(root: Path, count: int, how: str, gap_s: float) -> dict[str, float]:
                         )
                         record_outcomes(conn, [ending], worker_id="bench", now=now)
                     t2 = time.perf_counter()
-                    (previous,) = claim_up_to(
-                        conn,
-                        1,
-                        worker_id="bench",
-                        worker_pid=os.getpid(),
-                        queue="default",
-                        slots=None,
-                        output_root=queue.output_root,
-                        now=now,
-                    )
+                    claimant = Claimant("bench", os.getpid(), "default", queue.output_root)
+                    (previous,) = claim_up_to(conn, claimant, 1, now)
                     t3 = time.perf_counter()
                 t4 = time.perf_counter()
                 for i, span in enumerate((t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
