@@ -15,7 +15,6 @@ of seconds per claim.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import sqlite3
@@ -29,24 +28,17 @@ from pathlib import Path
 def ours(db: Path, reps: int) -> list[float]:
     from spoolctl.db.backends import sqlite_at
     from spoolctl.db.queue import open_for_write
-    from spoolctl.services.claim import claim_next
+    from spoolctl.services.claim import Claimant, claim_up_to
 
     queue_file = open_for_write(sqlite_at(db))
-    known = {
-        "worker_id": "bench-claim",
-        "worker_pid": os.getpid(),
-        "queue": "default",
-        "slots": None,
-        "output_root": queue_file.output_root,
-    }
-    accepted = inspect.signature(claim_next).parameters
-    kwargs = {k: v for k, v in known.items() if k in accepted}
+    claimant = Claimant("bench-claim", os.getpid(), "default", queue_file.output_root)
     samples = []
     with queue_file.engine.connect() as conn, _undoer(db) as undo:
         for _ in range(reps):
             start = time.perf_counter()
             with conn.begin():
-                claim = claim_next(conn, **kwargs, now=time.time())
+                claims = claim_up_to(conn, claimant, 1, time.time())
+            claim = claims[0] if claims else None
             samples.append(time.perf_counter() - start)
             if claim is None:
                 raise SystemExit("claimcost: no due job to claim")

@@ -7,8 +7,7 @@
   ideal, and PostgreSQL / SQLite per pair.
 - fleet:db: the capacity a larger fleet would see, without a process
   spawned: N clients (1, 2, 4, 8, 16, 32 processes), each running the real
-  claim and outcome code (`services.outcome.Recording` and
-  `services.claim.Claiming`, pipelined as in a worker's pass) in a loop of
+  claim and outcome code (`services.settle.settle`, a worker's pass) in a loop of
   write transactions that each record the previous claims' successes and
   claim as many again, as a worker's settle pass does: one job per
   transaction (a worker with one slot), and SLOTS per transaction (a worker
@@ -244,7 +243,7 @@ def database_only(plan: Plan, disk: Target) -> dict[str, Any]:
         "samples": records.samples,
         "server_cpu_s": srv.server_cpu_s() - cpu_before,
         "method": f"N client processes, each in a loop of write transactions that record its "
-        "previous claims as done and claim as many again (Recording, Claiming, pipelined), "
+        "previous claims as done and claim as many again (a worker's pass: settle), "
         f"1 or {SLOTS} jobs per transaction, started together and counted over the same "
         f"{DB_WINDOW_S:g} s window; no job process is spawned.",
     }
@@ -319,13 +318,15 @@ def client(db: str, batch: int) -> None:
     `ready`, reads the window's start from stdin, then in each transaction
     records its previous `batch` claims as done and claims `batch` more until
     the window closes; prints the jobs recorded."""
-    from spoolctl.db.backends import locate, statements
+    from spoolctl.db.backends import locate
     from spoolctl.db.queue import open_for_write
-    from spoolctl.services.claim import Claiming
-    from spoolctl.services.outcome import Ending, Outcome, Recording
+    from spoolctl.services.claim import Claimant
+    from spoolctl.services.outcome import Ending, Outcome
+    from spoolctl.services.settle import settle
 
     queue = open_for_write(locate(db, Path.cwd(), "bench"))
     me = f"bench-db-{os.getpid()}"
+    claimant = Claimant(me, os.getpid(), "default", queue.output_root)
     done = 0
     previous: list[Any] = []
     with queue.engine.connect() as conn:
@@ -343,24 +344,11 @@ def client(db: str, batch: int) -> None:
                     Ending(c.job_id, c.attempt_id, c.attempt_no, Outcome(0, None), os.getpid())
                     for c in previous
                 ]
-                # as a worker's pass does (worker/settle.py): the outcomes and the
+                # a worker's pass (services/settle.py): the outcomes and the
                 # claim sent together, answered in one wait where the backend can
-                with statements(conn).pipeline(conn) as gathered:
-                    recording = Recording(
-                        conn, endings, worker_id=me, now=now, answer_now=not gathered
-                    )
-                    claiming = Claiming(
-                        conn,
-                        batch,
-                        worker_id=me,
-                        worker_pid=os.getpid(),
-                        queue="default",
-                        slots=None,
-                        output_root=queue.output_root,
-                        now=now,
-                    )
-                done += sum(1 for s in recording.states() if s)
-                previous = claiming.claims()
+                settled = settle(conn, claimant, endings, batch, now)
+                done += sum(1 for s in settled.states if s)
+                previous = settled.claims
             if not previous:
                 raise SystemExit("fleet client: the queue ran dry; fill more jobs")
     cpu_s = time.process_time() - cpu_before

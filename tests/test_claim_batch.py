@@ -15,6 +15,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts, job_events, jobs
 from spoolctl.runner import procs
+from spoolctl.runner.capacity import Capacity
 from spoolctl.services import claim, lanes
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import Db
@@ -37,13 +38,11 @@ def add(queue: Queue, **spec: object) -> int:
 
 
 def take(queue: Queue, wanted: int, *, slots: int | None = None) -> list[claim.Claim]:
-    def run(conn: Connection) -> list[claim.Claim]:
-        by = {"worker_id": "w", "worker_pid": 1, "queue": "default"}
-        return claim.claim_up_to(
-            conn, wanted, **by, slots=slots, output_root=queue.output_root, now=time.time()
-        )
-
-    return queue.write(run)
+    """Claim up to `wanted`, as a worker with that many slots free would
+    (within a lane cap of `slots`)."""
+    cap = Capacity(wanted, lane_cap=slots)
+    claimant = claim.Claimant("w", 1, "default", queue.output_root, cap=cap)
+    return queue.write(lambda conn: claim.claim_up_to(conn, claimant, wanted, time.time()))
 
 
 def states(queue: Queue) -> dict[int, str]:

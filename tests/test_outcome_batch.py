@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Connection, select
+from sqlalchemy import select
 
 from spoolctl.cli.queues import open_write
 from spoolctl.db.queue import Queue
@@ -40,11 +40,8 @@ def add(target: Queue, **spec: object) -> int:
 
 
 def take(queue: Queue, wanted: int) -> list[claim.Claim]:
-    def run(conn: Connection) -> list[claim.Claim]:
-        by = {"worker_id": "w", "worker_pid": 1, "queue": "default", "slots": None}
-        return claim.claim_up_to(conn, wanted, **by, output_root=queue.output_root, now=time.time())
-
-    return queue.write(run)
+    claimant = claim.Claimant("w", 1, "default", queue.output_root)
+    return queue.write(lambda conn: claim.claim_up_to(conn, claimant, wanted, time.time()))
 
 
 def record(queue: Queue, endings: list[Ending]) -> list[JobState | None]:

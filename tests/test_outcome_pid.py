@@ -15,7 +15,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts
 from spoolctl.services import claim
-from spoolctl.services.outcome import Outcome, record_outcome
+from spoolctl.services.outcome import Ending, Outcome, record_outcomes
 from spoolctl.services.submit import JobSpec, submit
 from spoolctl.states import FailureReason
 from tests.helpers import Db
@@ -35,9 +35,8 @@ def claimed(queue: Queue) -> claim.Claim:
     queue.write(lambda conn: submit(conn, job, time.time() - 1))
 
     def take(conn: Connection) -> claim.Claim:
-        by = {"worker_id": "w", "worker_pid": 1, "queue": "default", "slots": None}
-        found = claim.claim_next(conn, **by, output_root=queue.output_root, now=time.time())
-        assert found is not None
+        claimant = claim.Claimant("w", 1, "default", queue.output_root)
+        (found,) = claim.claim_up_to(conn, claimant, 1, time.time())
         return found
 
     return queue.write(take)
@@ -45,16 +44,12 @@ def claimed(queue: Queue) -> claim.Claim:
 
 def end(queue: Queue, taken: claim.Claim, outcome: Outcome, pid: int | None) -> object:
     return queue.write(
-        lambda conn: record_outcome(
+        lambda conn: record_outcomes(
             conn,
-            job_id=taken.job_id,
-            attempt_id=taken.attempt_id,
-            attempt_no=taken.attempt_no,
+            [Ending(taken.job_id, taken.attempt_id, taken.attempt_no, outcome, pid)],
             worker_id="w",
-            outcome=outcome,
             now=time.time(),
-            pid=pid,
-        )
+        )[0]
     )
 
 

@@ -31,10 +31,10 @@ import pytest
 from sqlalchemy import Connection
 
 from devtools.pg_server import libpq_url
-from spoolctl.db.backends import statements
 from spoolctl.db.queue import Queue, open_for_write
-from spoolctl.services.claim import Claiming
-from spoolctl.services.outcome import Ending, Outcome, Recording
+from spoolctl.services.claim import Claimant
+from spoolctl.services.outcome import Ending, Outcome
+from spoolctl.services.settle import settle
 from tests.helpers import cli, driver_of
 
 JOBS = 300
@@ -157,20 +157,9 @@ def _pass(conn: Connection, queue: Queue, previous: list[Any]) -> list[Any]:
     endings = [
         Ending(c.job_id, c.attempt_id, c.attempt_no, Outcome(0, None), pid) for c in previous
     ]
-    with statements(conn).pipeline(conn) as gathered:
-        recording = Recording(conn, endings, worker_id="test", now=now, answer_now=not gathered)
-        claiming = Claiming(
-            conn,
-            1,
-            worker_id="test",
-            worker_pid=pid,
-            queue="default",
-            slots=None,
-            output_root=queue.output_root,
-            now=now,
-        )
-    assert all(recording.states())
-    return list(claiming.claims())
+    settled = settle(conn, Claimant("test", pid, "default", queue.output_root), endings, 1, now)
+    assert all(settled.states)
+    return settled.claims
 
 
 @pytest.mark.subprocess

@@ -35,6 +35,7 @@ from sqlalchemy import Connection, Engine, event
 from spoolctl.cli.inspect import page_with_waits
 from spoolctl.db.backends.sqlite import make_engine
 from spoolctl.db.engine import read_tx, write_tx
+from spoolctl.runner.capacity import Capacity
 from spoolctl.services import claim, ledger, prune, query, reaper
 from spoolctl.services.query import JobFilter
 from tests.helpers import rows
@@ -256,15 +257,8 @@ def test_events_prune_reap_and_claim_name_their_indexes(engine: Engine, db: Path
         ledger.read_events(conn, since_id=0, job_id=2, limit=10)
         prune.survey(conn, ("done", "dead", "canceled"), time.time(), output, prune.PruneReport())
         reaper.reap_candidates(conn, time.time(), 30.0)
-        claim.claim_next(
-            conn,
-            worker_id="w1",
-            worker_pid=1,
-            queue="q1",
-            slots=3,
-            output_root=output,
-            now=time.time(),
-        )
+        claimant = claim.Claimant("w1", 1, "q1", output, cap=Capacity(1, lane_cap=3))
+        claim.claim_up_to(conn, claimant, 1, time.time())
 
     plans = plans_of(engine, work)
     assert_indexed(plans)
@@ -328,9 +322,8 @@ def test_read_engine_opens_a_deferred_transaction(db: Path) -> None:
 
 
 def claim_in(conn: Connection, queue: str, output: Path, now: float) -> Any:
-    return claim.claim_next(
-        conn, worker_id="w1", worker_pid=1, queue=queue, slots=None, output_root=output, now=now
-    )
+    found = claim.claim_up_to(conn, claim.Claimant("w1", 1, queue, output), 1, now)
+    return found[0] if found else None
 
 
 def test_waiting_jobs_cost_the_claim_nothing(engine: Engine, db: Path) -> None:

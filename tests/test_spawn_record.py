@@ -27,6 +27,7 @@ from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx
 from spoolctl.db.queue import Queue
 from spoolctl.runner import liveness, procs, supervise
+from spoolctl.runner.capacity import Place
 from spoolctl.services import claim, reaper
 from spoolctl.services.submit import JobSpec, submit
 from spoolctl.worker.reaping import Reaping
@@ -47,17 +48,16 @@ def claimed(queue: Queue, argv: list[str]) -> claim.Claim:
     queue.write(lambda conn: submit(conn, spec, time.time() - 1))
 
     def take(conn: Connection) -> claim.Claim:
-        by = {"worker_id": "w", "worker_pid": os.getpid(), "queue": "default", "slots": None}
-        found = claim.claim_next(conn, **by, output_root=queue.output_root, now=time.time())
-        assert found is not None
+        claimant = claim.Claimant("w", os.getpid(), "default", queue.output_root)
+        (found,) = claim.claim_up_to(conn, claimant, 1, time.time())
         return found
 
     return queue.write(take)
 
 
 def test_no_pid_is_recorded_for_a_job_already_waited_for(queue: Queue, db: Db) -> None:
-    ended = supervise.Execution(claimed(queue, ["true"]), slot=0)
-    running = supervise.Execution(claimed(queue, ["sleep", "30"]), slot=1)
+    ended = supervise.Execution(claimed(queue, ["true"]), Place(0))
+    running = supervise.Execution(claimed(queue, ["sleep", "30"]), Place(1))
     base = supervise.encoded_environment()
     try:
         for execution in (ended, running):

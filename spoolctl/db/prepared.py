@@ -44,6 +44,17 @@ def opened(conn: Connection) -> None:
         opening.now(conn)
 
 
+def _cursor(conn: Connection) -> Any:
+    """A cursor of conn's driver connection, for a statement that bypasses
+    SQLAlchemy's events: the one way `Prepared` runs one, so the
+    transaction's opening goes out first wherever it is still due."""
+    record = conn.connection
+    opening = record.info.pop(OPENING_INFO, None)
+    if opening is not None:
+        opening.now(conn)
+    return record.driver_connection.cursor()  # type: ignore[union-attr]
+
+
 class Prepared:
     """One Core statement, compiled for each dialect on first use."""
 
@@ -64,8 +75,7 @@ class Prepared:
         """Run on the driver cursor; returns that cursor (rowcount, rows)."""
         compiled = self._compiled.get(type(conn.dialect)) or self._compile(conn)
         values = compiled.defaults if not params else {**compiled.defaults, **params}
-        opened(conn)
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = _cursor(conn)
         if compiled.order is None:
             cursor.execute(compiled.sql, values)
         else:
@@ -76,8 +86,7 @@ class Prepared:
         """Run once per parameter set, in one driver call: psycopg sends them
         all in one pipeline (one round trip), sqlite3 loops in C."""
         compiled = self._compiled.get(type(conn.dialect)) or self._compile(conn)
-        opened(conn)
-        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor = _cursor(conn)
         values = [{**compiled.defaults, **row} for row in rows]
         if compiled.order is None:
             cursor.executemany(compiled.sql, values)

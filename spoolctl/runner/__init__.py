@@ -7,6 +7,8 @@ Two tiers, each in its own place in the layer order (ARCHITECTURE.md):
   environment, the spawn), drives its timeout and signals and finds its end;
   `contained.py` is that attempt's cgroup; `liveness.py` judges a stale
   owner and ends what is left of its attempt.
+- capacity, `capacity.py`: a worker's slots, the place each attempt
+  takes and gives back, and a lane cap's arithmetic.
 - the machine's edge, below every other layer but the leaves (the drivers
   use it too): `spawn.py` (posix_spawn, else Popen), `procs.py` (psutil:
   processes, groups, start times, pid spaces), `containment/` (a cgroup per

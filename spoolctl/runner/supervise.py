@@ -37,6 +37,7 @@ from typing import BinaryIO
 from sqlalchemy import Connection
 
 from spoolctl.runner import contained, containment, procs, spawn
+from spoolctl.runner.capacity import Place
 from spoolctl.services import spawn_record
 from spoolctl.services.claim import Claim
 from spoolctl.services.outcome import Outcome, signal_name, signal_of
@@ -71,7 +72,7 @@ def encoded_environment() -> dict[bytes, bytes]:
 
 
 def job_environment(
-    base: Mapping[bytes, bytes], claim: Claim, worker_id: str, slot: int
+    base: Mapping[bytes, bytes], claim: Claim, worker_id: str, place: Place
 ) -> dict[bytes, bytes]:
     """The worker's environment, then the job's --env, then spoolctl's own."""
     env = dict(base)
@@ -82,7 +83,7 @@ def job_environment(
     env[b"SPOOLCTL_ATTEMPT"] = b"%d" % claim.attempt_no
     env[b"SPOOLCTL_QUEUE"] = encode(claim.queue)
     env[b"SPOOLCTL_WORKER_ID"] = encode(worker_id)
-    env[b"SPOOLCTL_SLOT"] = b"%d" % slot
+    env.update(place.environment)  # SPOOLCTL_SLOT
     env[encode(procs.TOKEN_ENV)] = encode(claim.token)
     return env
 
@@ -98,7 +99,8 @@ class Execution:
     """A running attempt, advanced by `poll` from the worker's loop."""
 
     claim: Claim
-    slot: int
+    place: Place
+    """Where it runs in its worker (`runner.capacity`): its slot."""
     proc: spawn.Process | None = None
     started_at: float = 0.0
     deadline: float = 0.0
@@ -143,7 +145,7 @@ class Execution:
                 self.proc = starter.start(
                     self.claim.argv,
                     cwd=self.claim.cwd,
-                    env=job_environment(base_env, self.claim, worker_id, self.slot),
+                    env=job_environment(base_env, self.claim, worker_id, self.place),
                     stdout=out,
                     stderr=err,
                 )

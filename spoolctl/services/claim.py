@@ -1,19 +1,23 @@
-"""The atomic hand-over of queued jobs to one worker (`claim_up_to`: as many
-as it has free slots; `claim_next`: one).
+"""The claim: the atomic hand-over of queued jobs to one worker.
 
 Runs inside the caller's write transaction. On SQLite that is BEGIN
-IMMEDIATE, so the select, the update to running and the attempt insert happen
-under the write lock; on PostgreSQL the select takes the job's row with FOR
-UPDATE SKIP LOCKED (claimants skip each other's rows instead of waiting), and
-the update is still guarded by `state = 'queued'`. Either way two workers can
-never both take one job.
+IMMEDIATE, so the take of the jobs, their attempts and their events happen
+under the write lock; on PostgreSQL the jobs are picked FOR UPDATE SKIP
+LOCKED (claimants skip each other's rows instead of waiting), and the update
+is still guarded by `state = 'queued'`. Either way two workers can never
+both take one job.
+
+Who claims is one value, `Claimant`; `claim_up_to` is the claim, and
+`Claiming` the same in two halves for a pass that sends other statements
+beside it (`services/settle.py`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Select, case, delete, func, select, update
 
@@ -53,8 +57,46 @@ class Claim:
     """The job's --memory and --cpus (enforced where the worker's cgroups can)."""
 
 
-def _claimable_skipping(skip: list[int]) -> Select[Any]:
-    return sql.CLAIMABLE_QUERY.where(jobs.c.id.not_in(skip))
+class LaneCap(Protocol):
+    """A lane's cap (`work --slots`) as a claimant applies it: a worker's
+    `runner.capacity.Capacity`."""
+
+    @property
+    def lane_cap(self) -> int | None:
+        """At most this many of the lane's jobs running fleet-wide (None: no cap)."""
+        ...
+
+    def within_lane_cap(self, wanted: int, running: int) -> int:
+        """How many of `wanted` the cap lets start while `running` run."""
+        ...
+
+
+@dataclass(frozen=True)
+class Claimant:
+    """Who claims, the same for every claim of one worker."""
+
+    worker_id: str
+    worker_pid: int
+    queue: str
+    """The lane it claims from."""
+    output_root: Path
+    """Where its attempts write their output files (`layout.attempt_paths`)."""
+    cap: LaneCap | None = None
+    """The lane's cap it claims within (None: none)."""
+    enforces: tuple[bool, bool] = (False, False)
+    """The limits (memory, cpu) its cgroups can enforce: a job that requires
+    one it cannot is left to another worker."""
+
+    @cached_property
+    def binds(self) -> dict[str, Any]:
+        """The claim statement's values that stay the same from claim to claim."""
+        return {
+            "b_queue": self.queue,
+            "b_worker": self.worker_id,
+            "b_pid": self.worker_pid,
+            "b_root": str(self.output_root),
+            **claim_limits.binds(self.enforces),
+        }
 
 
 def running_in_queue(conn: Connection, queue: str) -> int:
@@ -67,119 +109,51 @@ def running_in_queue(conn: Connection, queue: str) -> int:
     )
 
 
-def claim_next(
-    conn: Connection,
-    *,
-    worker_id: str,
-    worker_pid: int,
-    queue: str,
-    slots: int | None,
-    output_root: Path,
-    now: float,
-) -> Claim | None:
-    """Claim the highest-priority due job of `queue`, or None (`claim_up_to`
-    for one)."""
-    found = claim_up_to(
-        conn,
-        1,
-        worker_id=worker_id,
-        worker_pid=worker_pid,
-        queue=queue,
-        slots=slots,
-        output_root=output_root,
-        now=now,
-    )
-    return found[0] if found else None
+def claim_up_to(conn: Connection, claimant: Claimant, wanted: int, now: float) -> list[Claim]:
+    """Claim up to `wanted` due jobs of the claimant's lane (a worker's free
+    slots), in claim order: priority (high first), then next_run_at, then id.
 
+    Within a lane's cap, no more are claimed than leave that many jobs of the
+    lane running fleet-wide. A job whose stored row is damaged (argv, env,
+    timeout or cwd that are not what the schema promises) is sent to dead
+    unexecuted, with the reason in its last_error, and the next job is
+    tried. A job whose previous attempt was canceled or abandoned while its
+    process still lives stays queued until that process is gone. Nothing is
+    claimed from a paused lane. A job that requires its limits is claimed
+    only when the claimant enforces them.
 
-def claim_up_to(
-    conn: Connection,
-    wanted: int,
-    *,
-    worker_id: str,
-    worker_pid: int,
-    queue: str,
-    slots: int | None,
-    output_root: Path,
-    now: float,
-    enforces: tuple[bool, bool] = (False, False),
-) -> list[Claim]:
-    """Claim up to `wanted` due jobs of `queue` (a worker's free slots), in
-    claim order: priority (high first), then next_run_at, then id.
-
-    With `slots`, no more are claimed than leave that many jobs of the queue
-    running fleet-wide. A job whose stored row is damaged (argv, env, timeout
-    or cwd that are not what the schema promises) is sent to dead unexecuted,
-    with the reason in its last_error, and the next job is tried. A job whose
-    previous attempt was canceled or abandoned while its process still lives
-    stays queued until that process is gone. Nothing is claimed from a paused
-    lane. A job that requires its limits is claimed only when `enforces`
-    (memory, cpu: what this worker's cgroups can limit) covers them.
-
-    The common case is one statement for all of them (`TAKE_NEXT`, which
-    returns what each attempt needs), then each attempt's row and event; where
-    the backend runs writes inside a WITH, one statement for the whole claim
-    (`TAKE_AND_BEGIN`).
-    """
-    return Claiming(
-        conn,
-        wanted,
-        worker_id=worker_id,
-        worker_pid=worker_pid,
-        queue=queue,
-        slots=slots,
-        output_root=output_root,
-        now=now,
-        enforces=enforces,
-    ).claims()
+    The common case is one statement for all of them (`claim_statements.take`:
+    where the backend runs writes inside a WITH, it also creates the
+    attempts and their events; else a statement each follows); where it
+    comes up short, the claim looks again one job at a time."""
+    return Claiming(conn, claimant, wanted, now).claims()
 
 
 class Claiming:
-    """`claim_up_to` in two halves: made, it sends the first claim statement
-    (after the `--slots` count, which it reads); `claims()` reads its answer
+    """`claim_up_to` in two halves: made, it sends the claim's statement
+    (after the lane cap's count, which it reads); `claims()` reads its answer
     and claims the rest. In a pipeline (`Statements.pipeline`), statements
     sent before `claims()` is called share that statement's round trip. Where
     the statement came up short, `claims()` looks again one job at a time,
     and so sees what the caller did meanwhile (a pass: releasing the jobs
     that waited for its successes)."""
 
-    def __init__(
-        self,
-        conn: Connection,
-        wanted: int,
-        *,
-        worker_id: str,
-        worker_pid: int,
-        queue: str,
-        slots: int | None,
-        output_root: Path,
-        now: float,
-        enforces: tuple[bool, bool] = (False, False),
-    ) -> None:
-        if slots is not None:
-            statements(conn).before_slot_count(conn, queue)
-            wanted = min(wanted, slots - running_in_queue(conn, queue))
-        self._conn, self._wanted, self._now = conn, wanted, now
-        self._by: _By = (worker_id, worker_pid, queue, output_root, now, enforces)
-        self._taken = {
-            "b_queue": queue,
-            "b_now": now,
-            "b_worker": worker_id,
-            "b_pid": worker_pid,
-            **claim_limits.binds(enforces),
-        }
-        self._begun = statements(conn).writes_in_with()
-        if self._begun:
-            self._taken["b_root"] = str(output_root)
+    def __init__(self, conn: Connection, claimant: Claimant, wanted: int, now: float) -> None:
+        cap = claimant.cap
+        if cap is not None and cap.lane_cap is not None:
+            statements(conn).before_slot_count(conn, claimant.queue)
+            wanted = cap.within_lane_cap(wanted, running_in_queue(conn, claimant.queue))
+        self._conn, self._claimant, self._wanted, self._now = conn, claimant, wanted, now
+        self._take, self._begins = sql.take(conn)
         self._sent = self._send(wanted) if wanted > 0 else None
 
     def _send(self, asked: int) -> tuple[int, Sent]:
-        statement = sql.TAKE_AND_BEGIN if self._begun else sql.TAKE_NEXT
-        return asked, statement.send(self._conn, {**self._taken, "b_limit": asked})
+        params = {**self._claimant.binds, "b_now": self._now, "b_limit": asked}
+        return asked, self._take.send(self._conn, params)
 
     def claims(self) -> list[Claim]:
         """The jobs claimed, in claim order."""
-        conn, wanted, begun = self._conn, self._wanted, self._begun
+        conn, wanted, begins, now = self._conn, self._wanted, self._begins, self._now
         claims: list[Claim] = []
         while self._sent is not None:
             asked, sent = self._sent
@@ -190,17 +164,17 @@ class Claiming:
                 try:
                     decoded = _decode(row)
                 except codec.DamagedValue as exc:
-                    if begun:
+                    if begins:
                         _unbegin(conn, row)
-                    _quarantine(conn, row.id, str(exc), self._now)
+                    _quarantine(conn, row.id, str(exc), now)
                     continue
-                number = row.attempt_no if begun else 1 if row.last_no is None else row.last_no + 1
+                number = row.attempt_no if begins else 1 if row.last_no is None else row.last_no + 1
                 sound.append((row, number, decoded))
-            claims += _begin_attempts(conn, sound, self._by, begun=begun)
+            claims += _begin_attempts(conn, sound, self._claimant, now, begun=begins)
             more = len(rows) == asked and len(claims) < wanted
             self._sent = self._send(wanted - len(claims)) if more else None
         while len(claims) < wanted:
-            claim = _claim_slowly(conn, self._by)
+            claim = _look_again(conn, self._claimant, now)
             if claim is None:
                 break
             claims.append(claim)
@@ -208,9 +182,6 @@ class Claiming:
 
 
 _Decoded = tuple[list[str], dict[str, str], int, str | None]
-_By = tuple[str, int, str, Path, float, tuple[bool, bool]]
-"""Who claims and when: worker id, worker pid, queue, output root, now, and
-the limits (memory, cpu) the worker can enforce."""
 
 
 def _decode(row: Any) -> _Decoded:
@@ -223,17 +194,21 @@ def _decode(row: Any) -> _Decoded:
     )
 
 
-def _claim_slowly(conn: Connection, by: _By) -> Claim | None:
-    """The claim when the first due job could not be taken in one statement:
-    the lane is paused, it has nothing due, or its first job's previous
-    attempt was ended elsewhere (checked here for a lingering process, in
-    claim order, skipping such jobs one by one)."""
-    worker_id, worker_pid, queue, _, now, enforces = by
+def _claimable_skipping(skip: list[int]) -> Select[Any]:
+    return sql.CLAIMABLE_QUERY.where(jobs.c.id.not_in(skip))
+
+
+def _look_again(conn: Connection, claimant: Claimant, now: float) -> Claim | None:
+    """One job, where the claim's statement came up short: the lane is
+    paused, it has nothing due, or its first job's previous attempt was
+    ended elsewhere (checked here for a lingering process, in claim order,
+    skipping such jobs one by one)."""
+    queue = claimant.queue
     if is_paused(conn, queue):
         return None
     skip: list[int] = []
     while True:
-        params = {"queue": queue, "now": now, **claim_limits.binds(enforces, "")}
+        params = {"queue": queue, "now": now, **claim_limits.binds(claimant.enforces, "")}
         if skip:
             row = conn.execute(_claimable_skipping(skip), params).first()
         else:
@@ -249,10 +224,10 @@ def _claim_slowly(conn: Connection, by: _By) -> Claim | None:
         except codec.DamagedValue as exc:
             _quarantine(conn, row.id, str(exc), now)
             continue
-        taken = {"b_id": row.id, "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
-        sql.TAKE.execute(conn, taken)
+        taken = {"b_id": row.id, "b_worker": claimant.worker_id, "b_pid": claimant.worker_pid}
+        sql.TAKE.execute(conn, {**taken, "b_now": now})
         attempt_no = 1 if previous is None else previous.attempt_no + 1
-        return _begin_attempts(conn, [(row, attempt_no, decoded)], by)[0]
+        return _begin_attempts(conn, [(row, attempt_no, decoded)], claimant, now)[0]
 
 
 _Taken = tuple[Any, int, _Decoded]
@@ -260,21 +235,22 @@ _Taken = tuple[Any, int, _Decoded]
 
 
 def _begin_attempts(
-    conn: Connection, taken: list[_Taken], by: _By, *, begun: bool = False
+    conn: Connection, taken: list[_Taken], claimant: Claimant, now: float, *, begun: bool = False
 ) -> list[Claim]:
     """The taken jobs' attempt rows and their `claimed` events (a statement
     each for all of them; `begun`: the claim's statement made both), in the
-    order given; and for a job with limits this worker cannot enforce,
-    `limits_not_enforced`. by: who claims, and when."""
+    order given; and for a job with limits the claimant cannot enforce,
+    `limits_not_enforced`."""
     if not taken:
         return []
-    worker_id, _, queue, output_root, now, enforces = by
+    worker_id, enforces = claimant.worker_id, claimant.enforces
     if begun:
         paths = [(row.stdout_path, row.stderr_path) for row, _, _ in taken]
         made = {row.id: int(row.attempt_id) for row, _, _ in taken}
     else:
-        paths = [layout.attempt_paths(output_root, row.id, no) for row, no, _ in taken]
-        made = _insert_attempts(conn, taken, paths, by)
+        root = claimant.output_root
+        paths = [layout.attempt_paths(root, row.id, no) for row, no, _ in taken]
+        made = _insert_attempts(conn, taken, paths, claimant, now)
     claims = []
     for (row, attempt_no, decoded), (stdout_path, stderr_path) in zip(taken, paths, strict=True):
         argv, env, timeout_seconds, cwd = decoded
@@ -292,7 +268,7 @@ def _begin_attempts(
                 cwd=cwd,
                 env=env,
                 timeout_seconds=timeout_seconds,
-                queue=queue,
+                queue=claimant.queue,
                 stdout_path=stdout_path,
                 stderr_path=stderr_path,
                 token=attempt_token(worker_id, attempt_id, now),
@@ -303,15 +279,20 @@ def _begin_attempts(
 
 
 def _insert_attempts(
-    conn: Connection, taken: list[_Taken], paths: list[tuple[str, str]], by: _By
+    conn: Connection,
+    taken: list[_Taken],
+    paths: list[tuple[str, str]],
+    claimant: Claimant,
+    now: float,
 ) -> dict[int, int]:
     """The attempts' rows and `claimed` events: each job's new attempt id."""
-    worker_id, worker_pid, _, _, now, _ = by
+    worker_id = claimant.worker_id
     items = [
         {"b_job": row.id, "b_no": no, "b_stdout": stdout, "b_stderr": stderr}
         for (row, no, _), (stdout, stderr) in zip(taken, paths, strict=True)
     ]
-    params = {**item_binds(items), "b_worker": worker_id, "b_pid": worker_pid, "b_now": now}
+    params = {**item_binds(items), "b_worker": worker_id, "b_pid": claimant.worker_pid}
+    params["b_now"] = now
     made = {r.job_id: int(r.id) for r in sql.INSERT_ATTEMPTS.of(len(taken)).all(conn, params)}
     record_events(
         conn,
@@ -324,17 +305,18 @@ def _insert_attempts(
 
 
 def _unbegin(conn: Connection, row: Any) -> None:
-    """Take back the attempt and the `claimed` event `TAKE_AND_BEGIN` made for a
-    job whose row turned out damaged, in the same transaction: nothing of the
-    claim remains, as if it had been quarantined before its attempt began."""
+    """Take back the attempt and the `claimed` event the claim's statement
+    made for a job whose row turned out damaged, in the same transaction:
+    nothing of the claim remains, as if it had been quarantined before its
+    attempt began."""
     conn.execute(delete(job_events).where(job_events.c.id == row.event_id))
     conn.execute(delete(attempts).where(attempts.c.id == row.attempt_id))
 
 
 def _quarantine(conn: Connection, job_id: int, problem: str, now: float) -> None:
     """A job whose stored command cannot be trusted goes to dead, unexecuted:
-    from queued (the slow path), or from the running state `_TAKE_NEXT` has
-    just given it in this transaction (no attempt exists for that claim)."""
+    from queued (one job at a time), or from the running state the claim's
+    statement has just given it in this transaction."""
     conn.execute(
         update(jobs)
         .where(

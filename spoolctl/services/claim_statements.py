@@ -1,10 +1,13 @@
 """The claim's statements, built once (the hot path binds values).
 
-`TAKE_NEXT` takes the lane's first due jobs in one statement; where the
-backend runs writes inside a WITH (PostgreSQL), `TAKE_AND_BEGIN` also creates
-their attempts and writes their `claimed` events in the same statement, one
-round trip for the whole claim. `services/claim.py` decides which to use and
-handles what neither can (damaged rows, attempts ended elsewhere).
+The claim is one statement, `take(conn)` says which form: `TAKE_NEXT` takes
+the lane's first due jobs; where the backend runs writes inside a WITH
+(PostgreSQL), `TAKE_AND_BEGIN` also creates their attempts and writes their
+`claimed` events in the same statement, one round trip for the whole claim
+(elsewhere `INSERT_ATTEMPTS` and the events follow). `CLAIMABLE` and `TAKE`
+look again one job at a time where the claim came up short.
+`services/claim.py` runs them and handles what they cannot (damaged rows,
+attempts ended elsewhere).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     Text,
     bindparam,
     exists,
@@ -25,6 +29,7 @@ from sqlalchemy import (
 )
 
 from spoolctl import layout
+from spoolctl.db.backends import statements
 from spoolctl.db.backends.base import STREAMS
 from spoolctl.db.prepared import Prepared, PreparedFor, item_bind
 from spoolctl.db.tables import attempts, job_events, jobs, lanes
@@ -149,7 +154,7 @@ def _take_next(allowed: ColumnElement[bool]) -> Any:
     """The common claim in one statement: the lane's first `b_limit` due jobs
     in claim order become running, except any whose newest attempt was ended
     by someone else (its process may linger), and none from a paused lane.
-    When it takes fewer than asked, the slow path (`claim._claim_slowly`)
+    When it takes fewer than asked, the claim (`claim._look_again`)
     looks again in claim order, one job at a time, so a job it passed over is
     still taken before any that comes after it. Rows come back in no
     particular order: sorted after.
@@ -265,3 +270,10 @@ TAKE_AND_BEGIN = Prepared(_take_and_begin())
 runs writes inside a WITH (`Statements.writes_in_with`): each row is a taken
 job with its new attempt's id, number and output paths, and the id of its
 `claimed` event (a damaged row's claim is undone by them)."""
+
+
+def take(conn: Connection) -> tuple[Prepared, bool]:
+    """The claim's statement in the form conn's backend runs, and whether it
+    also begins the attempts (`TAKE_AND_BEGIN`) or they follow (`TAKE_NEXT`)."""
+    begins = statements(conn).writes_in_with()
+    return (TAKE_AND_BEGIN if begins else TAKE_NEXT), begins

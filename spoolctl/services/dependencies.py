@@ -14,7 +14,7 @@ when a job with such parents becomes queued its env gets SPOOLCTL_PARENTS
 (`12:dead,13:done`: every parent and how it ended).
 
 Every function runs inside the caller's transaction: the transition functions
-(record_successes, requeue_or_dead, dead_letter, cancel, the claim's
+(record_outcomes, requeue_or_dead, dead_letter, cancel, the claim's
 quarantine, requeue) call these so a state change and its consequences for
 dependents commit together.
 """

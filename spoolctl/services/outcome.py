@@ -14,7 +14,6 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Sent, item_binds
 from spoolctl.services import outcome_statements as sql
 from spoolctl.services.deadletter import requeue_or_dead
@@ -90,29 +89,15 @@ class Ending:
     pid: int | None = None
 
 
-def record_outcome(
-    conn: Connection,
-    *,
-    job_id: int,
-    attempt_id: int,
-    attempt_no: int,
-    worker_id: str,
-    outcome: Outcome,
-    now: float,
-    pid: int | None = None,
-) -> JobState | None:
-    """Record the end of an attempt; None if this worker no longer owns it."""
-    ending = Ending(job_id, attempt_id, attempt_no, outcome, pid)
-    return record_outcomes(conn, [ending], worker_id=worker_id, now=now)[0]
-
-
 def record_outcomes(
     conn: Connection, endings: Sequence[Ending], *, worker_id: str, now: float
 ) -> list[JobState | None]:
     """Record the ends of a worker's attempts, each job's state after it (None
     where this worker no longer owns it) in the order given. The successes are
-    recorded together, a statement per table for all of them; a failure's
-    retry or dead-letter is decided one by one."""
+    recorded together, a statement per table for all of them (one for the
+    three where the backend runs writes inside a WITH:
+    `outcome_statements.mark_done`), then the jobs that waited for them are
+    released; a failure's retry or dead-letter is decided one by one."""
     return Recording(conn, endings, worker_id=worker_id, now=now, answer_now=True).states()
 
 
@@ -164,7 +149,8 @@ class Recording:
 
 
 class _Successes:
-    """`record_successes`, sent: `flags()` reads the answer (once)."""
+    """A pass's successes, sent (`_mark_done`): `flags()` reads the answer
+    (once) and releases the jobs that waited for them."""
 
     def __init__(
         self, conn: Connection, endings: Sequence[Ending], *, worker_id: str, now: float
@@ -177,11 +163,7 @@ class _Successes:
             (self._again if e.job_id in seen else self._batch).append(i)
             seen.add(e.job_id)
         first = [endings[i] for i in self._batch]
-        self._marked: Sent | list[Any] = []
-        if first and statements(conn).writes_in_with():
-            self._marked = _mark_done_and_finish(conn, first, worker_id, now)
-        elif first:
-            self._marked = _mark_done_then_finish(conn, first, worker_id, now)
+        self._marked = _mark_done(conn, first, worker_id, now) if first else []
         self._flags: list[bool] | None = None
 
     def flags(self) -> list[bool]:
@@ -249,27 +231,22 @@ def _owned_job(conn: Connection, job_id: int, attempt_id: int, worker_id: str) -
     return sql.OWNED_JOB.first(conn, params)
 
 
-def record_successes(
-    conn: Connection, endings: Sequence[Ending], *, worker_id: str, now: float
-) -> list[bool]:
-    """These attempts succeeded and their jobs are done, where this worker still
-    owns both (a stale outcome of a canceled attempt never touches a job the
-    same worker claimed again); returns, for each, whether it was recorded.
-    One statement per table for all of them: the jobs (which also says which
-    have dependents), the attempts, the events (the three are one statement
-    where the backend runs writes inside a WITH), and where some job depends
-    on one of them, the dependents waiting."""
-    return _Successes(conn, endings, worker_id=worker_id, now=now).flags()
-
-
-def _mark_done_then_finish(
+def _mark_done(
     conn: Connection, endings: Sequence[Ending], worker_id: str, now: float
-) -> list[Any]:
-    """`record_successes` for endings naming distinct jobs: the jobs marked
-    (their `MARK_DONE` rows), then those jobs' attempts and events."""
-    items = [{"b_id": e.job_id, "b_attempt": e.attempt_id} for e in endings]
+) -> Sent | list[Any]:
+    """These successes' jobs marked done (`outcome_statements.mark_done`),
+    where this worker still owns both job and attempt (a stale outcome of a
+    canceled attempt never touches a job the same worker claimed again);
+    for endings naming distinct jobs. Where the statement also finishes the
+    attempts and writes the events, its rows are not read yet; else they are
+    read, and the attempts and events of the jobs it marked follow, a
+    statement each for all of them."""
+    statement, finishes = sql.mark_done(conn, len(endings))
+    items = [_marking(place, e, finishes) for place, e in enumerate(endings)]
     params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
-    marked = sql.MARK_DONE.of(len(endings)).all(conn, params)
+    if finishes:
+        return statement.send(conn, params)
+    marked = statement.all(conn, params)
     done = {int(row.id) for row in marked}
     recorded = [e for e in endings if e.job_id in done]
     _finish_attempts(
@@ -285,27 +262,19 @@ def _mark_done_then_finish(
     return marked
 
 
-def _mark_done_and_finish(
-    conn: Connection, endings: Sequence[Ending], worker_id: str, now: float
-) -> Sent:
-    """The same in one statement (`MARK_DONE_AND_FINISH`), its rows not read yet."""
-    items = []
-    for place, e in enumerate(endings):
-        contained = e.outcome.cgroup is not None
-        items.append(
-            {
-                "b_ord": place,
-                "b_job_id": e.job_id,
-                "b_attempt_id": e.attempt_id,
-                "b_pid": e.pid,
-                "b_contained": int(contained),
-                "b_cgroup": e.outcome.cgroup,
-                "b_peak": e.outcome.peak_memory_bytes,
-                "b_cpu": e.outcome.cpu_time_s,
-            }
-        )
-    params = {**item_binds(items), "b_worker": worker_id, "b_now": now}
-    return sql.MARK_DONE_AND_FINISH.of(len(endings)).send(conn, params)
+def _marking(place: int, e: Ending, finishes: bool) -> dict[str, Any]:
+    """One success's values in `mark_done`'s statement; where it finishes
+    the attempt too, its place in the pass, process and what its cgroup
+    measured as well."""
+    item: dict[str, Any] = {"b_job_id": e.job_id, "b_attempt_id": e.attempt_id}
+    if finishes:
+        item["b_ord"] = place
+        item["b_pid"] = e.pid
+        item["b_contained"] = int(e.outcome.cgroup is not None)
+        item["b_cgroup"] = e.outcome.cgroup
+        item["b_peak"] = e.outcome.peak_memory_bytes
+        item["b_cpu"] = e.outcome.cpu_time_s
+    return item
 
 
 def record_failure(

@@ -1,10 +1,13 @@
 """The statements that record attempts' ends, built once (the hot path binds
 values).
 
-`MARK_DONE` marks a pass's successful jobs done; the attempts and events
-follow in a statement each. Where the backend runs writes inside a WITH
-(PostgreSQL), `MARK_DONE_AND_FINISH` does all three in one statement, one
-round trip for a pass's successes. `services/outcome.py` decides which.
+A pass's successes are one statement, `mark_done(conn, n)` says which form:
+`MARK_DONE` marks the jobs done, and the attempts and events follow in a
+statement each (`FINISH_ATTEMPT`, `FINISH_CONTAINED`, the events); where the
+backend runs writes inside a WITH (PostgreSQL), `MARK_DONE_AND_FINISH` does
+all three in one statement, one round trip for a pass's successes. Both
+bind each success's `b_job_id_i` and `b_attempt_id_i`. `services/outcome.py`
+runs them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    Connection,
     Float,
     Integer,
     Text,
@@ -29,6 +33,7 @@ from sqlalchemy import (
     values,
 )
 
+from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Prepared, PreparedFor, item_bind
 from spoolctl.db.tables import Int, attempts, job_events, jobs
 from spoolctl.services import dependencies
@@ -136,9 +141,9 @@ def _done(job_ids: Any, running: Any) -> Any:
 
 
 def _mark_done(n: int) -> Any:
-    """n jobs done (`_done`), named by binds b_id_i and b_attempt_i."""
-    job_ids: list[Any] = [bindparam(item_bind("b_id", i)) for i in range(n)]
-    attempt_ids: list[Any] = [bindparam(item_bind("b_attempt", i)) for i in range(n)]
+    """n jobs done (`_done`), named by binds b_job_id_i and b_attempt_id_i."""
+    job_ids: list[Any] = [bindparam(item_bind("b_job_id", i)) for i in range(n)]
+    attempt_ids: list[Any] = [bindparam(item_bind("b_attempt_id", i)) for i in range(n)]
     return _done(job_ids, _running_among(attempt_ids))
 
 
@@ -220,3 +225,11 @@ def _mark_done_and_finish(n: int) -> Any:
 MARK_DONE_AND_FINISH = PreparedFor(_mark_done_and_finish)
 """A pass's successes in one round trip, where the backend runs writes inside
 a WITH (`Statements.writes_in_with`)."""
+
+
+def mark_done(conn: Connection, n: int) -> tuple[Prepared, bool]:
+    """The statement that records n successes in the form conn's backend
+    runs, and whether it also finishes their attempts and writes their events
+    (`MARK_DONE_AND_FINISH`) or those follow (`MARK_DONE`)."""
+    finishes = statements(conn).writes_in_with()
+    return (MARK_DONE_AND_FINISH if finishes else MARK_DONE).of(n), finishes

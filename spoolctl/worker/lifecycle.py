@@ -82,7 +82,7 @@ def retire(shift: Shift) -> None:
     for execution in list(shift.running.values()):
         execution.kill_now()
         execution.wait_blocking()
-    shift.running.clear()
+    shift.forget_running()
     shift.cells.close()
     if shift.db_gone:
         return

@@ -124,6 +124,7 @@ class Worker:
             shift.guard = shift.queue.driver.lease_guard(hang * GUARD_FENCE_SHARE)
         try:
             shift.cells = self.reaping.cells = containment.Containment.for_worker(shift.worker_id)
+            self.settler.contain(shift.cells)
             self._tell_containment(shift.cells.status)
             try:
                 self._loop(watch)
@@ -191,7 +192,7 @@ class Worker:
         """How many jobs to try to claim now (0: none); `ended` attempts are
         about to free their slots."""
         shift, settler = self.shift, self.settler
-        free = shift.options.concurrency - len(shift.running) + ended
+        free = shift.capacity.take(ending=ended)
         if not self._claiming() or shift.fenced or free <= 0:
             return 0
         look = ended > 0 or not settler.exhausted or watch.changed()  # its check last: a read
@@ -229,7 +230,7 @@ class Worker:
             self.settler.settle_and_claim(shift.clock(), shift.ended(shift.clock()), 0)
             if shift.running:
                 time.sleep(max(shift.backoff.retry_s, RETRY_FIRST_S))
-        shift.running.clear()
+        shift.forget_running()
 
     def _wait(self, now: float) -> None:
         """Sleep until a job ends, a signal comes, or the next thing is due.
@@ -239,7 +240,7 @@ class Worker:
         wake = min(duty.due_at() for duty in [self.heartbeat, *self.duties])
         if any(e.outcome is not None for e in shift.running.values()):
             wake = now  # to be recorded
-        idle = len(shift.running) < shift.options.concurrency and self._claiming()
+        idle = shift.capacity.idle and self._claiming()
         watch = self._watch
         watch_fd = None if watch is None else watch.fileno()
         if idle and watch is not None:  # the watch knows how soon it must look again

@@ -1,18 +1,20 @@
 """Recording ended attempts and claiming the next, in one short write
-transaction per pass (the reap pass first: a stale job due for judging is
-judged before anything is claimed), and starting what was claimed."""
+transaction per pass (`services/settle.py`; the reap pass first: a stale job
+due for judging is judged before anything is claimed), and starting what was
+claimed in a place of the worker's capacity."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from sqlalchemy import Connection
 
-from spoolctl.db.backends import statements
-from spoolctl.runner import supervise
-from spoolctl.services import claim as claiming
-from spoolctl.services import due
-from spoolctl.services.outcome import Ending, Outcome, Recording
+from spoolctl.runner import containment, supervise
+from spoolctl.services import reaper
+from spoolctl.services.claim import Claim, Claimant
+from spoolctl.services.outcome import Ending, Outcome
+from spoolctl.services.settle import Settled, settle
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
 from spoolctl.worker.spin import Spin
@@ -21,13 +23,21 @@ Ended = list[tuple[supervise.Execution, Outcome]]
 
 
 class Settler:
-    """Claims for one worker: when to look again (`next_claim_at`, and
-    whether the last look found the lane exhausted), and the pass that
-    records and claims."""
+    """Claims for one worker: who claims (`claimant`), when to look again
+    (`next_claim_at`, and whether the last look found the lane exhausted),
+    and the pass that records and claims."""
 
     def __init__(self, shift: Shift, reaping: Reaping) -> None:
         self.shift = shift
         self.reaping = reaping
+        self.claimant = Claimant(
+            shift.worker_id,
+            shift.identity.pid,
+            shift.options.queue,
+            shift.queue.output_root,
+            cap=shift.capacity,
+        )
+        """Fixed as the worker starts; what its cells enforce once probed (`contain`)."""
         self.next_claim_at = 0.0
         self.exhausted = False
         self.job_env = supervise.encoded_environment()
@@ -35,7 +45,11 @@ class Settler:
         self.spin = Spin()
         """Whether the wait for the ends of the jobs started looks without sleeping first."""
 
-    def settle_and_claim(self, now: float, ended: Ended, wanted: int) -> list[claiming.Claim]:
+    def contain(self, cells: containment.Containment) -> None:
+        """The worker contains its attempts in `cells`: claim what they can enforce."""
+        self.claimant = replace(self.claimant, enforces=cells.enforces)
+
+    def settle_and_claim(self, now: float, ended: Ended, wanted: int) -> list[Claim]:
         """Record ended attempts and claim up to `wanted` (plus the slots they
         free) in one write transaction. Nothing is lost when the write fails:
         ended attempts stay in `running` and are recorded on a later pass.
@@ -45,22 +59,24 @@ class Settler:
         shift = self.shift
         for execution, _ in ended:
             self.spin.ended(now - execution.started_at)
+        riding = self._spawns_riding(ended, now)
+        scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
+        stale: list[reaper.Candidate] = []
+
+        def beside(conn: Connection) -> bool:
+            """The spawn records riding with this pass, and the stale scan:
+            a claim waits for the reap of what it found."""
+            nonlocal stale
+            supervise.record_spawns(conn, riding)
+            stale = self.reaping.stale(conn, now, shift) if scan else []
+            return not stale
+
+        endings = [_ending(execution, outcome) for execution, outcome in ended]
         try:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
-                with statements(conn).pipeline(conn) as gathered:  # its end: one wait for all
-                    self._store_last_output(conn, ended)
-                    recording = self._settle(conn, ended, now, answer_now=not gathered)
-                    riding = self._spawns_riding(ended, now)
-                    supervise.record_spawns(conn, riding)
-                    scan = wanted > 0 and now - shift.last_reap_pass >= shift.beat_every
-                    stale = self.reaping.stale(conn, now, shift) if scan else []
-                    claiming = None if stale else self._claiming(conn, now, wanted)
-                # the outcomes first: where the claim sent beside them came up
-                # short, its next look sees the jobs their successes released
-                states = recording.states()  # None: the attempt was no longer ours
-                claims = [] if claiming is None else claiming.claims()
-                if claiming is not None:
-                    self._claimed(conn, now, wanted, claims)
+                settled = settle(
+                    conn, self.claimant, endings, wanted, now, output=shift.output, beside=beside
+                )
         except TRANSIENT:
             shift.output.failed()
             shift.backoff.failed(now)
@@ -69,14 +85,16 @@ class Settler:
         shift.output.landed()
         for execution in riding:
             execution.spawn_recorded = True
-        for (execution, outcome), state in zip(ended, states, strict=True):
+        for (execution, outcome), state in zip(ended, settled.states, strict=True):
             shift.finished_one(execution, outcome, state)
+        if settled.claimed:
+            self._claimed(now, wanted, settled)
         if scan:
             shift.last_reap_pass = now
         if stale:
             self.reaping.reap(stale, now, shift)
-            claims = self._claim_only(now, wanted)
-        return claims
+            return self._claim_only(now, wanted)
+        return settled.claims
 
     def _spawns_riding(self, ended: Ended, now: float) -> list[supervise.Execution]:
         """The due spawn records of jobs still running: they ride with this
@@ -85,76 +103,31 @@ class Settler:
         due = self.shift.spawns_unrecorded(now, supervise.SPAWN_RECORD_DELAY_S)
         return [e for e in due if e.claim.job_id not in over]
 
-    def _store_last_output(self, conn: Connection, ended: Ended) -> None:
-        """An ended attempt's remaining output is stored (where the writer
-        stores any) in the transaction that records its outcome, so whoever
-        sees it ended finds all of its output in the database."""
-        if ended:
-            ids = [execution.claim.attempt_id for execution, _ in ended]
-            self.shift.output.copy(conn, ids, final=True)
-
-    def _settle(self, conn: Connection, ended: Ended, now: float, *, answer_now: bool) -> Recording:
-        """Record the ended attempts together (`Recording.states` reads the
-        answer). A job whose spawn was not recorded yet has its pid stored with
-        its end."""
-        endings = [
-            Ending(
-                execution.claim.job_id,
-                execution.claim.attempt_id,
-                execution.claim.attempt_no,
-                outcome,
-                None if execution.spawn_recorded else execution.pid,
-            )
-            for execution, outcome in ended
-        ]
-        return Recording(
-            conn, endings, worker_id=self.shift.worker_id, now=now, answer_now=answer_now
-        )
-
-    def _claiming(self, conn: Connection, now: float, wanted: int) -> claiming.Claiming:
-        shift = self.shift
-        return claiming.Claiming(
-            conn,
-            wanted,
-            worker_id=shift.worker_id,
-            worker_pid=shift.identity.pid,
-            queue=shift.options.queue,
-            slots=shift.options.slots,
-            output_root=shift.output_root,
-            now=now,
-            enforces=shift.cells.enforces,
-        )
-
-    def _claimed(
-        self, conn: Connection, now: float, wanted: int, claims: list[claiming.Claim]
-    ) -> None:
-        self.exhausted = len(claims) < wanted
+    def _claimed(self, now: float, wanted: int, settled: Settled) -> None:
+        self.exhausted = len(settled.claims) < wanted
         if self.exhausted:
-            self.next_claim_at = self._next_claim_time(conn, now)
+            due_at = settled.next_due_at
+            fallback = now + self.shift.options.poll_interval_s
+            self.next_claim_at = (
+                fallback if due_at is None or due_at <= now else min(due_at, fallback)
+            )
 
-    def _claim_in(self, conn: Connection, now: float, wanted: int) -> list[claiming.Claim]:
-        claims = self._claiming(conn, now, wanted).claims()
-        self._claimed(conn, now, wanted, claims)
-        return claims
-
-    def _claim_only(self, now: float, wanted: int) -> list[claiming.Claim]:
+    def _claim_only(self, now: float, wanted: int) -> list[Claim]:
         try:
             with self.shift.report.timings.db, self.shift.held.write_tx(LOCK_SLICE_S) as conn:
-                return self._claim_in(conn, now, wanted)
+                settled = settle(conn, self.claimant, [], wanted, now)
         except TRANSIENT:
             self.shift.backoff.failed(now)
             return []
+        self._claimed(now, wanted, settled)
+        return settled.claims
 
-    def _next_claim_time(self, conn: Connection, now: float) -> float:
-        due_at = due.next_due_at(conn, self.shift.options.queue)
-        fallback = now + self.shift.options.poll_interval_s
-        return fallback if due_at is None or due_at <= now else min(due_at, fallback)
-
-    def start(self, claim: claiming.Claim, now: float) -> None:
-        """Spawn a claimed job (its claim committed first) in a free slot."""
+    def start(self, claim: Claim, now: float) -> None:
+        """Spawn a claimed job (its claim committed first) in a place of the
+        worker's capacity (released when its end is recorded)."""
         shift = self.shift
         shift.report.claimed += 1
-        execution = supervise.Execution(claim, shift.free_slot())
+        execution = supervise.Execution(claim, shift.capacity.allocate(claim))
         with shift.report.timings.spawn:
             execution.start(self.job_env, shift.worker_id, now, cells=shift.cells)
         shift.running[claim.job_id] = execution
@@ -170,10 +143,18 @@ class Settler:
                     "attempt_id": claim.attempt_id,
                     "attempt_no": claim.attempt_no,
                     "pid": execution.pid,
-                    "slot": execution.slot,
+                    "slot": execution.place.slot,
                     "error": execution.spawn_error,
                 }
             )
         shift.output.track(
             claim.attempt_id, {"stdout": claim.stdout_path, "stderr": claim.stderr_path}
         )
+
+
+def _ending(execution: supervise.Execution, outcome: Outcome) -> Ending:
+    """An ended attempt as its outcome is recorded: a job whose spawn was not
+    recorded yet has its pid stored with its end."""
+    claim = execution.claim
+    pid = None if execution.spawn_recorded else execution.pid
+    return Ending(claim.job_id, claim.attempt_id, claim.attempt_no, outcome, pid)

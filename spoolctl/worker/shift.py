@@ -1,6 +1,6 @@
 """What the parts of one worker share for as long as it runs: its queue and
-identity, the attempts running now (by job id), the report, the lease guard,
-and the backoff that holds back every write after one failed."""
+identity, the attempts running now (by job id) and its capacity, the report,
+the lease guard, and the backoff that holds back every write after one failed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -19,6 +18,7 @@ from spoolctl.db.engine import HeldConnection
 from spoolctl.db.queue import Queue
 from spoolctl.errors import DiskFull, Locked, Unreachable
 from spoolctl.runner import containment, procs, supervise
+from spoolctl.runner.capacity import Capacity
 from spoolctl.services.outcome import Outcome
 from spoolctl.states import JobState
 from spoolctl.worker.report import AttemptResult, LogSink, WorkerOptions, WorkReport
@@ -96,16 +96,16 @@ class Shift:
     """The queue file was deleted or replaced: write nothing more."""
     held: HeldConnection = field(init=False)
     """The connection of the claim-and-record transactions, one per job."""
-    output_root: Path = field(init=False)
-    """Where this worker's attempts write their output files: fixed as it
-    starts (the driver works it out from the environment and the URL)."""
+    capacity: Capacity = field(init=False)
+    """Its slots (`--concurrency`), the place of each running attempt, and
+    its lane's cap (`--slots`)."""
     cells: containment.Containment = field(default_factory=containment.Containment.none)
     """Where this worker contains its attempts (a cgroup each, where it can):
     probed when it starts to serve (`Worker.run`), process groups until then."""
 
     def __post_init__(self) -> None:
         self.held = HeldConnection(self.queue.engine)
-        self.output_root = self.queue.output_root
+        self.capacity = Capacity(self.options.concurrency, self.options.slots)
 
     @property
     def engine(self) -> Engine:
@@ -118,9 +118,11 @@ class Shift:
         beat = self.timing.heartbeat_interval_s
         return min(beat, hang / 4) if hang > 0 else beat
 
-    def free_slot(self) -> int:
-        used = {e.slot for e in self.running.values()}
-        return next(i for i in range(self.options.concurrency) if i not in used)
+    def forget_running(self) -> None:
+        """The worker stops: what still ran is over or left to the reaper,
+        and every place is free."""
+        self.running.clear()
+        self.capacity.release_all()
 
     def spared(self) -> frozenset[int]:
         """What a reap must never kill: this worker and its jobs' leaders
@@ -162,6 +164,7 @@ class Shift:
         """The attempt's end is recorded (outcome None or state None: this
         worker lost it to a cancel, a reap or a forced retry)."""
         del self.running[execution.claim.job_id]
+        self.capacity.release(execution.place)
         self.output.forget(execution.claim.attempt_id)
         label = "lost_ownership" if outcome is None or state is None else outcome.label
         self.report.add(
