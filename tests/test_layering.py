@@ -465,7 +465,7 @@ def test_only_the_registries_load_modules_by_names_held_in_data() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli/", "web/", "exposition.py", "__main__.py"),
     ("worker/",),
-    ("runner/supervise.py", "runner/contained.py", "runner/liveness.py"),
+    ("runner/supervise.py", "runner/contained.py", "runner/liveness.py", "runner/capacity.py"),
     ("services/",),
     ("db/backends/sqlite/", "db/backends/postgresql/"),
     ("db/",),
@@ -563,6 +563,11 @@ SIZE_EXEMPT: dict[str, str] = {
     "spoolctl/cli/output.py": (
         "the `output` verb, now and with --follow: one answer, read once or as it"
         " grows; split by length the two imported each other"
+    ),
+    "spoolctl/runner/supervise.py": (
+        "class Execution is one attempt's whole supervision (spawn, the TERM then KILL"
+        " escalation, the group's end, its cgroup); the escalation's state is what"
+        " to take out when signalling and suspending a running job join it"
     ),
     "spoolctl/worker/loop.py": (
         "class Worker sequences every duty of a worker's pass; its size is the"
