@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from spoolctl.cli import run as cli_run
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.backends import locate
 from spoolctl.db.backends.base import Driver
 from spoolctl.services.submit import JobSpec, submit

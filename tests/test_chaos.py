@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import Db, cli, patience, rows, start_worker, wait_for
 

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Connection, insert, select, update
 
 from spoolctl import layout, procs
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts, job_events, jobs
 from spoolctl.services import claim, lanes

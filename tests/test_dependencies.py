@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.errors import Conflict, NotFound
 from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue

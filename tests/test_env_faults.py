@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import Result, add, attempts_of, cli_json, job, rows, start_worker, wait_for
 

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from spoolctl.cli.queues import driver_of, open_read, open_write
+from spoolctl.cli.database import driver_of, open_read, open_write
 from spoolctl.db.backends.sqlite import make_engine
 from spoolctl.services import metrics
 from spoolctl.services.totals import EndedTotals, full_count

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Connection, select, update
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts
 from spoolctl.services import claim

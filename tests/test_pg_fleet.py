@@ -38,7 +38,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import NS_INIT, STARTED_WORKERS, UNSHARE, child_env, needs_namespaces, wait_for
 from tests.pg_server import libpq_url

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from spoolctl import liveness, procs
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.engine import read_tx
 from spoolctl.services import reaper
 from tests.helpers import UNSHARE, Db, add_job, execute_all, needs_namespaces, pid_alive, wait_for

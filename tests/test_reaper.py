@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from spoolctl import liveness, procs
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.services import reaper
 from spoolctl.services.submit import JobSpec, submit

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.services.submit import JobSpec, submit
 from tests.helpers import REPO, attempts_of, cli, pid_alive, wait_for
 

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import Connection
 
 from spoolctl import liveness, procs
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx
 from spoolctl.db.queue import Queue

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from spoolctl import wakeup
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.config import Timing
 from spoolctl.db.backends.sqlite.engine import begin_immediate
 from spoolctl.worker import Worker, WorkerOptions

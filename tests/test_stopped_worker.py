@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.backends.sqlite import holder
 from spoolctl.db.engine import OpenWrites
 from spoolctl.services.submit import JobSpec, submit

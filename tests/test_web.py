@@ -23,7 +23,7 @@ import psutil
 import pytest
 from starlette.testclient import TestClient
 
-from spoolctl.cli.queues import driver_of, open_read, open_write
+from spoolctl.cli.database import driver_of, open_read, open_write
 from spoolctl.cli.schemas import DATA_SCHEMAS, ENVELOPE, STREAMS
 from spoolctl.web.access import QueueAccess
 from spoolctl.web.app import create_app

@@ -50,7 +50,7 @@ from spoolctl.errors import (
     WARNING_CODES,
     StorageFault,
 )
-from spoolctl.services import backoff, firing, slots
+from spoolctl.services import backoff, fire_times, firing
 from spoolctl.services.submit import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_S
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
@@ -382,8 +382,8 @@ def scheduling() -> dict[str, Any]:
         "schedules": {
             "fired_by": "every running work process, at most once per poll "
             "interval; exactly one job per (schedule, slot) by a unique index",
-            "cron_fields": slots.CRON_FIELDS,
-            "min_every_s": slots.MIN_EVERY_S,
+            "cron_fields": fire_times.CRON_FIELDS,
+            "min_every_s": fire_times.MIN_EVERY_S,
             "catch_up_all_max": firing.CATCH_UP_ALL_MAX,
             "catch_up_none_on_time_s": firing.ON_TIME_S,
             "library": "cronsim",

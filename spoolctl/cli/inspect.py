@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from spoolctl import validate
+from spoolctl.cli.database import no_job, open_read, warn_no_queue
 from spoolctl.cli.events import event_line
 from spoolctl.cli.options import (
     JOB_ID,
@@ -22,7 +23,6 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import no_job, open_read, warn_no_queue
 from spoolctl.cli.render import Reply, age, emit, local_time, style, table
 from spoolctl.errors import NotFound
 from spoolctl.services import dependencies, query

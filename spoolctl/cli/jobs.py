@@ -12,6 +12,7 @@ import click
 
 from spoolctl import validate
 from spoolctl.cli.batch import batch_defaults, read_batch
+from spoolctl.cli.database import open_write
 from spoolctl.cli.options import (
     ENV_PAIR,
     JOB_ID,
@@ -25,7 +26,6 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services.submit import (

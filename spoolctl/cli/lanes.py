@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from spoolctl.cli.database import open_write
 from spoolctl.cli.options import BoundedText, QueueName, db_option, json_option, verb
-from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services import lanes

@@ -17,9 +17,9 @@ from typing import Any
 import click
 from sqlalchemy import Connection
 
+from spoolctl.cli.database import no_job, open_read
 from spoolctl.cli.events import DEFAULT_IDLE_TIMEOUT_S
 from spoolctl.cli.options import JOB_ID, BoundedInt, Duration, db_option, json_option, verb
-from spoolctl.cli.queues import no_job, open_read
 from spoolctl.cli.render import Reply, emit, style
 from spoolctl.config import OUTPUT_CAP_ENV as CAP_ENV
 from spoolctl.db.backends.base import OutputReader

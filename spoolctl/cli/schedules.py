@@ -9,6 +9,14 @@ from typing import Any
 import click
 
 from spoolctl import validate
+from spoolctl.cli.database import (
+    no_schedule,
+    nowhere,
+    open_existing_write,
+    open_read,
+    open_write,
+    warn_no_queue,
+)
 from spoolctl.cli.jobs import command_argv, job_flags
 from spoolctl.cli.lanes import REASON_MAX
 from spoolctl.cli.options import (
@@ -20,18 +28,10 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import (
-    no_schedule,
-    nowhere,
-    open_existing_write,
-    open_read,
-    open_write,
-    warn_no_queue,
-)
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, MissingRequired, NotFound
-from spoolctl.services import schedules, slots
+from spoolctl.services import fire_times, schedules
 from spoolctl.services.submit import JobSpec
 from spoolctl.states import CatchUp, Overlap
 from spoolctl.text import shown
@@ -43,13 +43,13 @@ STARTING = Rule(
 )
 ZONE = Rule(
     "zone",
-    lambda raw: slots.zone(raw).key,
+    lambda raw: fire_times.zone(raw).key,
     {"grammar": "an IANA time zone name, e.g. Europe/Berlin"},
 )
 
 
 def when(t: float | None, zone: str) -> str:
-    return "-" if t is None else slots.iso(t, zone)
+    return "-" if t is None else fire_times.iso(t, zone)
 
 
 def line_of(s: dict[str, Any]) -> str:
@@ -135,10 +135,10 @@ def schedule_add(
     """
     if cron is None and every is None:
         raise MissingRequired("give --cron 'EXPR' or --every DURATION")
-    if every is not None and every < slots.MIN_EVERY_S:
-        raise InvalidInput(f"--every must be at least {slots.MIN_EVERY_S:g}s", every=every)
-    zone = timezone or slots.local_zone_name()
-    expr = None if cron is None else slots.check_cron(cron)
+    if every is not None and every < fire_times.MIN_EVERY_S:
+        raise InvalidInput(f"--every must be at least {fire_times.MIN_EVERY_S:g}s", every=every)
+    zone = timezone or fire_times.local_zone_name()
+    expr = None if cron is None else fire_times.check_cron(cron)
     job = JobSpec(
         argv=command_argv(argv, command),
         tags=validate.tag_map(dict(tags)),
@@ -150,7 +150,11 @@ def schedule_add(
     skew = now - local  # the server's clock decides on PostgreSQL; a machine's may be off
     anchor = now if starting is None else starting + (skew if abs(skew) >= 1 else 0.0)
     spec = schedules.ScheduleSpec(
-        name, slots.Recurrence(expr, every, zone, anchor), job, Overlap(overlap), CatchUp(catch_up)
+        name,
+        fire_times.Recurrence(expr, every, zone, anchor),
+        job,
+        Overlap(overlap),
+        CatchUp(catch_up),
     )
     data = queue.write(lambda conn: schedules.add(conn, spec, now, replace=replace))
     return emit(Reply(data, text=f"Schedule {line_of(data)}"), as_json)

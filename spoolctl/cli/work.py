@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from spoolctl.cli.database import open_write
 from spoolctl.cli.options import (
     BoundedInt,
     BoundedText,
@@ -19,7 +20,6 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.outages import outage_notice
-from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import ProgressLine, Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch

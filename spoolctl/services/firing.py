@@ -60,8 +60,8 @@ class Fired:
 def fire(conn: Connection, schedule_id: int, now: float, worker_id: str | None) -> Fired | None:
     """Fire what is due of one schedule; None if nothing was (another worker
     fired it first, or it was paused or removed meanwhile)."""
+    from spoolctl.services.fire_times import zone
     from spoolctl.services.schedules import job_of, recurrence_of
-    from spoolctl.services.slots import zone
 
     row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)).first()
     if row is None or row.paused_at is not None or row.next_fire_at > now:
@@ -194,8 +194,8 @@ def occur(
     worker_id: str | None,
 ) -> int:
     """One occurrence: its row (the unique slot), its job, its event."""
+    from spoolctl.services.fire_times import iso
     from spoolctl.services.schedules import job_of
-    from spoolctl.services.slots import iso
     from spoolctl.services.submit import submit
 
     occurrence = conn.execute(

@@ -17,7 +17,7 @@ from spoolctl.db import codec
 from spoolctl.db.tables import jobs, schedule_occurrences, schedules
 from spoolctl.errors import Conflict, InvalidInput, NotFound
 from spoolctl.services.events import record_event
-from spoolctl.services.slots import Recurrence
+from spoolctl.services.fire_times import Recurrence
 from spoolctl.services.submit import JobSpec
 from spoolctl.states import CatchUp, EventKind, Overlap
 
