@@ -15,8 +15,9 @@ from spoolctl.cli.database import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts
 from spoolctl.services import claim
+from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.outcome import Outcome, record_outcome
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.submit import submit
 from spoolctl.states import FailureReason
 from tests.helpers import Db
 

@@ -25,7 +25,8 @@ from spoolctl import liveness, procs
 from spoolctl.cli.database import open_write
 from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.services import reaper
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from tests.helpers import (
     Db,
     attempts_of,

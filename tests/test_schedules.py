@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from spoolctl.cli.database import open_write
 from spoolctl.services import firing, schedules
 from spoolctl.services.fire_times import Recurrence
-from spoolctl.services.submit import JobSpec
+from spoolctl.services.job_spec import JobSpec
 from spoolctl.states import CatchUp, Overlap
 from tests.helpers import Db, cli, execute, rows
 

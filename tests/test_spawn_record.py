@@ -28,7 +28,8 @@ from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx
 from spoolctl.db.queue import Queue
 from spoolctl.services import claim, execute, reaper
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from spoolctl.worker.reaping import Reaping
 from tests.helpers import Db, attempts_of, cli, events_of, execute_all, job, wait_for
 

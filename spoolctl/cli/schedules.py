@@ -17,7 +17,8 @@ from spoolctl.cli.database import (
     open_write,
     warn_no_queue,
 )
-from spoolctl.cli.jobs import command_argv, job_flags
+from spoolctl.cli.job_flags import job_flags, spec_values
+from spoolctl.cli.jobs import command_argv
 from spoolctl.cli.lanes import REASON_MAX
 from spoolctl.cli.options import (
     BoundedText,
@@ -32,7 +33,7 @@ from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, MissingRequired, NotFound
 from spoolctl.services import fire_times, schedules
-from spoolctl.services.submit import JobSpec
+from spoolctl.services.job_spec import SCHEDULED, JobSpec
 from spoolctl.states import CatchUp, Overlap
 from spoolctl.text import shown
 
@@ -108,7 +109,7 @@ def line_of(s: dict[str, Any]) -> str:
     help="With --every: the first slot (default: now); slots never drift.",
 )
 @click.option("--replace", is_flag=True, help="Change the schedule of that name if it exists.")
-@job_flags
+@job_flags(SCHEDULED)
 @db_option
 @json_option
 def schedule_add(
@@ -143,7 +144,7 @@ def schedule_add(
         argv=command_argv(argv, command),
         tags=validate.tag_map(dict(tags)),
         env=validate.env_map(dict(env)),
-        **options,
+        **spec_values(options),
     )
     queue = open_write(db, synchronous="FULL")
     local, now = time.time(), queue.now()

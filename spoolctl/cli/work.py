@@ -113,9 +113,9 @@ def work(
     mode: Mode = "once" if once else "drain" if drain else "loop"
     queue_file = open_write(db)
     options = WorkerOptions(
-        queue=queue,
+        lane=queue,
         mode=mode,
-        slots=slots,
+        cap=slots,
         worker_id=worker_id,
         poll_interval_s=poll_interval,
         concurrency=concurrency,

@@ -117,8 +117,8 @@ class Settler:
             wanted,
             worker_id=shift.worker_id,
             worker_pid=shift.identity.pid,
-            queue=shift.options.queue,
-            slots=shift.options.slots,
+            queue=shift.options.lane,
+            slots=shift.options.cap,
             output_root=shift.output_root,
             now=now,
             enforces=shift.cells.enforces,
@@ -145,7 +145,7 @@ class Settler:
             return []
 
     def _next_claim_time(self, conn: Connection, now: float) -> float:
-        due_at = due.next_due_at(conn, self.shift.options.queue)
+        due_at = due.next_due_at(conn, self.shift.options.lane)
         fallback = now + self.shift.options.poll_interval_s
         return fallback if due_at is None or due_at <= now else min(due_at, fallback)
 
