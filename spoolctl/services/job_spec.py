@@ -264,6 +264,12 @@ LISTED = tuple(f.key for f in FIELDS if f.listed)
 LABELLED = tuple(f for f in FIELDS if f.label)
 
 
+def labelled(job: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(label, value) of each labelled attribute a job row (as `show` reads
+    it) sets: what `show`'s text and the web's job page list."""
+    return [(f.label, job[f.key]) for f in LABELLED if job.get(f.key) is not None]
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One submission: the attributes of FIELDS (with their defaults), and

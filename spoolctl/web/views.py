@@ -16,7 +16,7 @@ from spoolctl import validate
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import OutputReader
 from spoolctl.errors import InvalidInput
-from spoolctl.services import attempt_output, dependencies, lanes, ledger, query
+from spoolctl.services import attempt_output, dependencies, job_spec, lanes, ledger, query
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
 from spoolctl.text import shown
 
@@ -222,6 +222,7 @@ def job_page(
     detail["after_jobs"] = dependencies.waits_for(conn, [job_id]).get(job_id, [])
     detail["dependents"] = dependencies.dependents_of(conn, job_id)
     detail["terminal"] = detail["job"]["state"] in TERMINAL_JOB_STATES
+    detail["labelled"] = job_spec.labelled(detail["job"])
     ref = attempt_output.confine(attempt_output.find_attempt(conn, job_id, attempt_no), output_root)
     detail["output"] = {
         "attempt_no": ref.attempt_no,
