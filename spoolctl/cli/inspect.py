@@ -152,7 +152,7 @@ def command_text(argv: list[str] | None, damaged: str = "(damaged)") -> str:
 @click.option(
     "--waiting", is_flag=True, help="Only jobs waiting for other jobs (same as --state waiting)."
 )
-@click.option("--queue", type=QueueName(), default=None, help="Only jobs of this queue.")
+@click.option("--queue", type=QueueName(), default=None, help="Only jobs of this lane.")
 @click.option(
     "--tag",
     "tags",

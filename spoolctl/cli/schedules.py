@@ -100,13 +100,13 @@ def line_of(s: dict[str, Any]) -> str:
     type=click.Choice([c.value for c in CatchUp]),
     default="latest",
     show_default=True,
-    help="After time without a worker: the latest missed slot, none, or all (at most 100).",
+    help="After time without a worker: the latest missed fire time, none, or all (at most 100).",
 )
 @click.option(
     "--starting",
     type=STARTING,
     default=None,
-    help="With --every: the first slot (default: now); slots never drift.",
+    help="With --every: the first fire time (default: now); fire times never drift.",
 )
 @click.option("--replace", is_flag=True, help="Change the schedule of that name if it exists.")
 @job_flags(SCHEDULED)
@@ -129,9 +129,9 @@ def schedule_add(
     as_json: bool,
     **options: Any,
 ) -> int:
-    """Add a recurring job: every slot of the cron expression or interval
+    """Add a recurring job: every fire time of the cron expression or interval
     becomes one job, fired by any running `spoolctl work` (exactly one per
-    slot, however many workers run). Jobs carry SPOOLCTL_SCHEDULE,
+    fire time, however many workers run). Jobs carry SPOOLCTL_SCHEDULE,
     SPOOLCTL_SCHEDULED_FOR and the tag schedule=NAME.
     """
     if cron is None and every is None:
@@ -232,7 +232,7 @@ def schedule_pause(name: str, reason: str | None, db: str | None, as_json: bool)
 @db_option
 @json_option
 def schedule_resume(name: str, db: str | None, as_json: bool) -> int:
-    """Let a paused schedule fire again, from its next slot after now."""
+    """Let a paused schedule fire again, from its next fire time after now."""
     queue = existing_queue(db, name)
     now = queue.now()
     data = queue.write(lambda conn: schedules.resume(conn, name, now))
@@ -262,7 +262,7 @@ def schedule_remove(name: str, db: str | None, as_json: bool) -> int:
 @db_option
 @json_option
 def schedule_run(name: str, db: str | None, as_json: bool) -> int:
-    """Submit one occurrence of a schedule now (its slots are unchanged)."""
+    """Submit one occurrence of a schedule now (its fire times are unchanged)."""
     from spoolctl.services.firing import run_now
 
     queue = existing_queue(db, name)

@@ -59,7 +59,7 @@ def empty_status() -> dict[str, Any]:
 @db_option
 @json_option
 def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bool) -> int:
-    """Counts per state and queue, dead jobs, live workers."""
+    """Counts per state and lane, dead jobs, live workers."""
     if watch:
         return watch_status(db, limit, interval)
     now = time.time()
@@ -210,7 +210,7 @@ def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
 @db_option
 @json_option
 def workers(include_all: bool, db: str | None, as_json: bool) -> int:
-    """Workers and what they run: queue, slots, jobs, heartbeat age."""
+    """Workers and what they run: lane, lane cap (--slots), jobs, heartbeat age."""
     found = open_read(db)
     now = time.time() if found is None else found.now()
     rows, orphans, paused = (

@@ -141,7 +141,7 @@ def prune(
 
     Never deletes a file outside the spool's output folder, whatever a row says.
     Past schedule occurrences whose job is gone go too (each schedule's latest
-    slot stays).
+    one stays).
     """
     if not (dry_run or yes):
         raise SafetyBlock("prune deletes jobs and output: add --dry-run to look or --yes to delete")

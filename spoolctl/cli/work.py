@@ -1,4 +1,4 @@
-"""`work`: run jobs of one queue until told to stop (or once, or to drain)."""
+"""`work`: run jobs of one lane until told to stop (or once, or to drain)."""
 
 from __future__ import annotations
 
@@ -42,19 +42,19 @@ MAX_CONCURRENCY = 256
     ),
 )
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
-@click.option("--drain", is_flag=True, help="Run until the queue's lane is settled, then exit.")
+@click.option("--drain", is_flag=True, help="Run until the lane is settled, then exit.")
 @click.option(
     "--queue",
     type=QueueName(),
     default="default",
     show_default=True,
-    help="The one queue this worker serves.",
+    help="The one lane this worker serves.",
 )
 @click.option(
     "--slots",
     type=BoundedInt(1, None),
     default=None,
-    help="Cap on running jobs of this queue across all workers.",
+    help="The lane's cap: running jobs of the lane across all workers.",
 )
 @click.option(
     "--worker-id",
@@ -97,7 +97,7 @@ def work(
     db: str | None,
     as_json: bool,
 ) -> int:
-    """Claim and run jobs of one queue.
+    """Claim and run jobs of one lane.
 
     Without --once or --drain it runs until SIGINT/SIGTERM: the first signal
     lets running jobs finish and be recorded, a second kills their process

@@ -1,6 +1,7 @@
 """Schedules (recurring jobs): adding, pausing, resuming, removing, reading.
 
-A schedule is a row of `schedules`; firing its slots is `services/firing.py`.
+A schedule is a row of `schedules`; firing it at its fire times is
+`services/firing.py`, computing them `services/fire_times.py`.
 Every change writes its ledger event (job_id null, detail naming the
 schedule) in the same transaction.
 """
@@ -125,8 +126,8 @@ def pause(conn: Connection, name: str, reason: str | None, now: float) -> dict[s
 
 
 def resume(conn: Connection, name: str, now: float) -> dict[str, Any]:
-    """Unpause: the next slot is the first after now (slots that passed while
-    paused are not caught up)."""
+    """Unpause: the next fire time is the first after now (fire times that
+    passed while paused are not caught up)."""
     row = require(conn, name)
     changed = row.paused_at is not None
     if changed:

@@ -45,7 +45,7 @@ NOTICES = {
     "pause": "Lane paused: workers stop claiming from it; running jobs finish.",
     "resume": "Lane resumed.",
     "schedule_pause": "Schedule paused: it fires no more jobs until resumed.",
-    "schedule_resume": "Schedule resumed: it fires again from its next slot.",
+    "schedule_resume": "Schedule resumed: it fires again from its next fire time.",
 }
 JOB_PARTS = {"head": "_job_head.html", "history": "_job_history.html"}
 """The parts of a job page its script refreshes while the job is not finished."""
