@@ -49,7 +49,7 @@ class _Snapshot:
 
 def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     jobs = GaugeMetricFamily(
-        "spoolctl_jobs", "Jobs in each state, per queue.", labels=["queue", "state"]
+        "spoolctl_jobs", "Jobs in each state, per lane.", labels=["queue", "state"]
     )
     scheduled = GaugeMetricFamily(
         "spoolctl_jobs_scheduled",

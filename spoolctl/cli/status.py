@@ -91,7 +91,7 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
 
 
 def with_paused_lanes(data: dict[str, Any], paused: list[dict[str, Any]]) -> dict[str, Any]:
-    """Adds `paused_lanes` and a `paused` flag on each queue (additive keys)."""
+    """Adds `paused_lanes` and a `paused` flag on each lane (additive keys)."""
     names = {p["queue"] for p in paused}
     for name, entry in data["queues"].items():
         entry["paused"] = name in names
