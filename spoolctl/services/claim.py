@@ -156,7 +156,7 @@ class Claiming:
         enforces: tuple[bool, bool] = (False, False),
     ) -> None:
         if slots is not None:
-            statements(conn).before_slot_count(conn, queue)
+            statements(conn).before_cap_count(conn, queue)
             wanted = min(wanted, slots - running_in_queue(conn, queue))
         self._conn, self._wanted, self._now = conn, wanted, now
         self._by: _By = (worker_id, worker_pid, queue, output_root, now, enforces)
