@@ -49,7 +49,7 @@ class _Snapshot:
 
 def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     jobs = GaugeMetricFamily(
-        "spoolctl_jobs", "Jobs in each state, per queue.", labels=["queue", "state"]
+        "spoolctl_jobs", "Jobs in each state, per lane.", labels=["queue", "state"]
     )
     scheduled = GaugeMetricFamily(
         "spoolctl_jobs_scheduled",
@@ -58,7 +58,7 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     )
     oldest = GaugeMetricFamily(
         "spoolctl_oldest_due_job_age_seconds",
-        "How long the queue's longest-waiting due job has been due (0: none waits).",
+        "How long the lane's longest-waiting due job has been due (0: none waits).",
         labels=["queue"],
     )
     running = GaugeMetricFamily(
@@ -72,7 +72,7 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         "Live workers serving the lane (heartbeat within the reap threshold).",
         labels=["queue"],
     )
-    slots = GaugeMetricFamily(
+    cap = GaugeMetricFamily(
         "spoolctl_lane_slots",
         "The lane's cap on running jobs (the smallest --slots of its "
         "live workers; absent: no cap).",
@@ -83,18 +83,18 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         "How many more jobs the lane's --slots cap lets run now.",
         labels=["queue"],
     )
-    for queue, lane in snap.lanes.items():
+    for name, lane in snap.lanes.items():
         for state, count in lane.counts.items():
-            jobs.add_metric([queue, state], count)
-        scheduled.add_metric([queue], lane.scheduled)
-        oldest.add_metric([queue], lane.oldest_due_age_s)
-        running.add_metric([queue], lane.running)
-        paused.add_metric([queue], 1 if lane.paused else 0)
-        live.add_metric([queue], lane.live_workers)
-        if lane.slots is not None:
-            slots.add_metric([queue], lane.slots)
-            free.add_metric([queue], max(0, lane.slots - lane.running))
-    yield from (jobs, scheduled, oldest, running, paused, live, slots, free)
+            jobs.add_metric([name, state], count)
+        scheduled.add_metric([name], lane.scheduled)
+        oldest.add_metric([name], lane.oldest_due_age_s)
+        running.add_metric([name], lane.running)
+        paused.add_metric([name], 1 if lane.paused else 0)
+        live.add_metric([name], lane.live_workers)
+        if lane.cap is not None:
+            cap.add_metric([name], lane.cap)
+            free.add_metric([name], max(0, lane.cap - lane.running))
+    yield from (jobs, scheduled, oldest, running, paused, live, cap, free)
 
 
 def worker_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
@@ -113,7 +113,7 @@ def worker_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         labels=labels,
     )
     for worker in snap.workers:
-        key = [worker.worker_id, worker.queue, worker.hostname]
+        key = [worker.worker_id, worker.lane, worker.hostname]
         running.add_metric(key, worker.running_attempts)
         concurrency.add_metric(key, worker.concurrency)
         age.add_metric(key, worker.heartbeat_age_s)
@@ -191,7 +191,7 @@ def ledger_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
 def schedule_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     upcoming = GaugeMetricFamily(
         "spoolctl_schedule_next_fire_timestamp_seconds",
-        "When the schedule's next slot falls due (Unix time); a worker fires it then.",
+        "When the schedule's next fire time falls due (Unix time); a worker fires it then.",
         labels=["schedule"],
     )
     paused = GaugeMetricFamily(

@@ -71,15 +71,16 @@ class EventKind(StrEnum):
     WAITED_FOR_SERVER = "waited_for_server"
     """A worker started while the database server could not be reached and
     waited for it (job_id is null; worker_id names the worker; detail has
-    the queue, waited_s, failed_tries and the last error)."""
+    its lane as `queue`, waited_s, failed_tries and the last error)."""
     SCHEDULE_ADDED = "schedule_added"
     """A schedule was added or replaced (job_id null; detail names it)."""
     SCHEDULE_FIRED = "schedule_fired"
-    """A schedule's slot became a job (job_id is that job; detail has the
-    schedule and the slot)."""
+    """A schedule's fire time became a job (job_id is that job; detail has
+    the schedule and the fire time, as `slot`)."""
     SCHEDULE_SKIPPED = "schedule_skipped"
-    """A schedule's slot(s) made no job: the previous occurrence was still
-    active (overlap skip), or catch-up left missed slots out (job_id null)."""
+    """A schedule's fire time(s) made no job: the previous occurrence was
+    still active (overlap skip), or catch-up left missed fire times out
+    (job_id null)."""
     SCHEDULE_PAUSED = "schedule_paused"
     SCHEDULE_RESUMED = "schedule_resumed"
     SCHEDULE_REMOVED = "schedule_removed"
@@ -104,7 +105,7 @@ class OccurrenceOutcome(StrEnum):
     FIRED = "fired"
     SKIPPED = "skipped"
     RUN = "run"
-    """`schedule run`: one occurrence now, outside the slots."""
+    """`schedule run`: one occurrence now, outside the fire times."""
 
 
 class WorkerState(StrEnum):

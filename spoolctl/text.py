@@ -1,6 +1,6 @@
 """Text a job or a submitter controls, made safe to show to a person.
 
-Commands, notes, tags, keys, queue names, pause reasons, worker ids, errors
+Commands, notes, tags, keys, lane names, pause reasons, worker ids, errors
 and output are written by whoever submits a job or runs a worker. Printed
 as they are, an escape sequence in them can retitle the terminal, write the
 clipboard (OSC 52) or move the cursor, and a carriage return or backspace

@@ -22,11 +22,11 @@ MAX_WAIT_S = 86_400
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_TIMEOUT_S = INT64_MAX
-QUEUE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+LANE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 """Published as is (JSON Schema's `$` is the end of the text); Python's `$`
 also matches before a final newline, so every pattern here is applied with
 fullmatch."""
-QUEUE_MAX = 64
+LANE_MAX = 64
 ENV_KEY_MAX, ENV_VALUE_MAX = 128, 4096
 TAG_MAX_COUNT, TAG_KEY_MAX, TAG_VALUE_MAX = 16, 128, 1024
 NOTE_MAX = 10_000
@@ -43,7 +43,7 @@ LIMITS: dict[str, Any] = {
     "max_retries": {"min": 0, "max": INT64_MAX},
     "max_crashes": {"min": 0, "max": INT64_MAX},
     "id": {"min": 1, "max": INT64_MAX},
-    "queue": {"min_length": 1, "max_length": QUEUE_MAX, "pattern": QUEUE_RE.pattern},
+    "queue": {"min_length": 1, "max_length": LANE_MAX, "pattern": LANE_RE.pattern},
     "env": {"key_max": ENV_KEY_MAX, "value_max": ENV_VALUE_MAX},
     "tags": {"max_count": TAG_MAX_COUNT, "key_max": TAG_KEY_MAX, "value_max": TAG_VALUE_MAX},
     "note": {"max_length": NOTE_MAX},
@@ -173,11 +173,13 @@ def cpus(raw: str) -> float:
     return value
 
 
-def queue_name(raw: str) -> str:
+def lane_name(raw: str) -> str:
+    """A lane's name (`--queue`; a schedule's name follows the same grammar),
+    refused in the words of the contract, which calls it a queue."""
     utf8_text(raw, "queue")
-    if not (1 <= len(raw) <= QUEUE_MAX) or not QUEUE_RE.fullmatch(raw):
+    if not (1 <= len(raw) <= LANE_MAX) or not LANE_RE.fullmatch(raw):
         raise InvalidInput(
-            f"queue must be 1-{QUEUE_MAX} characters of letters, digits, '.', '_', '-', "
+            f"queue must be 1-{LANE_MAX} characters of letters, digits, '.', '_', '-', "
             f"starting with a letter or digit; got {raw!r}",
             value=raw,
         )

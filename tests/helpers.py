@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from spoolctl.cli import run as cli_run
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.backends import locate
 from spoolctl.db.backends.base import Driver
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from tests import forkserver
 
 Db: TypeAlias = Path | str

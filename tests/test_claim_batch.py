@@ -11,13 +11,14 @@ import pytest
 from sqlalchemy import Connection, insert, select, update
 
 from spoolctl import layout
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts, job_events, jobs
 from spoolctl.runner import procs
 from spoolctl.runner.capacity import Capacity
 from spoolctl.services import claim, lanes
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from tests.helpers import Db
 
 pytestmark = pytest.mark.both_backends

@@ -34,7 +34,7 @@ JOBS = 200
 
 def start_fleet(db: Db, worker_args: list[list[str]]) -> list[subprocess.Popen[str]]:
     """Start loop-mode workers and wait until every one is registered and idle."""
-    add_job(db, "true", queue="setup")  # creates the file, in a lane nobody serves
+    add_job(db, "true", lane="setup")  # creates the file, in a lane nobody serves
     fleet = [start_worker(db, *args) for args in worker_args]
     wait_for(
         lambda: len(rows(db, "SELECT id FROM workers WHERE state = 'running'")) == len(fleet),
@@ -87,7 +87,7 @@ def test_slots_cap_running_jobs_across_workers(db: Db, tmp_path: Path) -> None:
     span = f's=$(date +%s%N); sleep 0.15; echo "$s $(date +%s%N)" >> {log}'
     fleet = start_fleet(db, [["--queue", "serial", "--slots", "1", "--concurrency", "2"]] * 2)
     try:
-        ids = [add_job(db, "sh", "-c", span, queue="serial") for _ in range(6)]
+        ids = [add_job(db, "sh", "-c", span, lane="serial") for _ in range(6)]
         wait_for(lambda: all(job(db, j)["state"] == "done" for j in ids), what="all done")
     finally:
         stop_fleet(fleet)
@@ -115,7 +115,7 @@ def test_claims_follow_priority_then_due_time_then_id(db: Db) -> None:
 
 
 def test_a_worker_never_leaves_its_lane(db: Db, tmp_path: Path) -> None:
-    lane = add_job(db, "sh", "-c", "echo $SPOOLCTL_QUEUE", queue="gpu")
+    lane = add_job(db, "sh", "-c", "echo $SPOOLCTL_QUEUE", lane="gpu")
     other = add_job(db, "true")
 
     result = cli("work", "--drain", "--queue", "gpu", db=db, json=True)

@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.errors import Conflict, NotFound
 from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
-from spoolctl.services.submit import JobSpec, submit, submit_batch
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit, submit_batch
 from tests.helpers import (
     Db,
     add_job,
@@ -215,7 +216,7 @@ def test_a_batch_refers_to_its_earlier_lines(db: Db) -> None:
 def test_the_drain_is_not_held_open_by_jobs_waiting_for_another_lane(
     db: Db, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    parent = add_job(db, "true", queue="other")
+    parent = add_job(db, "true", lane="other")
     child = add_job(db, "true", after_jobs=(parent,))
     drained = drain(db)
     assert (drained["drained"], drained["executed"]) == (True, 0)

@@ -276,7 +276,7 @@ def test_the_statements_that_differ(queue: Queue) -> None:
 
     def work(conn: object) -> None:
         backend = statements(conn)  # type: ignore[arg-type]
-        backend.before_slot_count(conn, "default")  # type: ignore[arg-type]
+        backend.before_cap_count(conn, "default")  # type: ignore[arg-type]
         record_event(conn, None, EventKind.PAUSED, time.time(), detail={"queue": "x"})  # type: ignore[arg-type]
         backend.upsert(conn, workers, worker_row("w1"), "id")  # type: ignore[arg-type]
         backend.upsert(conn, workers, {**worker_row("w1"), "pid": 7}, "id")  # type: ignore[arg-type]

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl.cli.queues import open_write
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.cli.database import open_write
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from tests.helpers import Result, add, attempts_of, cli_json, job, rows, start_worker, wait_for
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]

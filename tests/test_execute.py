@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.engine import write_tx
 from spoolctl.services.deadletter import requeue
 from tests.helpers import (

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
-from spoolctl.cli.queues import driver_of, open_read, open_write
+from spoolctl.cli.database import driver_of, open_read, open_write
 from spoolctl.db.backends.sqlite import make_engine
 from spoolctl.services import metrics
 from spoolctl.services.totals import EndedTotals, full_count
@@ -72,7 +72,7 @@ def test_the_exposition_says_what_the_queue_holds(db: Db) -> None:
     add_job(db, "true")
     add_job(db, "false", max_retries=0)
     add_job(db, "true", run_at=time.time() + 86400)
-    add_job(db, "true", queue="slow")
+    add_job(db, "true", lane="slow")
     drain(db)
     assert run_quiet("pause", "--db", str(db), "slow", "--json").exit_code == 0
     samples, types = scrape(db)
@@ -126,7 +126,7 @@ def test_each_schedule_shows_its_next_fire_time_and_whether_it_is_paused(db: Db)
 
 
 def test_live_workers_their_attempts_and_free_slots(db: Path) -> None:
-    add_job(db, "sleep", "30", queue="gpu")
+    add_job(db, "sleep", "30", lane="gpu")
     worker = start_worker(db, "--queue", "gpu", "--slots", "3")
     try:
         wait_for(
@@ -256,11 +256,11 @@ def test_a_warm_scrape_reads_through_indexes_only(db: Path) -> None:
     scan); every later one reads the new attempts by the primary key, the
     jobs through the claim index, the window by the primary key's end."""
     for n in range(3):
-        add_job(db, "true", queue=f"q{n}")
-    add_job(db, "true", queue="q0", run_at=time.time() + 3600)
+        add_job(db, "true", lane=f"q{n}")
+    add_job(db, "true", lane="q0", run_at=time.time() + 3600)
     for n in range(3):
         drain(db, "--queue", f"q{n}")
-    add_job(db, "true", queue="q1")
+    add_job(db, "true", lane="q1")
     kept = EndedTotals()
     engine = make_engine(db, write=True, busy_timeout_s=5)
     try:

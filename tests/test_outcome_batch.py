@@ -12,13 +12,14 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts, job_events, jobs
 from spoolctl.services import claim
 from spoolctl.services.cancel import cancel
+from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.outcome import Ending, Outcome, record_outcomes
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.submit import submit
 from spoolctl.states import FailureReason, JobState
 from tests.helpers import Db
 
@@ -94,7 +95,7 @@ def test_a_pass_records_each_job_as_it_would_alone(queue: Queue) -> None:
 
 
 def test_dependents_of_several_parents_in_one_pass_are_released_once(queue: Queue) -> None:
-    first, second, elsewhere = add(queue), add(queue), add(queue, queue="other")
+    first, second, elsewhere = add(queue), add(queue), add(queue, lane="other")
     both = add(queue, after_jobs=(first, second))
     one_left = add(queue, after_jobs=(first, elsewhere))
     any_end = add(queue, after_jobs_any=(second,))

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import Connection, select, update
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts
 from spoolctl.services import claim
+from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.outcome import Ending, Outcome, record_outcomes
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.submit import submit
 from spoolctl.states import FailureReason
 from tests.helpers import Db
 

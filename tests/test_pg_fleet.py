@@ -38,8 +38,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from spoolctl.cli.queues import open_write
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.cli.database import open_write
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from tests.helpers import NS_INIT, STARTED_WORKERS, UNSHARE, child_env, needs_namespaces, wait_for
 from tests.pg_server import libpq_url
 
@@ -705,7 +706,7 @@ def test_a_worker_frozen_inside_a_transaction_does_not_stall_the_fleet(
     fleet: PgFleet, runs: Path
 ) -> None:
     url = fleet.url
-    submit_jobs(url, [JobSpec(argv=["true"], queue="busy") for _ in range(400)])
+    submit_jobs(url, [JobSpec(argv=["true"], lane="busy") for _ in range(400)])
     others = submit_jobs(url, [job_spec(runs, 0.2) for _ in range(6)])
     p = fleet.start("p", "--queue", "busy", "--concurrency", "4")
     until(url, lambda: states(url)["done"] > 5, timeout=30, what="p to get busy")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.engine import read_tx
 from spoolctl.runner import liveness, procs
 from spoolctl.services import reaper

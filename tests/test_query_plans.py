@@ -161,13 +161,13 @@ def test_status_reads_the_jobs_table_once_through_the_claim_index(engine: Engine
 
 LIST_PLANS = [
     (JobFilter(state="queued", limit=100), ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)"]),
-    (JobFilter(queue="q3", limit=100), ["SEARCH jobs USING INDEX ix_jobs_queue_id (queue=?)"]),
+    (JobFilter(lane="q3", limit=100), ["SEARCH jobs USING INDEX ix_jobs_queue_id (queue=?)"]),
     (
-        JobFilter(state="dead", queue="q3", limit=0),
+        JobFilter(state="dead", lane="q3", limit=0),
         ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)"],
     ),
     (
-        JobFilter(queue="q3", priority_min=3, limit=100),
+        JobFilter(lane="q3", priority_min=3, limit=100),
         ["SEARCH jobs USING INDEX ix_jobs_queue_id (queue=?)"],
     ),
     (
@@ -315,7 +315,7 @@ def test_read_engine_opens_a_deferred_transaction(db: Path) -> None:
     issued: list[str] = []
     event.listen(engine, "before_cursor_execute", lambda *a: issued.append(a[2]))
     with read_tx(engine) as conn:
-        query.queue_summary(conn, time.time())
+        query.lane_summary(conn, time.time())
     engine.dispose()
     begins = [s for s in issued if s.startswith("BEGIN")]
     assert begins == ["BEGIN"]

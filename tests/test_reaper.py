@@ -21,11 +21,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.engine import read_tx, write_tx
 from spoolctl.runner import liveness, procs
 from spoolctl.services import reaper
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from tests.helpers import (
     Db,
     attempts_of,

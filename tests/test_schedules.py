@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.services import firing, schedules
-from spoolctl.services.slots import Recurrence
-from spoolctl.services.submit import JobSpec
+from spoolctl.services.fire_times import Recurrence
+from spoolctl.services.job_spec import JobSpec
 from spoolctl.states import CatchUp, Overlap
 from tests.helpers import Db, cli, execute, rows
 

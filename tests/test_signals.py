@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from spoolctl.cli.queues import open_write
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.cli.database import open_write
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from tests.helpers import REPO, attempts_of, cli, pid_alive, wait_for
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]

@@ -22,14 +22,15 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.config import Timing
 from spoolctl.db.engine import read_tx
 from spoolctl.db.queue import Queue
 from spoolctl.runner import liveness, procs, supervise
 from spoolctl.runner.capacity import Place
 from spoolctl.services import claim, reaper
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from spoolctl.worker.reaping import Reaping
 from tests.helpers import Db, attempts_of, cli, events_of, execute_all, job, wait_for
 

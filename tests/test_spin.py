@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.config import Timing
 from spoolctl.db.backends.sqlite.engine import begin_immediate
 from spoolctl.runner import wakeup

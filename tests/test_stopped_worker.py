@@ -26,10 +26,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.db.backends.sqlite import holder
 from spoolctl.db.engine import OpenWrites
-from spoolctl.services.submit import JobSpec, submit
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 from spoolctl.worker import suspend
 from tests.helpers import cli, rows, start_worker, wait_for, write_lock_free
 

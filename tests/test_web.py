@@ -23,7 +23,7 @@ import psutil
 import pytest
 from starlette.testclient import TestClient
 
-from spoolctl.cli.queues import driver_of, open_read, open_write
+from spoolctl.cli.database import driver_of, open_read, open_write
 from spoolctl.cli.schemas import DATA_SCHEMAS, ENVELOPE, STREAMS
 from spoolctl.web.access import QueueAccess
 from spoolctl.web.app import create_app
@@ -78,8 +78,8 @@ def hostile_queue(db: Db) -> dict[str, int]:
     )
     dead = add_job(db, "sh", "-c", "echo boom >&2; exit 3", max_retries=0)
     drain(db)
-    queued = add_job(db, "sleep", "1", queue="slow", priority=2, tags={"team": "ml"})
-    waiting = add_job(db, "true", queue="slow", after_jobs=(queued,))
+    queued = add_job(db, "sleep", "1", lane="slow", priority=2, tags={"team": "ml"})
+    waiting = add_job(db, "true", lane="slow", after_jobs=(queued,))
     result = run_quiet("pause", "--db", str(db), "slow", "--reason", IMG, "--json")
     assert result.exit_code == 0, result.stdout
     return {"hostile": hostile, "dead": dead, "queued": queued, "waiting": waiting}
@@ -211,7 +211,7 @@ def test_a_timed_out_attempt_shows_the_signal_that_stopped_it(tmp_path: Path) ->
 def test_job_list_filters_and_pages_by_id_cursor(tmp_path: Path) -> None:
     db = tmp_path / "spool" / "queue.db"
     for n in range(130):
-        add_job(db, "true", queue="a" if n % 2 else "b", priority=n % 3, tags={"n": str(n % 5)})
+        add_job(db, "true", lane="a" if n % 2 else "b", priority=n % 3, tags={"n": str(n % 5)})
     with client_for(db) as client:
         first = client.get("/jobs").text
         shown_ids = [int(i) for i in re.findall(r'data-job="(\d+)"', first)]

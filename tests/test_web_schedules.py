@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.services import firing
 from tests.helpers import Db, rows
 from tests.populated import run_quiet

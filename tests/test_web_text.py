@@ -144,9 +144,9 @@ def lane_status(html: str, lane: str) -> str:
 
 def test_a_lane_says_whether_a_live_worker_serves_it(tmp_path: Path) -> None:
     db = tmp_path / "spool" / "queue.db"
-    add_job(db, "true", queue="orphaned")
-    add_job(db, "true", queue="later", run_at=time.time() + 3600)
-    add_job(db, "true", queue="stale")
+    add_job(db, "true", lane="orphaned")
+    add_job(db, "true", lane="later", run_at=time.time() + 3600)
+    add_job(db, "true", lane="stale")
     add_job(db, "true")
     drain(db)  # the default lane's job, done: then moved to a lane of its own
     execute(db, "UPDATE jobs SET queue = 'finished' WHERE queue = 'default'")
@@ -155,7 +155,7 @@ def test_a_lane_says_whether_a_live_worker_serves_it(tmp_path: Path) -> None:
         "INSERT INTO workers (id, hostname, pid, queue, started_at, heartbeat_at, state) "
         "VALUES ('gone', 'h', 1, 'stale', 0, 0, 'running')",
     )
-    add_job(db, "true", queue="served")  # a lane is listed once it holds a job
+    add_job(db, "true", lane="served")  # a lane is listed once it holds a job
     worker = start_worker(db, "--queue", "served")
     try:
         with client_for(db) as client:

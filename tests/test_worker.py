@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
 from spoolctl.config import Timing
 from spoolctl.db.engine import write_tx
 from spoolctl.errors import Locked

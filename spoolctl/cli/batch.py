@@ -1,6 +1,7 @@
 """`add --batch`: many jobs from NDJSON, one object a line, every line
 validated by the same rules as `add`'s flags before any is inserted (all or
-none); the flags given beside --batch are every line's defaults."""
+none); the flags given beside --batch are every line's defaults. A line's
+keys and their rules are the declared attributes' (`services/job_spec.py`)."""
 
 from __future__ import annotations
 
@@ -17,29 +18,15 @@ from click.core import ParameterSource
 
 from spoolctl import validate
 from spoolctl.errors import InvalidInput, MissingRequired
-from spoolctl.services.submit import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_S, JobSpec
+from spoolctl.services.job_spec import BY_NAME, FLAGGED, JobSpec, text
 
-BATCH_FIELDS = {
-    "argv",
-    "cmd",
-    "timeout",
-    "max_retries",
-    "max_crashes",
-    "priority",
-    "queue",
-    "after",
-    "at",
-    "key",
-    "tags",
-    "note",
-    "cwd",
-    "env",
-    "after_jobs",
-    "after_jobs_any",
-    "memory",
-    "cpus",
-    "require_limits",
-}
+BY_HAND = {"argv", "cmd", "after", "at", "tags", "env", "after_jobs", "after_jobs_any"}
+"""A line's keys read by hand here (the command, the run time, tags, env and
+the jobs it waits for); every other key is a declared attribute's."""
+BATCH_FIELDS = BY_HAND | {f.line_key for f in FLAGGED}
+DEFAULTS_OF_LINES = tuple(f for f in FLAGGED if f.scheduled)
+"""The attributes whose flags, given beside --batch, are every line's
+defaults (not --key: it names one job)."""
 
 
 def after_refs(
@@ -70,6 +57,7 @@ class BatchDefaults:
     winning)."""
 
     fields: dict[str, Any]
+    """JobSpec attribute -> the value its flag gave."""
     run_at: float | None = None
     tags: dict[str, str] = dataclasses.field(default_factory=dict)
     env: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -77,19 +65,6 @@ class BatchDefaults:
     after_jobs_any: tuple[int, ...] = ()
 
 
-BATCH_FLAG_FIELDS = {
-    "timeout_seconds": "timeout",
-    "max_retries": "max_retries",
-    "max_crashes": "max_crashes",
-    "priority": "priority",
-    "queue": "queue",
-    "note": "note",
-    "cwd": "cwd",
-    "memory_bytes": "memory",
-    "cpus": "cpus",
-    "require_limits": "require_limits",
-}
-"""add's parameter -> the batch line field it is the default of."""
 BATCH_LINE_MAX = 1 << 20
 """Bytes in one batch line: far above any valid job (a note is at most
 10,000 characters, env values 4,096)."""
@@ -101,20 +76,22 @@ def batch_defaults(
     tags: tuple[tuple[str, str], ...],
     env: tuple[tuple[str, str], ...],
 ) -> BatchDefaults:
-    """The flags given on the command line beside --batch; --key, which names
-    one job, cannot be the default of many: INVALID_INPUT."""
+    """The flags given on the command line beside --batch (`options`: add's
+    parameters); --key, which names one job, cannot be the default of many:
+    INVALID_INPUT."""
     ctx = click.get_current_context()
 
     def given(name: str) -> bool:
         return ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
 
-    if given("idempotency_key"):
+    for one in (f for f in FLAGGED if not f.scheduled and given(f.key)):
         raise InvalidInput(
-            '--key names one job and cannot apply to a batch: give each line its own "key"',
-            flag="--key",
+            f"{one.flag} names one job and cannot apply to a batch: "
+            f'give each line its own "{one.line_key}"',
+            flag=one.flag,
         )
     return BatchDefaults(
-        fields={name: options[name] for name in BATCH_FLAG_FIELDS if given(name)},
+        fields={f.name: options[f.key] for f in DEFAULTS_OF_LINES if given(f.key)},
         run_at=run_at,
         tags=validate.tag_map(dict(tags)),
         env=validate.env_map(dict(env)),
@@ -126,9 +103,7 @@ def batch_defaults(
 def with_defaults(spec: JobSpec, line: dict[str, Any], defaults: BatchDefaults) -> JobSpec:
     """One line's spec with the batch's flags filled in where the line is silent."""
     changes: dict[str, Any] = {
-        name: value
-        for name, value in defaults.fields.items()
-        if BATCH_FLAG_FIELDS[name] not in line
+        name: value for name, value in defaults.fields.items() if BY_NAME[name].line_key not in line
     }
     if defaults.run_at is not None and "after" not in line and "at" not in line:
         changes["run_at"] = defaults.run_at
@@ -221,56 +196,19 @@ def spec_from_object(obj: Any, now: float) -> JobSpec:
         raise InvalidInput("give exactly one of argv or cmd")
     if "after" in obj and "at" in obj:
         raise InvalidInput("after and at cannot be used together")
-    argv = validate.argv(obj["argv"]) if "argv" in obj else validate.shell_string(_str(obj["cmd"]))
+    argv = validate.argv(obj["argv"]) if "argv" in obj else validate.shell_string(text(obj["cmd"]))
     run_at = None
     if "after" in obj:
         run_at = now + validate.duration(str(obj["after"]))
     elif "at" in obj:
         run_at = validate.timestamp(str(obj["at"]), now=now)
-    max_crashes = obj.get("max_crashes")
     return JobSpec(
         argv=argv,
-        queue=validate.queue_name(_str(obj.get("queue", DEFAULT_QUEUE))),
-        priority=validate.int_in_range(
-            obj.get("priority", 0), "priority", validate.INT32_MIN, validate.INT32_MAX
-        ),
-        timeout_seconds=validate.timeout_seconds(str(obj.get("timeout", DEFAULT_TIMEOUT_S))),
-        max_retries=validate.int_in_range(
-            obj.get("max_retries", DEFAULT_MAX_RETRIES), "max_retries", 0
-        ),
-        max_crashes=None
-        if max_crashes is None
-        else validate.int_in_range(max_crashes, "max_crashes", 0),
         run_at=run_at,
-        idempotency_key=None
-        if obj.get("key") is None
-        else validate.idempotency_key(_str(obj["key"])),
         tags=validate.tag_map(_str_map(obj.get("tags", {}), "tags")),
-        note=None if obj.get("note") is None else validate.note(_str(obj["note"])),
-        cwd=None if obj.get("cwd") is None else validate.cwd(_str(obj["cwd"])),
         env=validate.env_map(_str_map(obj.get("env", {}), "env")),
-        **_limits(obj),
+        **{f.name: f.value_of(obj) for f in FLAGGED},
     )
-
-
-def _limits(obj: dict[str, Any]) -> dict[str, Any]:
-    """A line's memory, cpus and require_limits, by add's rules."""
-    found: dict[str, Any] = {}
-    if obj.get("memory") is not None:
-        found["memory_bytes"] = validate.memory_size(str(obj["memory"]))
-    if obj.get("cpus") is not None:
-        found["cpus"] = validate.cpus(str(obj["cpus"]))
-    if "require_limits" in obj:
-        if not isinstance(obj["require_limits"], bool):
-            raise InvalidInput("require_limits must be true or false")
-        found["require_limits"] = obj["require_limits"]
-    return found
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput(f"expected a string, got {value!r:.40}")
-    return value
 
 
 def _str_map(value: Any, what: str) -> dict[str, str]:

@@ -50,8 +50,8 @@ from spoolctl.errors import (
     WARNING_CODES,
     StorageFault,
 )
-from spoolctl.services import backoff, firing, slots
-from spoolctl.services.submit import DEFAULT_MAX_RETRIES, DEFAULT_QUEUE, DEFAULT_TIMEOUT_S
+from spoolctl.services import backoff, fire_times, firing
+from spoolctl.services.job_spec import DEFAULT_LANE, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
 EXTRA_EXIT_CODES: dict[str, tuple[int, ...]] = {
@@ -315,7 +315,7 @@ def published_limits() -> dict[str, dict[str, Any]]:
         "event_limit": limit_entry("integer", 0, 10_000),
         "status_limit": limit_entry("integer", 0, 1000),
         "note_length": limit_entry("string", 0, v.NOTE_MAX),
-        "queue_name": limit_entry("queue", 1, v.QUEUE_MAX, charset=v.QUEUE_RE.pattern),
+        "queue_name": limit_entry("queue", 1, v.LANE_MAX, charset=v.LANE_RE.pattern),
         "tag_count": limit_entry("integer", 0, v.TAG_MAX_COUNT),
         "tag_key_length": limit_entry("string", 1, v.TAG_KEY_MAX, charset="any but NUL"),
         "tag_value_length": limit_entry("string", 0, v.TAG_VALUE_MAX),
@@ -345,7 +345,7 @@ def scheduling() -> dict[str, Any]:
             "max_retries": DEFAULT_MAX_RETRIES,
             "max_crashes": None,
             "priority": 0,
-            "queue": DEFAULT_QUEUE,
+            "queue": DEFAULT_LANE,
         },
         "retry_budgets": {
             "max_retries": "job-owned failures (non-zero exit, timeout, spawn failure) "
@@ -367,8 +367,8 @@ def scheduling() -> dict[str, Any]:
             "ordering": "higher priority first, then next_run_at, then id",
         },
         "queue": {
-            "default": DEFAULT_QUEUE,
-            "grammar": f"1-{validate.QUEUE_MAX} chars matching {validate.QUEUE_RE.pattern}",
+            "default": DEFAULT_LANE,
+            "grammar": f"1-{validate.LANE_MAX} chars matching {validate.LANE_RE.pattern}",
             "single_lane_worker": True,
         },
         "slots": {
@@ -382,8 +382,8 @@ def scheduling() -> dict[str, Any]:
         "schedules": {
             "fired_by": "every running work process, at most once per poll "
             "interval; exactly one job per (schedule, slot) by a unique index",
-            "cron_fields": slots.CRON_FIELDS,
-            "min_every_s": slots.MIN_EVERY_S,
+            "cron_fields": fire_times.CRON_FIELDS,
+            "min_every_s": fire_times.MIN_EVERY_S,
             "catch_up_all_max": firing.CATCH_UP_ALL_MAX,
             "catch_up_none_on_time_s": firing.ON_TIME_S,
             "library": "cronsim",

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from spoolctl.cli.database import open_read, warn_no_queue
 from spoolctl.cli.options import (
     JOB_ID,
     BoundedInt,
@@ -19,7 +20,6 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.outages import outage_notice
-from spoolctl.cli.queues import open_read, warn_no_queue
 from spoolctl.cli.render import Reply, emit, local_time, write_json
 from spoolctl.db.outage import Reconnecting
 from spoolctl.db.queue import Queue

@@ -48,8 +48,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "then inserted together or not at all.",
             "--timeout, --max-retries and --max-crashes bound each job; --after or --at delay it; "
             "--queue and --priority order it.",
-            "spoolctl work --drain runs jobs of one queue until nothing is due, then exits; "
-            "work --once runs at most one job.",
+            "spoolctl work --drain runs jobs of one lane (--queue) until nothing is due, "
+            "then exits; work --once runs at most one job.",
             "A long-lived worker is spoolctl work; stop it with SIGINT or SIGTERM (the running job "
             "finishes and is recorded).",
             "Execution is at least once: a job can run again after a worker crash, so make "

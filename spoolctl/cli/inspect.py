@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from spoolctl import validate
+from spoolctl.cli.database import no_job, open_read, warn_no_queue
 from spoolctl.cli.events import event_line
 from spoolctl.cli.options import (
     JOB_ID,
@@ -22,10 +23,9 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import no_job, open_read, warn_no_queue
 from spoolctl.cli.render import Reply, age, emit, local_time, style, table
 from spoolctl.errors import NotFound
-from spoolctl.services import dependencies, query
+from spoolctl.services import dependencies, job_spec, query
 from spoolctl.services.outcome import exit_label
 from spoolctl.states import JobState
 from spoolctl.text import shown, shown_argv
@@ -90,12 +90,14 @@ def show_text(detail: dict[str, Any]) -> str:
 
 
 def job_facts(job: dict[str, Any]) -> list[str]:
-    """The optional columns, env and tags as K=V, and what is damaged."""
+    """The optional columns, the labelled attributes (`services/job_spec.py`),
+    env and tags as K=V, and what is damaged."""
     lines = [
         f"  {label:<9} {shown(job[label])}"
         for label in ("cwd", "idempotency_key", "note", "last_error")
         if job.get(label)
     ]
+    lines += [f"  {label:<9} {shown(value)}" for label, value in job_spec.labelled(job)]
     for label in ("env", "tags"):
         if job.get(label):
             pairs = " ".join(f"{shown(k)}={shown(v)}" for k, v in job[label].items())
@@ -150,7 +152,7 @@ def command_text(argv: list[str] | None, damaged: str = "(damaged)") -> str:
 @click.option(
     "--waiting", is_flag=True, help="Only jobs waiting for other jobs (same as --state waiting)."
 )
-@click.option("--queue", type=QueueName(), default=None, help="Only jobs of this queue.")
+@click.option("--queue", type=QueueName(), default=None, help="Only jobs of this lane.")
 @click.option(
     "--tag",
     "tags",

@@ -1,148 +1,25 @@
 """`add`: submitting one job from the command line (`batch.py` reads many
-from NDJSON with --batch)."""
+from NDJSON with --batch); its job flags come from the declaration of a
+job's attributes (`job_flags.py`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from spoolctl import validate
 from spoolctl.cli.batch import batch_defaults, read_batch
-from spoolctl.cli.options import (
-    ENV_PAIR,
-    JOB_ID,
-    TAG_PAIR,
-    BoundedInt,
-    Duration,
-    QueueName,
-    Rule,
-    Timestamp,
-    db_option,
-    json_option,
-    verb,
-)
-from spoolctl.cli.queues import open_write
+from spoolctl.cli.database import open_write
+from spoolctl.cli.job_flags import job_flags, spec_values
+from spoolctl.cli.options import db_option, json_option, verb
 from spoolctl.cli.render import Reply, emit
 from spoolctl.errors import InvalidInput, MissingRequired
-from spoolctl.services.submit import (
-    DEFAULT_MAX_RETRIES,
-    DEFAULT_QUEUE,
-    DEFAULT_TIMEOUT_S,
-    JobSpec,
-    Submitted,
-    submit,
-    submit_batch,
-)
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import Submitted, submit, submit_batch
 from spoolctl.states import JobState
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-TIMEOUT = Rule("timeout", validate.timeout_seconds, {"min": 1, "max": validate.MAX_TIMEOUT_S})
-KEY = Rule("key", validate.idempotency_key, validate.LIMITS["key"])
-NOTE = Rule("note", validate.note, validate.LIMITS["note"])
-CWD = Rule("path", validate.cwd, validate.LIMITS["cwd"])
-MEMORY = Rule("size", validate.memory_size, validate.LIMITS["memory_bytes"])
-CPUS = Rule("cpus", validate.cpus, validate.LIMITS["cpus"])
-
-
-TIMEOUT_FLAG = click.option(
-    "--timeout",
-    "timeout_seconds",
-    type=TIMEOUT,
-    default=str(DEFAULT_TIMEOUT_S),
-    show_default=True,
-    help="Seconds (or a duration) before the job's process group is killed.",
-)
-MAX_RETRIES_FLAG = click.option(
-    "--max-retries",
-    type=BoundedInt(0, None),
-    default=DEFAULT_MAX_RETRIES,
-    show_default=True,
-    help="Job-owned failures retried before dead.",
-)
-MAX_CRASHES_FLAG = click.option(
-    "--max-crashes",
-    type=BoundedInt(0, None),
-    default=None,
-    help="Worker crashes tolerated before dead (default: unbounded).",
-)
-PRIORITY_FLAG = click.option(
-    "--priority",
-    type=BoundedInt(validate.INT32_MIN, validate.INT32_MAX),
-    default=0,
-    show_default=True,
-    help="Higher runs first.",
-)
-QUEUE_FLAG = click.option(
-    "--queue",
-    type=QueueName(),
-    default=DEFAULT_QUEUE,
-    show_default=True,
-    help="The lane the job waits in.",
-)
-AFTER_FLAG = click.option(
-    "--after", type=Duration(), default=None, help="Run no sooner than this from now."
-)
-AT_FLAG = click.option("--at", type=Timestamp(), default=None, help="Run no sooner than this time.")
-KEY_FLAG = click.option(
-    "--key", "idempotency_key", type=KEY, default=None, help="Idempotency key among active jobs."
-)
-TAG_FLAG = click.option(
-    "--tag", "tags", type=TAG_PAIR, multiple=True, help="K=V label (repeatable)."
-)
-NOTE_FLAG = click.option("--note", type=NOTE, default=None, help="Free text for people.")
-CWD_FLAG = click.option("--cwd", type=CWD, default=None, help="Working directory of the job.")
-ENV_FLAG = click.option(
-    "--env",
-    "env",
-    type=ENV_PAIR,
-    multiple=True,
-    help="K=V added to the job's environment (repeatable).",
-)
-MEMORY_FLAG = click.option(
-    "--memory",
-    "memory_bytes",
-    type=MEMORY,
-    default=None,
-    help="Memory limit of each attempt (512M, 2G) through its cgroup; over it, OOM-killed.",
-)
-CPUS_FLAG = click.option(
-    "--cpus", type=CPUS, default=None, help="CPU limit of each attempt (0.5, 2) through its cgroup."
-)
-REQUIRE_LIMITS_FLAG = click.option(
-    "--require-limits",
-    is_flag=True,
-    default=False,
-    help="Only a worker that can enforce --memory/--cpus claims the job.",
-)
-
-JOB_FLAGS = (
-    TIMEOUT_FLAG,
-    MAX_RETRIES_FLAG,
-    MAX_CRASHES_FLAG,
-    PRIORITY_FLAG,
-    QUEUE_FLAG,
-    TAG_FLAG,
-    NOTE_FLAG,
-    CWD_FLAG,
-    ENV_FLAG,
-    MEMORY_FLAG,
-    CPUS_FLAG,
-    REQUIRE_LIMITS_FLAG,
-)
-"""The job flags of `add` that `schedule add` takes too (its occurrences'
-job flags): one definition, so a flag added here reaches both."""
-
-
-def job_flags(fn: F) -> F:
-    """Apply JOB_FLAGS to a command, in their order."""
-    for flag in reversed(JOB_FLAGS):
-        fn = flag(fn)
-    return fn
 
 
 @verb(
@@ -165,36 +42,7 @@ def job_flags(fn: F) -> F:
     help="NDJSON file of jobs ('-' for stdin); all or none. Job flags given with it are "
     "every line's defaults.",
 )
-@TIMEOUT_FLAG
-@MAX_RETRIES_FLAG
-@MAX_CRASHES_FLAG
-@PRIORITY_FLAG
-@QUEUE_FLAG
-@AFTER_FLAG
-@AT_FLAG
-@KEY_FLAG
-@TAG_FLAG
-@NOTE_FLAG
-@CWD_FLAG
-@ENV_FLAG
-@click.option(
-    "--after-job",
-    "after_jobs",
-    type=JOB_ID,
-    multiple=True,
-    help="Claimable only once this job is done (repeatable); canceled if it fails.",
-)
-@click.option(
-    "--after-job-any",
-    "after_jobs_any",
-    type=JOB_ID,
-    multiple=True,
-    help="Claimable only once this job ended, done, dead or canceled (repeatable); "
-    "its failure never cancels this one.",
-)
-@MEMORY_FLAG
-@CPUS_FLAG
-@REQUIRE_LIMITS_FLAG
+@job_flags()
 @db_option
 @json_option
 def add(
@@ -236,7 +84,7 @@ def add(
         run_at=None if after is None and at is None else (at if at is not None else local + after),  # type: ignore[operator]
         tags=validate.tag_map(dict(tags)),
         env=validate.env_map(dict(env)),
-        **options,
+        **spec_values(options),
     )
     queue = open_write(db, synchronous="FULL")
     now = queue.now()  # the server's clock on PostgreSQL: a submitter's may be off
@@ -276,7 +124,7 @@ def added_reply(result: Submitted, spec: JobSpec) -> Reply:
         "deduplicated": result.deduplicated,
         "next_run_at": result.next_run_at,
         "priority": result.priority,
-        "queue": result.queue,
+        "queue": result.lane,
         "cwd": result.cwd,
         "env_keys": result.env_keys,
         "after_jobs": list(spec.after_jobs),

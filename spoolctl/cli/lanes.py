@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from spoolctl.cli.database import open_write
 from spoolctl.cli.options import BoundedText, QueueName, db_option, json_option, verb
-from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services import lanes
@@ -17,32 +17,30 @@ from spoolctl.text import shown
 REASON_MAX = 1000
 
 
-def lanes_named(queue: str | None, every: bool, verb_name: str) -> list[str] | None:
-    """The lanes a pause/resume names: one queue, or None for --all."""
-    if queue is not None and every:
+def lanes_named(lane: str | None, every: bool, verb_name: str) -> list[str] | None:
+    """The lanes a pause/resume names: one (its QUEUE argument), or None for --all."""
+    if lane is not None and every:
         raise InvalidInput(f"give a QUEUE or --all to {verb_name}, not both")
-    if queue is None and not every:
+    if lane is None and not every:
         raise MissingRequired(f"name the lane to {verb_name} (QUEUE) or use --all")
-    return None if every else [queue] if queue is not None else None
+    return None if every else [lane] if lane is not None else None
 
 
-def change_reply(
-    change: lanes.LaneChange, queue: str | None, paused: list[dict[str, Any]]
-) -> Reply:
+def change_reply(change: lanes.LaneChange, lane: str | None, paused: list[dict[str, Any]]) -> Reply:
     data = {
-        "queue": queue,
-        "queues": change.queues,
+        "queue": lane,
+        "queues": change.named,
         "paused": change.paused,
         "changed": bool(change.changed),
         "changed_queues": change.changed,
         "paused_lanes": paused,
     }
     verb_word = "paused" if change.paused else "resumed"
-    if not change.queues:
+    if not change.named:
         text = f"no lane to {verb_word[:-1]}"
     else:
         lines = []
-        for name in change.queues:
+        for name in change.named:
             if name in change.changed:
                 lines.append(f"lane '{shown(name)}' {verb_word}")
             else:

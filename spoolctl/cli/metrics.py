@@ -18,8 +18,8 @@ from typing import Any, NoReturn
 
 import click
 
+from spoolctl.cli.database import driver_of, warn_no_queue
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
-from spoolctl.cli.queues import driver_of, warn_no_queue
 from spoolctl.cli.render import Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import Driver

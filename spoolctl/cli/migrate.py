@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
+from spoolctl.cli.database import driver_of
 from spoolctl.cli.options import db_option, json_option, verb
-from spoolctl.cli.queues import driver_of
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.revision import (

@@ -236,16 +236,20 @@ class BoundedText(_Validated):
 
 
 class QueueName(_Validated):
+    """A lane's name (or a schedule's: the same grammar). The contract
+    publishes this class's name as the type of `--queue`, so it keeps the
+    contract's word."""
+
     name = "queue"
 
     def check(self, value: str) -> str:
-        return validate.queue_name(value)
+        return validate.lane_name(value)
 
     def contract_info(self) -> dict[str, Any]:
         return {
             **super().contract_info(),
             **validate.LIMITS["queue"],
-            "charset": validate.QUEUE_RE.pattern,
+            "charset": validate.LANE_RE.pattern,
         }
 
 

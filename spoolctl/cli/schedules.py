@@ -9,7 +9,16 @@ from typing import Any
 import click
 
 from spoolctl import validate
-from spoolctl.cli.jobs import command_argv, job_flags
+from spoolctl.cli.database import (
+    no_schedule,
+    nowhere,
+    open_existing_write,
+    open_read,
+    open_write,
+    warn_no_queue,
+)
+from spoolctl.cli.job_flags import job_flags, spec_values
+from spoolctl.cli.jobs import command_argv
 from spoolctl.cli.lanes import REASON_MAX
 from spoolctl.cli.options import (
     BoundedText,
@@ -20,19 +29,11 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.queues import (
-    no_schedule,
-    nowhere,
-    open_existing_write,
-    open_read,
-    open_write,
-    warn_no_queue,
-)
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, MissingRequired, NotFound
-from spoolctl.services import schedules, slots
-from spoolctl.services.submit import JobSpec
+from spoolctl.services import fire_times, schedules
+from spoolctl.services.job_spec import SCHEDULED, JobSpec
 from spoolctl.states import CatchUp, Overlap
 from spoolctl.text import shown
 
@@ -43,13 +44,13 @@ STARTING = Rule(
 )
 ZONE = Rule(
     "zone",
-    lambda raw: slots.zone(raw).key,
+    lambda raw: fire_times.zone(raw).key,
     {"grammar": "an IANA time zone name, e.g. Europe/Berlin"},
 )
 
 
 def when(t: float | None, zone: str) -> str:
-    return "-" if t is None else slots.iso(t, zone)
+    return "-" if t is None else fire_times.iso(t, zone)
 
 
 def line_of(s: dict[str, Any]) -> str:
@@ -99,16 +100,16 @@ def line_of(s: dict[str, Any]) -> str:
     type=click.Choice([c.value for c in CatchUp]),
     default="latest",
     show_default=True,
-    help="After time without a worker: the latest missed slot, none, or all (at most 100).",
+    help="After time without a worker: the latest missed fire time, none, or all (at most 100).",
 )
 @click.option(
     "--starting",
     type=STARTING,
     default=None,
-    help="With --every: the first slot (default: now); slots never drift.",
+    help="With --every: the first fire time (default: now); fire times never drift.",
 )
 @click.option("--replace", is_flag=True, help="Change the schedule of that name if it exists.")
-@job_flags
+@job_flags(SCHEDULED)
 @db_option
 @json_option
 def schedule_add(
@@ -128,29 +129,33 @@ def schedule_add(
     as_json: bool,
     **options: Any,
 ) -> int:
-    """Add a recurring job: every slot of the cron expression or interval
+    """Add a recurring job: every fire time of the cron expression or interval
     becomes one job, fired by any running `spoolctl work` (exactly one per
-    slot, however many workers run). Jobs carry SPOOLCTL_SCHEDULE,
+    fire time, however many workers run). Jobs carry SPOOLCTL_SCHEDULE,
     SPOOLCTL_SCHEDULED_FOR and the tag schedule=NAME.
     """
     if cron is None and every is None:
         raise MissingRequired("give --cron 'EXPR' or --every DURATION")
-    if every is not None and every < slots.MIN_EVERY_S:
-        raise InvalidInput(f"--every must be at least {slots.MIN_EVERY_S:g}s", every=every)
-    zone = timezone or slots.local_zone_name()
-    expr = None if cron is None else slots.check_cron(cron)
+    if every is not None and every < fire_times.MIN_EVERY_S:
+        raise InvalidInput(f"--every must be at least {fire_times.MIN_EVERY_S:g}s", every=every)
+    zone = timezone or fire_times.local_zone_name()
+    expr = None if cron is None else fire_times.check_cron(cron)
     job = JobSpec(
         argv=command_argv(argv, command),
         tags=validate.tag_map(dict(tags)),
         env=validate.env_map(dict(env)),
-        **options,
+        **spec_values(options),
     )
     queue = open_write(db, synchronous="FULL")
     local, now = time.time(), queue.now()
     skew = now - local  # the server's clock decides on PostgreSQL; a machine's may be off
     anchor = now if starting is None else starting + (skew if abs(skew) >= 1 else 0.0)
     spec = schedules.ScheduleSpec(
-        name, slots.Recurrence(expr, every, zone, anchor), job, Overlap(overlap), CatchUp(catch_up)
+        name,
+        fire_times.Recurrence(expr, every, zone, anchor),
+        job,
+        Overlap(overlap),
+        CatchUp(catch_up),
     )
     data = queue.write(lambda conn: schedules.add(conn, spec, now, replace=replace))
     return emit(Reply(data, text=f"Schedule {line_of(data)}"), as_json)
@@ -227,7 +232,7 @@ def schedule_pause(name: str, reason: str | None, db: str | None, as_json: bool)
 @db_option
 @json_option
 def schedule_resume(name: str, db: str | None, as_json: bool) -> int:
-    """Let a paused schedule fire again, from its next slot after now."""
+    """Let a paused schedule fire again, from its next fire time after now."""
     queue = existing_queue(db, name)
     now = queue.now()
     data = queue.write(lambda conn: schedules.resume(conn, name, now))
@@ -257,7 +262,7 @@ def schedule_remove(name: str, db: str | None, as_json: bool) -> int:
 @db_option
 @json_option
 def schedule_run(name: str, db: str | None, as_json: bool) -> int:
-    """Submit one occurrence of a schedule now (its slots are unchanged)."""
+    """Submit one occurrence of a schedule now (its fire times are unchanged)."""
     from spoolctl.services.firing import run_now
 
     queue = existing_queue(db, name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from spoolctl.errors import ERROR_CODES, WARNING_CODES
+from spoolctl.services import job_spec
 from spoolctl.states import (
     AttemptState,
     CatchUp,
@@ -68,49 +69,61 @@ COUNTS = obj({s.value: INT for s in JobState})
 STR_LIST = arr(STR)
 ARGV = opt(arr(STR))
 
-LIST_JOB = obj(
-    {
-        "id": INT,
-        "argv": ARGV,
-        "state": STR,
-        "attempts": INT,
-        "crashes": INT,
-        "max_retries": INT,
-        "timeout_seconds": INT,
-        "created_at": NUM,
-        "started_at": opt(NUM),
-        "finished_at": opt(NUM),
-        "next_run_at": NUM,
-        "priority": INT,
-        "queue": STR,
-        "cwd": opt(STR),
-        "last_exit_code": opt(INT),
-        "last_error": opt(STR),
-        "idempotency_key": opt(STR),
-        "tags": opt(str_map(STR)),
-        "note": opt(STR),
-        "env_keys": STR_LIST,
-    },
-    {"damaged": STR_LIST, "after_jobs": arr(INT), "attempts_total": INT},
-)
 
-SHOW_JOB = obj(
+def attributes(written: dict[str, Schema], *, listed: bool = False) -> dict[str, Schema]:
+    """The declared job attributes (`services/job_spec.py`) not written out
+    by hand in `written` (those are 0.4.11's), each its column's JSON type or
+    null (a column added later is null in the rows before it): `show` has
+    every column, `list` the attributes declared listed."""
+    return {
+        f.key: opt({"type": f.json})
+        for f in job_spec.STORED
+        if f.key not in written and (f.listed or not listed)
+    }
+
+
+LIST_JOB_0411 = {
+    "id": INT,
+    "argv": ARGV,
+    "state": STR,
+    "attempts": INT,
+    "crashes": INT,
+    "max_retries": INT,
+    "timeout_seconds": INT,
+    "created_at": NUM,
+    "started_at": opt(NUM),
+    "finished_at": opt(NUM),
+    "next_run_at": NUM,
+    "priority": INT,
+    "queue": STR,
+    "cwd": opt(STR),
+    "last_exit_code": opt(INT),
+    "last_error": opt(STR),
+    "idempotency_key": opt(STR),
+    "tags": opt(str_map(STR)),
+    "note": opt(STR),
+    "env_keys": STR_LIST,
+}
+LIST_JOB = obj(
+    LIST_JOB_0411,
     {
-        **{
-            k: v
-            for k, v in LIST_JOB["properties"].items()
-            if k not in ("env_keys", "damaged", "after_jobs", "attempts_total")
-        },
-        "max_crashes": opt(INT),
-        "env": opt(str_map(STR)),
-        "locked_by": opt(STR),
-        "locked_pid": opt(INT),
-        "locked_at": opt(NUM),
-        "heartbeat_at": opt(NUM),
-        "last_failure_reason": opt(STR),
+        "damaged": STR_LIST,
+        "after_jobs": arr(INT),
+        "attempts_total": INT,
+        **attributes(LIST_JOB_0411, listed=True),
     },
-    {"damaged": STR_LIST, "memory_bytes": opt(INT), "cpus": opt(NUM), "require_limits": opt(INT)},
 )
+SHOW_JOB_0411 = {
+    **{k: v for k, v in LIST_JOB_0411.items() if k != "env_keys"},
+    "max_crashes": opt(INT),
+    "env": opt(str_map(STR)),
+    "locked_by": opt(STR),
+    "locked_pid": opt(INT),
+    "locked_at": opt(NUM),
+    "heartbeat_at": opt(NUM),
+    "last_failure_reason": opt(STR),
+}
+SHOW_JOB = obj(SHOW_JOB_0411, {"damaged": STR_LIST, **attributes(SHOW_JOB_0411)})
 
 ATTEMPT = obj(
     {

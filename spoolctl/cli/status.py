@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
+from spoolctl.cli.database import open_read, warn_no_queue
 from spoolctl.cli.inspect import STATE_COLORS, command_text
 from spoolctl.cli.options import BoundedInt, Seconds, db_option, json_option, verb
 from spoolctl.cli.outages import waits_text
-from spoolctl.cli.queues import open_read, warn_no_queue
 from spoolctl.cli.render import Reply, age, emit, local_time, style, table
 from spoolctl.services import lanes, query, schedules
 from spoolctl.states import JobState
@@ -59,7 +59,7 @@ def empty_status() -> dict[str, Any]:
 @db_option
 @json_option
 def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bool) -> int:
-    """Counts per state and queue, dead jobs, live workers."""
+    """Counts per state and lane, dead jobs, live workers."""
     if watch:
         return watch_status(db, limit, interval)
     now = time.time()
@@ -91,7 +91,7 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
 
 
 def with_paused_lanes(data: dict[str, Any], paused: list[dict[str, Any]]) -> dict[str, Any]:
-    """Adds `paused_lanes` and a `paused` flag on each queue (additive keys)."""
+    """Adds `paused_lanes` and a `paused` flag on each lane (additive keys)."""
     names = {p["queue"] for p in paused}
     for name, entry in data["queues"].items():
         entry["paused"] = name in names
@@ -210,7 +210,7 @@ def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
 @db_option
 @json_option
 def workers(include_all: bool, db: str | None, as_json: bool) -> int:
-    """Workers and what they run: queue, slots, jobs, heartbeat age."""
+    """Workers and what they run: lane, lane cap (--slots), jobs, heartbeat age."""
     found = open_read(db)
     now = time.time() if found is None else found.now()
     rows, orphans, paused = (

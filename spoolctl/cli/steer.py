@@ -7,8 +7,8 @@ from dataclasses import asdict
 
 import click
 
+from spoolctl.cli.database import no_job, open_existing_write, open_read, open_write
 from spoolctl.cli.options import JOB_ID, Duration, StateList, db_option, json_option, verb
-from spoolctl.cli.queues import no_job, open_existing_write, open_read, open_write
 from spoolctl.cli.render import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import SafetyBlock
@@ -141,7 +141,7 @@ def prune(
 
     Never deletes a file outside the spool's output folder, whatever a row says.
     Past schedule occurrences whose job is gone go too (each schedule's latest
-    slot stays).
+    one stays).
     """
     if not (dry_run or yes):
         raise SafetyBlock("prune deletes jobs and output: add --dry-run to look or --yes to delete")

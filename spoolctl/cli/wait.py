@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
+from spoolctl.cli.database import no_job, open_read
 from spoolctl.cli.options import JOB_ID, Duration, Seconds, db_option, json_option, verb
-from spoolctl.cli.queues import no_job, open_read
 from spoolctl.cli.render import ProgressLine, Reply, emit
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
 from spoolctl.services import query

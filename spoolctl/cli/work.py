@@ -1,4 +1,4 @@
-"""`work`: run jobs of one queue until told to stop (or once, or to drain)."""
+"""`work`: run jobs of one lane until told to stop (or once, or to drain)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from spoolctl.cli.database import open_write
 from spoolctl.cli.options import (
     BoundedInt,
     BoundedText,
@@ -19,7 +20,6 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.outages import outage_notice
-from spoolctl.cli.queues import open_write
 from spoolctl.cli.render import ProgressLine, Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
@@ -42,19 +42,19 @@ MAX_CONCURRENCY = 256
     ),
 )
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
-@click.option("--drain", is_flag=True, help="Run until the queue's lane is settled, then exit.")
+@click.option("--drain", is_flag=True, help="Run until the lane is settled, then exit.")
 @click.option(
     "--queue",
     type=QueueName(),
     default="default",
     show_default=True,
-    help="The one queue this worker serves.",
+    help="The one lane this worker serves.",
 )
 @click.option(
     "--slots",
     type=BoundedInt(1, None),
     default=None,
-    help="Cap on running jobs of this queue across all workers.",
+    help="The lane's cap: running jobs of the lane across all workers.",
 )
 @click.option(
     "--worker-id",
@@ -97,7 +97,7 @@ def work(
     db: str | None,
     as_json: bool,
 ) -> int:
-    """Claim and run jobs of one queue.
+    """Claim and run jobs of one lane.
 
     Without --once or --drain it runs until SIGINT/SIGTERM: the first signal
     lets running jobs finish and be recorded, a second kills their process
@@ -113,9 +113,9 @@ def work(
     mode: Mode = "once" if once else "drain" if drain else "loop"
     queue_file = open_write(db)
     options = WorkerOptions(
-        queue=queue,
+        lane=queue,
         mode=mode,
-        slots=slots,
+        cap=slots,
         worker_id=worker_id,
         poll_interval_s=poll_interval,
         concurrency=concurrency,

@@ -248,8 +248,10 @@ schedules = Table(
 )
 """A recurring job (`schedule add`): a cron expression in a named zone, or
 every `every_s` seconds from `anchor_at`. `job` is the JSON of the job flags
-each occurrence is submitted with. `next_fire_at` is the next slot; any
-worker fires a schedule once it is due (one range scan of the index below)."""
+each occurrence is submitted with. `next_fire_at` is the next fire time; any
+worker fires a schedule once it is due (one range scan of the index below).
+`last_slot_at` is the latest fire time reached (the columns keep the older
+word "slot")."""
 Index("ix_schedules_next_fire_at", schedules.c.next_fire_at)
 
 schedule_occurrences = Table(
@@ -264,11 +266,11 @@ schedule_occurrences = Table(
     UniqueConstraint("schedule_id", "slot_at"),
     _one_of("outcome", OccurrenceOutcome),
 )
-"""One row per slot a schedule reached: its job (fired, or `schedule run`)
-or the record that it was skipped. The unique (schedule_id, slot_at) is what
-makes a second job for one slot impossible, whichever process or machine
-tries; the firing transaction inserts this row, the job and the schedule's
-next slot together."""
+"""One row per fire time a schedule reached (`slot_at`): its job (fired, or
+`schedule run`) or the record that it was skipped. The unique (schedule_id,
+slot_at) is what makes a second job for one fire time impossible, whichever
+process or machine tries; the firing transaction inserts this row, the job
+and the schedule's next fire time together."""
 
 
 def _with_partial_indexes() -> MetaData:

@@ -69,7 +69,7 @@ class Capacity:
     def within_lane_cap(self, wanted: int, running: int) -> int:
         """How many of `wanted` jobs the lane's cap lets this worker claim
         while `running` jobs of the lane run fleet-wide (the claim counts
-        them under the lane's lock, `Statements.before_slot_count`)."""
+        them under the lane's lock, `Statements.before_cap_count`)."""
         if self.lane_cap is None:
             return wanted
         return max(0, min(wanted, self.lane_cap - running))

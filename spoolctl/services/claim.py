@@ -77,7 +77,7 @@ class Claimant:
 
     worker_id: str
     worker_pid: int
-    queue: str
+    lane: str
     """The lane it claims from."""
     output_root: Path
     """Where its attempts write their output files (`layout.attempt_paths`)."""
@@ -91,7 +91,7 @@ class Claimant:
     def binds(self) -> dict[str, Any]:
         """The claim statement's values that stay the same from claim to claim."""
         return {
-            "b_queue": self.queue,
+            "b_queue": self.lane,
             "b_worker": self.worker_id,
             "b_pid": self.worker_pid,
             "b_root": str(self.output_root),
@@ -141,8 +141,8 @@ class Claiming:
     def __init__(self, conn: Connection, claimant: Claimant, wanted: int, now: float) -> None:
         cap = claimant.cap
         if cap is not None and cap.lane_cap is not None:
-            statements(conn).before_slot_count(conn, claimant.queue)
-            wanted = cap.within_lane_cap(wanted, running_in_queue(conn, claimant.queue))
+            statements(conn).before_cap_count(conn, claimant.lane)
+            wanted = cap.within_lane_cap(wanted, running_in_queue(conn, claimant.lane))
         self._conn, self._claimant, self._wanted, self._now = conn, claimant, wanted, now
         self._take, self._begins = sql.take(conn)
         self._sent = self._send(wanted) if wanted > 0 else None
@@ -203,7 +203,7 @@ def _look_again(conn: Connection, claimant: Claimant, now: float) -> Claim | Non
     paused, it has nothing due, or its first job's previous attempt was
     ended elsewhere (checked here for a lingering process, in claim order,
     skipping such jobs one by one)."""
-    queue = claimant.queue
+    queue = claimant.lane
     if is_paused(conn, queue):
         return None
     skip: list[int] = []
@@ -268,7 +268,7 @@ def _begin_attempts(
                 cwd=cwd,
                 env=env,
                 timeout_seconds=timeout_seconds,
-                queue=claimant.queue,
+                queue=claimant.lane,
                 stdout_path=stdout_path,
                 stderr_path=stderr_path,
                 token=attempt_token(worker_id, attempt_id, now),

@@ -9,24 +9,24 @@ from spoolctl.db.tables import jobs
 from spoolctl.states import JobState
 
 
-def next_due_at(conn: Connection, queue: str) -> float | None:
+def next_due_at(conn: Connection, lane: str) -> float | None:
     """When the earliest queued job of the lane becomes due (None: nothing queued)."""
     found = conn.execute(
         select(func.min(jobs.c.next_run_at)).where(
-            jobs.c.state == JobState.QUEUED.value, jobs.c.queue == queue
+            jobs.c.state == JobState.QUEUED.value, jobs.c.queue == lane
         )
     ).scalar()
     return None if found is None else float(found)
 
 
-def lane_settled(conn: Connection, queue: str, now: float) -> bool:
+def lane_settled(conn: Connection, lane: str, now: float) -> bool:
     """The drain rule: nothing running in the lane, nothing due, and no retry
     backoff pending. Jobs delayed by their submitter that never ran yet
     (attempts 0, due later) do not hold the lane open."""
     busy = conn.execute(
         select(jobs.c.id)
         .where(
-            jobs.c.queue == queue,
+            jobs.c.queue == lane,
             (jobs.c.state == JobState.RUNNING.value)
             | (
                 (jobs.c.state == JobState.QUEUED.value)

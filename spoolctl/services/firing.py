@@ -1,17 +1,20 @@
-"""Firing schedules: any running worker, no leader, exactly one job per slot.
+"""Firing schedules: any running worker, no leader, exactly one job per fire
+time.
 
 `due_schedules` is the worker's check (one range scan of
 ix_schedules_next_fire_at; this module's import of it loads no cron
 library). `fire` runs in its own write transaction per schedule: it advances
-the schedule's next slot by compare-and-set (a worker that lost the race
-changes nothing), then inserts each chosen slot's occurrence row, whose
-unique (schedule_id, slot_at) makes a second job for the slot impossible
-whatever process or machine tries, and its job; all of it commits together.
+the schedule's next fire time by compare-and-set (a worker that lost the
+race changes nothing), then inserts each chosen fire time's occurrence row,
+whose unique (schedule_id, slot_at) makes a second job for one fire time
+impossible whatever process or machine tries, and its job; all of it
+commits together. (The columns, and the ledger's event details, keep the
+older word: `slot_at`, `last_slot_at`, `slot`, `slots`, `first_slot`.)
 
-Catch-up, when a schedule is found with more than one slot due (no worker
-ran) or its one slot late: `latest` fires the most recent slot only, `none`
-fires nothing then (only a slot found on time fires), `all` fires every
-missed slot, at most CATCH_UP_ALL_MAX of the latest.
+Catch-up, when a schedule is found with more than one fire time due (no
+worker ran) or its one fire time late: `latest` fires the most recent one
+only, `none` fires nothing then (only a fire time found on time fires),
+`all` fires every missed one, at most CATCH_UP_ALL_MAX of the latest.
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from spoolctl.services.events import record_event
 from spoolctl.states import ACTIVE_JOB_STATES, CatchUp, EventKind, OccurrenceOutcome, Overlap
 
 CATCH_UP_ALL_MAX = 100
-"""`--catch-up all` fires at most this many missed slots (the latest ones)."""
+"""`--catch-up all` fires at most this many missed fire times (the latest ones)."""
 ON_TIME_S = 60.0
-"""With `--catch-up none`, a slot found at most this late (and the only one
-due) still fires: a worker's poll makes every slot a little late."""
+"""With `--catch-up none`, a fire time found at most this late (and the only
+one due) still fires: a worker's poll makes every fire time a little late."""
 SCHEDULE_ENV = "SPOOLCTL_SCHEDULE"
 SCHEDULED_FOR_ENV = "SPOOLCTL_SCHEDULED_FOR"
 SCHEDULE_TAG = "schedule"
@@ -46,7 +49,7 @@ _DUE = Prepared(
 
 
 def due_schedules(conn: Connection, now: float) -> list[int]:
-    """The schedules with a slot due now (none paused)."""
+    """The schedules with a fire time due now (none paused)."""
     return [int(row.id) for row in _DUE.all(conn, {"b_now": now})]
 
 
@@ -60,8 +63,8 @@ class Fired:
 def fire(conn: Connection, schedule_id: int, now: float, worker_id: str | None) -> Fired | None:
     """Fire what is due of one schedule; None if nothing was (another worker
     fired it first, or it was paused or removed meanwhile)."""
+    from spoolctl.services.fire_times import zone
     from spoolctl.services.schedules import job_of, recurrence_of
-    from spoolctl.services.slots import zone
 
     row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)).first()
     if row is None or row.paused_at is not None or row.next_fire_at > now:
@@ -85,16 +88,16 @@ def fire(conn: Connection, schedule_id: int, now: float, worker_id: str | None) 
     chosen = _chosen(row, due, now)
     result = Fired(row.name, [], [])
     previous = row.last_job_id
-    for slot in chosen:
-        if _slot_taken(conn, row.id, slot):  # a `schedule run` at that very instant
+    for fire_at in chosen:
+        if _occurred(conn, row.id, fire_at):  # a `schedule run` at that very instant
             continue
         if row.overlap == Overlap.SKIP and _active(conn, previous):
-            _skip(conn, row, slot, now, worker_id, "overlap")
-            result.skipped.append(slot)
+            _skip(conn, row, fire_at, now, worker_id, "overlap")
+            result.skipped.append(fire_at)
             continue
-        previous = occur(conn, row, slot, now, OccurrenceOutcome.FIRED, worker_id)
+        previous = occur(conn, row, fire_at, now, OccurrenceOutcome.FIRED, worker_id)
         result.job_ids.append(previous)
-    missed = [s for s in due if s not in chosen]
+    missed = [at for at in due if at not in chosen]
     if missed:
         record_event(
             conn,
@@ -144,14 +147,14 @@ def _chosen(row: Any, due: list[float], now: float) -> list[float]:
     return due[-1:]
 
 
-def _slot_taken(conn: Connection, schedule_id: int, slot: float) -> bool:
-    """Whether the slot has its occurrence already: the unique index would
+def _occurred(conn: Connection, schedule_id: int, fire_at: float) -> bool:
+    """Whether the fire time has its occurrence already: the unique index would
     refuse a second one (the guarantee); this look keeps the worker from
     failing its transaction on it."""
     found = conn.execute(
         select(schedule_occurrences.c.id).where(
             schedule_occurrences.c.schedule_id == schedule_id,
-            schedule_occurrences.c.slot_at == slot,
+            schedule_occurrences.c.slot_at == fire_at,
         )
     ).first()
     return found is not None
@@ -167,46 +170,46 @@ def _active(conn: Connection, job_id: int | None) -> bool:
 
 
 def _skip(
-    conn: Connection, row: Any, slot: float, now: float, worker_id: str | None, why: str
+    conn: Connection, row: Any, fire_at: float, now: float, worker_id: str | None, why: str
 ) -> None:
     conn.execute(
         insert(schedule_occurrences).values(
-            schedule_id=row.id, slot_at=slot, at=now, outcome=OccurrenceOutcome.SKIPPED.value
+            schedule_id=row.id, slot_at=fire_at, at=now, outcome=OccurrenceOutcome.SKIPPED.value
         )
     )
-    conn.execute(update(schedules).where(schedules.c.id == row.id).values(last_slot_at=slot))
+    conn.execute(update(schedules).where(schedules.c.id == row.id).values(last_slot_at=fire_at))
     record_event(
         conn,
         None,
         EventKind.SCHEDULE_SKIPPED,
         now,
         worker_id=worker_id,
-        detail={"schedule": row.name, "reason": why, "slot": slot},
+        detail={"schedule": row.name, "reason": why, "slot": fire_at},
     )
 
 
 def occur(
     conn: Connection,
     row: Any,
-    slot: float,
+    fire_at: float,
     now: float,
     outcome: OccurrenceOutcome,
     worker_id: str | None,
 ) -> int:
-    """One occurrence: its row (the unique slot), its job, its event."""
+    """One occurrence: its row (unique per fire time), its job, its event."""
+    from spoolctl.services.fire_times import iso
     from spoolctl.services.schedules import job_of
-    from spoolctl.services.slots import iso
     from spoolctl.services.submit import submit
 
     occurrence = conn.execute(
         insert(schedule_occurrences).values(
-            schedule_id=row.id, slot_at=slot, at=now, outcome=outcome.value
+            schedule_id=row.id, slot_at=fire_at, at=now, outcome=outcome.value
         )
     ).inserted_primary_key[0]  # type: ignore[index]
     spec = job_of(row)
     spec = dataclasses.replace(
         spec,
-        env={**spec.env, SCHEDULE_ENV: row.name, SCHEDULED_FOR_ENV: iso(slot, row.timezone)},
+        env={**spec.env, SCHEDULE_ENV: row.name, SCHEDULED_FOR_ENV: iso(fire_at, row.timezone)},
         tags={**spec.tags, SCHEDULE_TAG: row.name},
     )
     job_id = submit(conn, spec, now).job_id
@@ -218,7 +221,7 @@ def occur(
     conn.execute(
         update(schedules)
         .where(schedules.c.id == row.id)
-        .values(last_job_id=job_id, last_slot_at=slot)
+        .values(last_job_id=job_id, last_slot_at=fire_at)
     )
     record_event(
         conn,
@@ -226,14 +229,14 @@ def occur(
         EventKind.SCHEDULE_FIRED,
         now,
         worker_id=worker_id,
-        detail={"schedule": row.name, "slot": slot, "outcome": outcome.value},
+        detail={"schedule": row.name, "slot": fire_at, "outcome": outcome.value},
     )
     return job_id
 
 
 def run_now(conn: Connection, name: str, now: float) -> dict[str, Any]:
-    """`schedule run`: one occurrence now, outside its slots (its next slot
-    and the overlap rule are left alone)."""
+    """`schedule run`: one occurrence now, outside its fire times (its next
+    fire time and the overlap rule are left alone)."""
     from spoolctl.services.schedules import require
 
     row = require(conn, name)

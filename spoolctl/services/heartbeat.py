@@ -26,8 +26,9 @@ class WorkerInfo:
     pid: int
     process_started_at: float | None
     boot_id: str
-    queue: str
-    slots: int | None
+    lane: str
+    cap: int | None
+    """The lane's cap this worker declares (`--slots`; column `slots`)."""
     concurrency: int
     pid_space: str | None = None
     """Where `pid` names this worker (`procs.pid_space`): machine id, PID and
@@ -49,8 +50,8 @@ def worker_row(info: WorkerInfo, now: float) -> dict[str, Any]:
         process_started_at=info.process_started_at,
         boot_id=info.boot_id,
         pid_space=info.pid_space,
-        queue=info.queue,
-        slots=info.slots,
+        queue=info.lane,
+        slots=info.cap,
         concurrency=info.concurrency,
         started_at=now,
         heartbeat_at=now,
@@ -71,13 +72,13 @@ class ServerWait:
 
 
 def record_server_wait(
-    conn: Connection, worker_id: str, queue: str, wait: ServerWait, now: float
+    conn: Connection, worker_id: str, lane: str, wait: ServerWait, now: float
 ) -> None:
     """Put on the ledger, with the worker's registration, that it waited for
     the server: `workers` and `status` show it on the worker's row
     (`waited_for_server`), `events` as a lane event."""
     detail = {
-        "queue": queue,
+        "queue": lane,
         "waited_s": round(wait.waited_s, 3),
         "failed_tries": wait.failed_tries,
         "error": wait.error,

@@ -1,11 +1,12 @@
-"""Pausing and resuming lanes: a paused queue keeps accepting jobs, but no
+"""Pausing and resuming lanes: a paused lane keeps accepting jobs, but no
 worker claims from it until it is resumed.
 
 A lane is paused while it has a row in `lanes`; the claim looks that row up
 by primary key inside its own transaction, so a pause committed before a
 claim's BEGIN IMMEDIATE is always seen. Jobs already running finish normally.
-Each change is ledgered as a `paused`/`resumed` event (job_id null, the queue
-in detail) in the transaction that makes it.
+Each change is ledgered as a `paused`/`resumed` event (job_id null, the lane
+in detail's `queue`) in the transaction that makes it. The `lanes` table
+keys a lane by its name in the column `queue`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from spoolctl.states import EventKind, WorkerState
 class LaneChange:
     """What a pause or resume asked for, and which lanes it actually changed."""
 
-    queues: list[str]
+    named: list[str]
     paused: bool
     changed: list[str]
 
@@ -36,9 +37,9 @@ class LaneChange:
 _PAUSED = Prepared(select(lanes.c.queue).where(lanes.c.queue == bindparam("b_queue")))
 
 
-def is_paused(conn: Connection, queue: str) -> bool:
+def is_paused(conn: Connection, lane: str) -> bool:
     """One primary-key lookup: cheap enough for every claim."""
-    return _PAUSED.first(conn, {"b_queue": queue}) is not None
+    return _PAUSED.first(conn, {"b_queue": lane}) is not None
 
 
 def operator_identity() -> str:
@@ -61,33 +62,33 @@ def known_lanes(conn: Connection) -> list[str]:
 
 
 def pause_lanes(
-    conn: Connection, queues: list[str] | None, *, by: str, reason: str | None, now: float
+    conn: Connection, names: list[str] | None, *, by: str, reason: str | None, now: float
 ) -> LaneChange:
     """Pause the given lanes (None: every known lane); pausing a paused lane
     changes nothing and is reported as unchanged."""
-    wanted = known_lanes(conn) if queues is None else sorted(set(queues))
-    changed = [q for q in wanted if not is_paused(conn, q)]
-    for queue in changed:
-        conn.execute(insert(lanes).values(queue=queue, paused_at=now, paused_by=by, reason=reason))
+    wanted = known_lanes(conn) if names is None else sorted(set(names))
+    changed = [name for name in wanted if not is_paused(conn, name)]
+    for name in changed:
+        conn.execute(insert(lanes).values(queue=name, paused_at=now, paused_by=by, reason=reason))
         record_event(
-            conn, None, EventKind.PAUSED, now, detail={"queue": queue, "by": by, "reason": reason}
+            conn, None, EventKind.PAUSED, now, detail={"queue": name, "by": by, "reason": reason}
         )
     return LaneChange(wanted, True, changed)
 
 
-def resume_lanes(conn: Connection, queues: list[str] | None, *, by: str, now: float) -> LaneChange:
+def resume_lanes(conn: Connection, names: list[str] | None, *, by: str, now: float) -> LaneChange:
     """Resume the given lanes (None: every paused lane); resuming a lane that
     is not paused changes nothing and is reported as unchanged."""
     paused = {p["queue"] for p in paused_lanes(conn)}
-    wanted = sorted(paused) if queues is None else sorted(set(queues))
-    changed = [q for q in wanted if q in paused]
-    for queue in changed:
-        conn.execute(delete(lanes).where(lanes.c.queue == queue))
-        record_event(conn, None, EventKind.RESUMED, now, detail={"queue": queue, "by": by})
+    wanted = sorted(paused) if names is None else sorted(set(names))
+    changed = [name for name in wanted if name in paused]
+    for name in changed:
+        conn.execute(delete(lanes).where(lanes.c.queue == name))
+        record_event(conn, None, EventKind.RESUMED, now, detail={"queue": name, "by": by})
     return LaneChange(wanted, False, changed)
 
 
 def paused_lanes(conn: Connection) -> list[dict[str, Any]]:
-    """Every paused lane: queue, paused_at, paused_by, reason."""
+    """Every paused lane: queue (its name), paused_at, paused_by, reason."""
     rows = conn.execute(select(lanes).order_by(lanes.c.queue)).mappings()
     return [dict(row) for row in rows]

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, func, select
 from spoolctl.db.backends import statements
 from spoolctl.db.tables import attempts, jobs, lanes, workers
 from spoolctl.services import schedules as schedule_facts
-from spoolctl.services.query import queue_summary, unconfirmed_orphans
+from spoolctl.services.query import lane_summary, unconfirmed_orphans
 from spoolctl.services.totals import EndedTotals
 from spoolctl.states import AttemptState, JobState, WorkerState
 
@@ -50,8 +50,9 @@ class LaneFacts:
     oldest_due_age_s: float = 0.0
     paused: bool = False
     live_workers: int = 0
-    slots: int | None = None
-    """The smallest `--slots` a live worker of the lane declares (None: no cap)."""
+    cap: int | None = None
+    """The lane's cap: the smallest `--slots` a live worker of the lane
+    declares (None: no cap)."""
 
     @property
     def running(self) -> int:
@@ -61,7 +62,7 @@ class LaneFacts:
 @dataclass(frozen=True)
 class WorkerFacts:
     worker_id: str
-    queue: str
+    lane: str
     hostname: str
     concurrency: int
     running_attempts: int
@@ -103,10 +104,10 @@ def collect(
     lane_facts = _lanes(conn, now)
     live = _live_workers(conn, now, live_within_s)
     for worker in live:
-        lane = lane_facts.setdefault(worker.queue, LaneFacts(_zero_counts()))
+        lane = lane_facts.setdefault(worker.lane, LaneFacts(_zero_counts()))
         lane.live_workers += 1
-    for queue, slots in _lane_slots(conn, now, live_within_s).items():
-        lane_facts.setdefault(queue, LaneFacts(_zero_counts())).slots = slots
+    for name, cap in _lane_caps(conn, now, live_within_s).items():
+        lane_facts.setdefault(name, LaneFacts(_zero_counts())).cap = cap
     ended = (totals or EndedTotals()).read(conn)
     return MetricsSnapshot(
         now=now,
@@ -128,13 +129,13 @@ def _zero_counts() -> dict[str, int]:
 
 def _lanes(conn: Connection, now: float) -> dict[str, LaneFacts]:
     found = {
-        queue: LaneFacts(entry["counts"], entry["scheduled"])
-        for queue, entry in queue_summary(conn, now).items()
+        name: LaneFacts(entry["counts"], entry["scheduled"])
+        for name, entry in lane_summary(conn, now).items()
     }
-    for queue in conn.execute(select(lanes.c.queue)).scalars():
-        found.setdefault(queue, LaneFacts(_zero_counts())).paused = True
-    for queue, oldest in _oldest_due(conn, now, [q for q, f in found.items() if _due(f)]):
-        found[queue].oldest_due_age_s = max(0.0, now - float(oldest))
+    for name in conn.execute(select(lanes.c.queue)).scalars():
+        found.setdefault(name, LaneFacts(_zero_counts())).paused = True
+    for name, oldest in _oldest_due(conn, now, [n for n, f in found.items() if _due(f)]):
+        found[name].oldest_due_age_s = max(0.0, now - float(oldest))
     return found
 
 
@@ -142,20 +143,20 @@ def _due(facts: LaneFacts) -> bool:
     return facts.counts.get(JobState.QUEUED.value, 0) > facts.scheduled
 
 
-def _oldest_due(conn: Connection, now: float, queues: list[str]) -> list[tuple[str, float]]:
+def _oldest_due(conn: Connection, now: float, names: list[str]) -> list[tuple[str, float]]:
     """Per lane with due jobs, when its longest-waiting due job became due:
-    a range of the claim index (state, queue, ...), one lane at a time."""
+    a range of the claim index (state, lane, ...), one lane at a time."""
     found = []
-    for queue in queues:
+    for name in names:
         oldest = conn.execute(
             select(func.min(jobs.c.next_run_at)).where(
                 jobs.c.state == JobState.QUEUED.value,
-                jobs.c.queue == queue,
+                jobs.c.queue == name,
                 jobs.c.next_run_at <= now,
             )
         ).scalar()
         if oldest is not None:
-            found.append((queue, float(oldest)))
+            found.append((name, float(oldest)))
     return found
 
 
@@ -194,7 +195,8 @@ def _live_workers(conn: Connection, now: float, live_within_s: float) -> list[Wo
     ]
 
 
-def _lane_slots(conn: Connection, now: float, live_within_s: float) -> dict[str, int]:
+def _lane_caps(conn: Connection, now: float, live_within_s: float) -> dict[str, int]:
+    """Each capped lane's cap: the smallest `--slots` (column `slots`) of its live workers."""
     rows = conn.execute(
         select(workers.c.queue, func.min(workers.c.slots))
         .where(
@@ -204,7 +206,7 @@ def _lane_slots(conn: Connection, now: float, live_within_s: float) -> dict[str,
         )
         .group_by(workers.c.queue)
     )
-    return {str(queue): int(slots) for queue, slots in rows if slots is not None}
+    return {str(name): int(cap) for name, cap in rows if cap is not None}
 
 
 def _window(conn: Connection) -> Any:

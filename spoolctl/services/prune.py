@@ -19,10 +19,10 @@ they may be deleted by hand.
 
 A schedule's occurrence rows (`schedule_occurrences`) whose job is gone
 (pruned now or before: the row's job_id is set to NULL with it) or that
-never had one (a skipped slot) are deleted too once they are older than the
-cutoff, except each schedule's latest slot: the rows are history for
-`schedule show`, and without this a schedule's table grows by a row a slot
-forever. Rows whose job is still there stay, whatever `--state` says.
+never had one (a skipped fire time) are deleted too once they are older than
+the cutoff, except each schedule's latest fire time's: the rows are history
+for `schedule show`, and without this a schedule's table grows by a row a
+fire time forever. Rows whose job is still there stay, whatever `--state` says.
 
 On a PostgreSQL queue the attempts' output stored in the database
 (`output_chunks`) is deleted with the attempts, in the same transaction
@@ -85,7 +85,7 @@ def candidates(
 
 
 def _past_occurrences(cutoff: float, jobless: ColumnElement[bool]) -> ColumnElement[bool]:
-    """Occurrence rows older than cutoff, before their schedule's latest slot,
+    """Occurrence rows older than cutoff, before their schedule's latest fire time,
     and without a job by `jobless`."""
     latest = (
         select(schedules.c.last_slot_at)

@@ -14,7 +14,7 @@ from sqlalchemy import ColumnElement, Connection, Row, Select, func, select
 from spoolctl.db import codec
 from spoolctl.db.backends.base import HasTag
 from spoolctl.db.tables import attempts, job_events, jobs, workers
-from spoolctl.services import claim_limits
+from spoolctl.services import claim_limits, job_spec
 from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
 
 JOB_JSON_FIELDS = ("argv", "tags", "env")
@@ -91,10 +91,10 @@ def attempt_signals(events: list[dict[str, Any]]) -> dict[int, int]:
     return found
 
 
-def queue_summary(conn: Connection, now: float) -> dict[str, dict[str, Any]]:
-    """Every queue that holds a job, finished ones included: its count in each
+def lane_summary(conn: Connection, now: float) -> dict[str, dict[str, Any]]:
+    """Every lane that holds a job, finished ones included: its count in each
     state and its scheduled count. Grouped in the claim index's own order
-    (state, queue), which holds next_run_at too: one walk of that index, no
+    (state, lane), which holds next_run_at too: one walk of that index, no
     table row read, no sort."""
     summary: dict[str, dict[str, Any]] = {}
     rows = conn.execute(
@@ -102,10 +102,8 @@ def queue_summary(conn: Connection, now: float) -> dict[str, dict[str, Any]]:
             jobs.c.state, jobs.c.queue, func.count(), func.count().filter(jobs.c.next_run_at > now)
         ).group_by(jobs.c.state, jobs.c.queue)
     )
-    for state, queue, count, future in rows:
-        entry = summary.setdefault(
-            queue, {"counts": {s.value: 0 for s in JobState}, "scheduled": 0}
-        )
+    for state, lane, count, future in rows:
+        entry = summary.setdefault(lane, {"counts": {s.value: 0 for s in JobState}, "scheduled": 0})
         entry["counts"][state] = count
         if state == JobState.QUEUED.value:
             entry["scheduled"] = int(future or 0)
@@ -194,17 +192,17 @@ def server_waits(conn: Connection, *, include_all: bool) -> dict[str, dict[str, 
 
 
 def status_summary(conn: Connection, now: float, *, dead_limit: int = 10) -> dict[str, Any]:
-    """The totals are the sums of the per-queue counts: the jobs table is read
-    once, through the claim index (see queue_summary)."""
-    queues = queue_summary(conn, now)
+    """The totals are the sums of the per-lane counts: the jobs table is read
+    once, through the claim index (see lane_summary)."""
+    by_lane = lane_summary(conn, now)
     counts = {s.value: 0 for s in JobState}
-    for entry in queues.values():
+    for entry in by_lane.values():
         for state, count in entry["counts"].items():
             counts[state] = counts.get(state, 0) + count
     return {
         "counts": counts,
-        "scheduled": sum(entry["scheduled"] for entry in queues.values()),
-        "queues": queues,
+        "scheduled": sum(entry["scheduled"] for entry in by_lane.values()),
+        "queues": by_lane,
         "recent_dead": recent_dead(conn, dead_limit),
         "workers": live_workers(conn, now),
         "orphans_unconfirmed": unconfirmed_orphans(conn),
@@ -279,25 +277,19 @@ def _str_or_none(value: object) -> str | None:
 
 LIST_FIELDS = (
     "id",
-    "argv",
     "state",
     "attempts",
     "crashes",
-    "max_retries",
-    "timeout_seconds",
     "created_at",
     "started_at",
     "finished_at",
     "next_run_at",
-    "priority",
-    "queue",
-    "cwd",
     "last_exit_code",
     "last_error",
-    "idempotency_key",
-    "tags",
-    "note",
+    *job_spec.LISTED,
 )
+"""What `list` shows of a job: its record, then the attributes declared
+`listed` (`services/job_spec.py`)."""
 
 
 @dataclass(frozen=True)
@@ -305,7 +297,7 @@ class JobFilter:
     """The filters of `list`; each is served by an index on jobs."""
 
     state: str | tuple[str, ...] | None = None
-    queue: str | None = None
+    lane: str | None = None
     tags: tuple[tuple[str, str | None], ...] = ()  # value None: the key is present
     priority_min: int | None = None
     limit: int = 0
@@ -323,8 +315,8 @@ def list_query(where: JobFilter) -> Select[Any]:
         query = query.where(jobs.c.state == states[0])
     elif states is not None:
         query = query.where(jobs.c.state.in_(states))
-    if where.queue is not None:
-        query = query.where(jobs.c.queue == where.queue)
+    if where.lane is not None:
+        query = query.where(jobs.c.queue == where.lane)
     if where.priority_min is not None:
         query = query.where(jobs.c.priority >= where.priority_min)
     for key, value in where.tags:

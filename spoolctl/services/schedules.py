@@ -1,13 +1,13 @@
 """Schedules (recurring jobs): adding, pausing, resuming, removing, reading.
 
-A schedule is a row of `schedules`; firing its slots is `services/firing.py`.
+A schedule is a row of `schedules`; firing it at its fire times is
+`services/firing.py`, computing them `services/fire_times.py`.
 Every change writes its ledger event (job_id null, detail naming the
 schedule) in the same transaction.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,26 +17,10 @@ from spoolctl.db import codec
 from spoolctl.db.tables import jobs, schedule_occurrences, schedules
 from spoolctl.errors import Conflict, InvalidInput, NotFound
 from spoolctl.services.events import record_event
-from spoolctl.services.slots import Recurrence
-from spoolctl.services.submit import JobSpec
+from spoolctl.services.fire_times import Recurrence
+from spoolctl.services.job_spec import SCHEDULED, JobSpec
 from spoolctl.states import CatchUp, EventKind, Overlap
 
-JOB_FIELDS = (
-    "argv",
-    "queue",
-    "priority",
-    "timeout_seconds",
-    "max_retries",
-    "max_crashes",
-    "tags",
-    "note",
-    "cwd",
-    "env",
-    "memory_bytes",
-    "cpus",
-    "require_limits",
-)
-"""The JobSpec fields a schedule keeps for its occurrences."""
 UPCOMING = 3
 """Next fire times shown by list and show."""
 RECENT = 10
@@ -53,18 +37,19 @@ class ScheduleSpec:
 
 
 def job_json(spec: JobSpec) -> str:
-    values = dataclasses.asdict(spec)
-    return codec.dumps({k: values[k] for k in JOB_FIELDS})
+    """The job a schedule keeps for its occurrences: the attributes declared
+    `scheduled`, by column (`services/job_spec.py`)."""
+    return codec.dumps(spec.scheduled())
 
 
 def job_of(row: Any) -> JobSpec:
     """The job flags of a schedule's occurrences; INVALID_INPUT if the stored
     JSON is not what `add` wrote."""
     values = codec.load_detail(row.job)
-    if not isinstance(values, dict) or set(values) != set(JOB_FIELDS):
+    if not isinstance(values, dict) or set(values) != {f.key for f in SCHEDULED}:
         raise InvalidInput(f"schedule {row.name!r}: job flags are damaged: {row.job!r:.80}")
     try:
-        spec = JobSpec(**values)
+        spec = JobSpec.of_scheduled(values)
         codec.dumps(spec.argv)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"schedule {row.name!r}: job flags are damaged: {exc}") from None
@@ -141,8 +126,8 @@ def pause(conn: Connection, name: str, reason: str | None, now: float) -> dict[s
 
 
 def resume(conn: Connection, name: str, now: float) -> dict[str, Any]:
-    """Unpause: the next slot is the first after now (slots that passed while
-    paused are not caught up)."""
+    """Unpause: the next fire time is the first after now (fire times that
+    passed while paused are not caught up)."""
     row = require(conn, name)
     changed = row.paused_at is not None
     if changed:

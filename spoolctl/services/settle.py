@@ -68,5 +68,5 @@ def settle(
     if claiming is None:
         return Settled(states, [], False, None)
     claims = claiming.claims()
-    next_due_at = due.next_due_at(conn, claimant.queue) if len(claims) < wanted else None
+    next_due_at = due.next_due_at(conn, claimant.lane) if len(claims) < wanted else None
     return Settled(states, claims, True, next_due_at)

@@ -1,7 +1,8 @@
 """Submitting jobs: one, or a batch in one all-or-nothing transaction.
 
-Values arrive validated (spoolctl.validate); this module decides what the
-queue does with them: idempotency-key deduplication and insertion.
+Values arrive validated (by the rules `services/job_spec.py` declares); this
+module decides what the queue does with them: idempotency-key deduplication
+and insertion.
 """
 
 from __future__ import annotations
@@ -17,84 +18,8 @@ from spoolctl.db.tables import job_events, jobs
 from spoolctl.errors import IdempotencyConflict
 from spoolctl.services.dependencies import failure_values, judge_parents, link
 from spoolctl.services.events import record_event
-from spoolctl.states import ACTIVE_JOB_STATES, EventKind, JobState
-
-DEFAULT_TIMEOUT_S = 300
-DEFAULT_MAX_RETRIES = 3
-DEFAULT_QUEUE = "default"
-
-IDENTITY_FIELDS = (
-    "argv",
-    "cwd",
-    "env",
-    "timeout_seconds",
-    "max_retries",
-    "max_crashes",
-    "queue",
-    "priority",
-)
-"""Fields that make two submissions under one key the same job."""
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    argv: list[str]
-    queue: str = DEFAULT_QUEUE
-    priority: int = 0
-    timeout_seconds: int = DEFAULT_TIMEOUT_S
-    max_retries: int = DEFAULT_MAX_RETRIES
-    max_crashes: int | None = None
-    run_at: float | None = None
-    idempotency_key: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    note: str | None = None
-    cwd: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    after_jobs: tuple[int, ...] = ()
-    """Jobs that must be done before this one is claimable (--after-job)."""
-    after_lines: tuple[int, ...] = ()
-    """In a batch: positions of earlier specs this one waits for, resolved to
-    their ids at insert time."""
-    after_jobs_any: tuple[int, ...] = ()
-    """Jobs that must have ended, in any way, before this one is claimable
-    (--after-job-any)."""
-    after_lines_any: tuple[int, ...] = ()
-    """In a batch: the same, as positions of earlier specs."""
-    memory_bytes: int | None = None
-    cpus: float | None = None
-    """The job's limits (--memory, --cpus), set through its attempt's cgroup."""
-    require_limits: bool = False
-    """Only a worker that can enforce the limits claims the job."""
-
-    def row(self, now: float) -> dict[str, Any]:
-        return {
-            "argv": codec.dumps(self.argv),
-            "state": JobState.QUEUED.value,
-            "queue": self.queue,
-            "priority": self.priority,
-            "next_run_at": now if self.run_at is None else max(self.run_at, now),
-            "created_at": now,
-            "timeout_seconds": self.timeout_seconds,
-            "max_retries": self.max_retries,
-            "max_crashes": self.max_crashes,
-            "idempotency_key": self.idempotency_key,
-            "tags": codec.dumps(self.tags),
-            "note": self.note,
-            "cwd": self.cwd,
-            "env": codec.dumps(self.env),
-            **self.limit_columns(),
-        }
-
-    def limit_columns(self) -> dict[str, Any]:
-        """The limit columns a job with limits sets (one without writes none)."""
-        found: dict[str, Any] = {}
-        if self.memory_bytes is not None:
-            found["memory_bytes"] = self.memory_bytes
-        if self.cpus is not None:
-            found["cpus"] = self.cpus
-        if self.require_limits:
-            found["require_limits"] = 1
-        return found
+from spoolctl.services.job_spec import IDENTITY, JobSpec
+from spoolctl.states import ACTIVE_JOB_STATES, EventKind
 
 
 @dataclass(frozen=True)
@@ -104,7 +29,7 @@ class Submitted:
     deduplicated: bool
     next_run_at: float
     priority: int
-    queue: str
+    lane: str
     cwd: str | None
     env_keys: list[str]
     metadata_differences: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -133,7 +58,7 @@ def submit(conn: Connection, spec: JobSpec, now: float) -> Submitted:
         deduplicated=False,
         next_run_at=row["next_run_at"],
         priority=spec.priority,
-        queue=spec.queue,
+        lane=spec.lane,
         cwd=spec.cwd,
         env_keys=sorted(spec.env),
     )
@@ -169,8 +94,6 @@ def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list
 def _insert_many(conn: Connection, rows: list[dict[str, Any]], now: float) -> list[int]:
     if not rows:
         return []
-    keys = set().union(*rows)  # a batch where some jobs have limits: every row names them
-    rows = [row if len(row) == len(keys) else {k: row.get(k) for k in keys} for row in rows]
     result = conn.execute(insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True), rows)
     ids = [int(job_id) for job_id in result.scalars()]
     conn.execute(
@@ -202,7 +125,7 @@ def _active_with_key(conn: Connection, key: str) -> dict[str, Any] | None:
 
 def _deduplicate(existing: dict[str, Any], row: dict[str, Any], spec: JobSpec) -> Submitted:
     key = spec.idempotency_key
-    differing = [f for f in IDENTITY_FIELDS if existing[f] != row[f]]
+    differing = [f for f in IDENTITY if existing[f] != row[f]]
     if differing:
         raise IdempotencyConflict(
             f"job {existing['id']} is active under key {key!r} with a different "
@@ -227,7 +150,7 @@ def _deduplicate(existing: dict[str, Any], row: dict[str, Any], spec: JobSpec) -
         deduplicated=True,
         next_run_at=existing["next_run_at"],
         priority=existing["priority"],
-        queue=existing["queue"],
+        lane=existing["queue"],
         cwd=existing["cwd"],
         env_keys=sorted(codec.load_str_map(existing["env"])),
         metadata_differences=meta_diff,

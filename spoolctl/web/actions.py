@@ -102,26 +102,26 @@ class Actions:
         )
 
     async def pause(self, request: Request) -> Response:
-        queue = validate.queue_name(request.path_params["queue"])
+        lane = validate.lane_name(request.path_params["lane"])
         form = await self.checked_form(request)
         reason = form.get("reason", "").strip() or None
         if reason is not None:
             reason = validate.bounded_text(reason, "reason", REASON_MAX)
         actor = self.actor(request)
         await self.change(
-            lambda conn, now: lanes.pause_lanes(conn, [queue], by=actor, reason=reason, now=now)
+            lambda conn, now: lanes.pause_lanes(conn, [lane], by=actor, reason=reason, now=now)
         )
         return RedirectResponse(with_notice(safe_next(form.get("next"), "/"), "pause"), 303)
 
     async def resume(self, request: Request) -> Response:
-        queue = validate.queue_name(request.path_params["queue"])
+        lane = validate.lane_name(request.path_params["lane"])
         form = await self.checked_form(request)
         actor = self.actor(request)
-        await self.change(lambda conn, now: lanes.resume_lanes(conn, [queue], by=actor, now=now))
+        await self.change(lambda conn, now: lanes.resume_lanes(conn, [lane], by=actor, now=now))
         return RedirectResponse(with_notice(safe_next(form.get("next"), "/"), "resume"), 303)
 
     async def schedule_pause(self, request: Request) -> Response:
-        name = validate.queue_name(request.path_params["name"])
+        name = validate.lane_name(request.path_params["name"])
         form = await self.checked_form(request)
         reason = form.get("reason", "").strip() or None
         if reason is not None:
@@ -132,7 +132,7 @@ class Actions:
         return RedirectResponse(with_notice(next_page, "schedule_pause"), 303)
 
     async def schedule_resume(self, request: Request) -> Response:
-        name = validate.queue_name(request.path_params["name"])
+        name = validate.lane_name(request.path_params["name"])
         form = await self.checked_form(request)
         await self.change(lambda conn, now: schedules.resume(conn, name, now))
         next_page = safe_next(form.get("next"), "/schedules")

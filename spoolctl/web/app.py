@@ -45,7 +45,7 @@ NOTICES = {
     "pause": "Lane paused: workers stop claiming from it; running jobs finish.",
     "resume": "Lane resumed.",
     "schedule_pause": "Schedule paused: it fires no more jobs until resumed.",
-    "schedule_resume": "Schedule resumed: it fires again from its next slot.",
+    "schedule_resume": "Schedule resumed: it fires again from its next fire time.",
 }
 JOB_PARTS = {"head": "_job_head.html", "history": "_job_history.html"}
 """The parts of a job page its script refreshes while the job is not finished."""
@@ -251,8 +251,8 @@ def create_app(access: QueueAccess, guard: Guard, settings: Settings) -> Starlet
         Route("/jobs/{job_id}/output", board.output),
         Route("/jobs/{job_id}/retry", actions.retry, methods=["POST"]),
         Route("/jobs/{job_id}/cancel", actions.cancel, methods=["POST"]),
-        Route("/lanes/{queue}/pause", actions.pause, methods=["POST"]),
-        Route("/lanes/{queue}/resume", actions.resume, methods=["POST"]),
+        Route("/lanes/{lane}/pause", actions.pause, methods=["POST"]),
+        Route("/lanes/{lane}/resume", actions.resume, methods=["POST"]),
         Route("/schedules", board.schedules),
         Route("/schedules/{name}/pause", actions.schedule_pause, methods=["POST"]),
         Route("/schedules/{name}/resume", actions.schedule_resume, methods=["POST"]),

@@ -16,7 +16,7 @@ from spoolctl import validate
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import OutputReader
 from spoolctl.errors import InvalidInput
-from spoolctl.services import attempt_output, dependencies, lanes, ledger, query
+from spoolctl.services import attempt_output, dependencies, job_spec, lanes, ledger, query
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
 from spoolctl.text import shown
 
@@ -57,12 +57,12 @@ def overview(conn: Connection, now: float) -> dict[str, Any]:
     running jobs."""
     data = query.status_summary(conn, now, dead_limit=OVERVIEW_DEAD)
     paused = lanes.paused_lanes(conn)
-    queues: dict[str, dict[str, Any]] = data["queues"]
+    by_lane: dict[str, dict[str, Any]] = data["queues"]
     for lane in paused:
-        queues.setdefault(lane["queue"], {"counts": empty_counts(), "scheduled": 0})
+        by_lane.setdefault(lane["queue"], {"counts": empty_counts(), "scheduled": 0})
     by_name = {lane["queue"]: lane for lane in paused}
     serving = serving_workers(data["workers"], Timing.from_env().reap_threshold_s)
-    for name, entry in queues.items():
+    for name, entry in by_lane.items():
         entry["paused"] = by_name.get(name)
         entry["workers"] = serving.get(name, 0)
         entry["due"] = max(0, entry["counts"].get("queued", 0) - entry["scheduled"])
@@ -70,7 +70,7 @@ def overview(conn: Connection, now: float) -> dict[str, Any]:
         conn, query.JobFilter(state=JobState.RUNNING.value, limit=RUNNING_SHOWN)
     )
     data["running"] = {job["id"]: job for job in running}
-    data["lanes"] = sorted(queues.items())
+    data["lanes"] = sorted(by_lane.items())
     data["paused_lanes"] = paused
     data["now"] = now
     return data
@@ -110,7 +110,8 @@ class Filters:
     """The filters of `list`, from a page's query string, and the page's cursor."""
 
     states: tuple[str, ...] = ()
-    queue: str | None = None
+    lane: str | None = None
+    """The `queue` parameter: one lane's jobs."""
     tags: tuple[tuple[str, str | None], ...] = ()
     priority_min: int | None = None
     before: int | None = None
@@ -118,14 +119,14 @@ class Filters:
 
     def job_filter(self) -> query.JobFilter:
         return query.JobFilter(
-            self.states or None, self.queue, self.tags, self.priority_min, self.limit, self.before
+            self.states or None, self.lane, self.tags, self.priority_min, self.limit, self.before
         )
 
     def params(self, **changes: Any) -> list[tuple[str, str]]:
         """The query string's pairs, with some changed (None drops one)."""
         values: dict[str, Any] = {
             "state": ",".join(self.states) or None,
-            "queue": self.queue,
+            "queue": self.lane,
             "priority_min": self.priority_min,
             "before": self.before,
             "limit": None if self.limit == PAGE_SIZE else self.limit,
@@ -180,13 +181,13 @@ def priority_in_range(raw: str) -> int:
 
 def parse_filters(params: Mapping[str, Sequence[str]]) -> Filters:
     """The job list's filters from a query string; INVALID_INPUT names a bad one."""
-    queue = _one(params, "queue")
+    lane = _one(params, "queue")
     priority = _one(params, "priority_min")
     before = _one(params, "before")
     limit = _one(params, "limit")
     return Filters(
         states=parse_states(_one(params, "state")),
-        queue=None if queue is None else validate.queue_name(queue),
+        lane=None if lane is None else validate.lane_name(lane),
         tags=parse_tags(params.get("tag", ())),
         priority_min=None if priority is None else priority_in_range(priority),
         before=None if before is None else validate.int_in_range(before, "before", 1),
@@ -221,6 +222,7 @@ def job_page(
     detail["after_jobs"] = dependencies.waits_for(conn, [job_id]).get(job_id, [])
     detail["dependents"] = dependencies.dependents_of(conn, job_id)
     detail["terminal"] = detail["job"]["state"] in TERMINAL_JOB_STATES
+    detail["labelled"] = job_spec.labelled(detail["job"])
     ref = attempt_output.confine(attempt_output.find_attempt(conn, job_id, attempt_no), output_root)
     detail["output"] = {
         "attempt_no": ref.attempt_no,

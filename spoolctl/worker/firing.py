@@ -1,5 +1,5 @@
 """The worker's schedule duty: every running worker fires due schedules (no
-leader, no daemon; `services/firing.py` makes each slot one job whichever
+leader, no daemon; `services/firing.py` makes each fire time one job whichever
 worker wins). At most one check per poll interval, one indexed query; only
 when something is due does the firing path (and its cron library) load."""
 

@@ -30,7 +30,7 @@ def register(shift: Shift, waited: outage.Outage | None, tried_at: float) -> Non
         heartbeat.register_worker(conn, info(shift), now)
         if waited is not None:
             wait = heartbeat.ServerWait(waited.waited_s(tried_at), waited.failures, waited.error)
-            heartbeat.record_server_wait(conn, shift.worker_id, shift.options.queue, wait, now)
+            heartbeat.record_server_wait(conn, shift.worker_id, shift.options.lane, wait, now)
     shift.last_beat = now
     shift.predecessor = predecessor
 
@@ -70,8 +70,8 @@ def info(shift: Shift) -> heartbeat.WorkerInfo:
         process_started_at=shift.identity.started_at,
         boot_id=shift.boot_id,
         pid_space=shift.pid_space,
-        queue=shift.options.queue,
-        slots=shift.options.slots,
+        lane=shift.options.lane,
+        cap=shift.options.cap,
         concurrency=shift.options.concurrency,
     )
 

@@ -210,8 +210,8 @@ class Worker:
         if mode == "drain" and not shift.running and self.settler.exhausted:
             try:
                 with shift.report.timings.db, read_tx(shift.engine) as conn:
-                    settled = due.lane_settled(conn, shift.options.queue, now)
-                    paused = lanes.is_paused(conn, shift.options.queue)
+                    settled = due.lane_settled(conn, shift.options.lane, now)
+                    paused = lanes.is_paused(conn, shift.options.lane)
             except (Locked, Unreachable):
                 return False
             shift.report.drained = settled

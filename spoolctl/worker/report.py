@@ -22,9 +22,11 @@ LogSink = Callable[[dict[str, Any]], None]
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    queue: str = "default"
+    lane: str = "default"
+    """The one lane this worker serves (`--queue`)."""
     mode: Mode = "loop"
-    slots: int | None = None
+    cap: int | None = None
+    """The lane's cap on its running jobs across every worker (`--slots`)."""
     worker_id: str | None = None
     poll_interval_s: float = 1.0
     concurrency: int = 1

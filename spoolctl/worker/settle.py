@@ -33,7 +33,7 @@ class Settler:
         self.claimant = Claimant(
             shift.worker_id,
             shift.identity.pid,
-            shift.options.queue,
+            shift.options.lane,
             shift.queue.output_root,
             cap=shift.capacity,
         )

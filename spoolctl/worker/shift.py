@@ -105,7 +105,7 @@ class Shift:
 
     def __post_init__(self) -> None:
         self.held = HeldConnection(self.queue.engine)
-        self.capacity = Capacity(self.options.concurrency, self.options.slots)
+        self.capacity = Capacity(self.options.concurrency, self.options.cap)
 
     @property
     def engine(self) -> Engine:

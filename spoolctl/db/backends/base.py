@@ -213,9 +213,9 @@ class Statements(Protocol):
         False: each statement runs as it is sent, in process."""
         ...
 
-    def before_slot_count(self, conn: Connection, queue: str) -> None:
-        """Before `--slots` counts a lane's running jobs: claimants of one lane
-        count one at a time."""
+    def before_cap_count(self, conn: Connection, lane: str) -> None:
+        """Before a claim counts a capped lane's running jobs against its cap
+        (`--slots`): claimants of one lane count one at a time."""
         ...
 
     def upsert(self, conn: Connection, table: Table, values: dict[str, Any], key: str) -> None:

@@ -101,8 +101,9 @@ MIGRATE_BUSY_TIMEOUT_S = 60.0
 
 MIGRATE_LOCK_KEY = 0x5C0_0111
 """pg_advisory_xact_lock key serializing schema changes."""
-SLOTS_LOCK_BASE = 0x5C0_0000
-"""Added to a hash of the queue name: serializes `--slots` counting per lane."""
+CAP_LOCK_BASE = 0x5C0_0000
+"""Added to a hash of the lane's name: serializes counting against a lane's
+cap (`--slots`), lane by lane."""
 
 
 def make_engine(
@@ -203,10 +204,10 @@ def lock_migrations(conn: Connection) -> None:
     conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": MIGRATE_LOCK_KEY})
 
 
-def lock_lane_slots(conn: Connection, queue: str) -> None:
+def lock_lane_cap(conn: Connection, lane: str) -> None:
     conn.exec_driver_sql(
         "SELECT pg_advisory_xact_lock(%(k)s, hashtext(%(q)s))",
-        {"k": SLOTS_LOCK_BASE, "q": queue},
+        {"k": CAP_LOCK_BASE, "q": lane},
     )
 
 
@@ -225,10 +226,10 @@ def writes_in_with() -> bool:
     return True
 
 
-def before_slot_count(conn: Connection, queue: str) -> None:
+def before_cap_count(conn: Connection, lane: str) -> None:
     """Claimants of one lane count its running jobs one at a time (their row
     locks alone would let two of them see the same count)."""
-    lock_lane_slots(conn, queue)
+    lock_lane_cap(conn, lane)
 
 
 def upsert(conn: Connection, table: Table, values: dict[str, Any], key: str) -> None:

@@ -220,7 +220,7 @@ def pipeline(conn: Connection) -> Iterator[bool]:
     yield False
 
 
-def before_slot_count(conn: Connection, queue: str) -> None:
+def before_cap_count(conn: Connection, lane: str) -> None:
     """The write lock already serializes every claimant."""
 
 

@@ -1,4 +1,5 @@
-"""A schedule's slots: the instants its occurrences are due, as epoch seconds.
+"""A schedule's fire times: the instants its occurrences are due, as epoch
+seconds.
 
 Cron expressions are evaluated by cronsim (imported here, lazily, only when a
 schedule is validated or due: `spoolctl add` and an idle worker never load
@@ -6,12 +7,13 @@ it) in the schedule's named IANA zone (zoneinfo). cronsim handles daylight
 saving as Debian's cron does: a local time the change skips fires once, at
 the first instant after the gap. A local time the change repeats matches
 twice in cronsim for some expressions (`*/20 3 * * *`); here it fires once,
-at its first occurrence: a slot that is the second instance of a repeated
-wall time (`fold == 1`) is never a slot.
+at its first occurrence: the second instance of a repeated wall time
+(`fold == 1`) is never a fire time.
 
-`--every` slots are `anchor + k * every` for whole k: anchored at the start,
-never drifting with run times, and blind to daylight saving (an interval is
-elapsed time, not wall time).
+`--every` fire times are `anchor + k * every` for whole k: anchored at the
+start, never drifting with run times, and blind to daylight saving (an
+interval is elapsed time, not wall time). (The database keeps the older
+word in its column names: `slot_at`, `last_slot_at`.)
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ MIN_EVERY_S = 1.0
 CRON_FIELDS = 5
 """minute hour day-of-month month day-of-week: one minute is the finest."""
 SCAN_LIMIT = 100_000
-"""Matches read before giving up on finding a slot (an expression that
+"""Matches read before giving up on finding a fire time (an expression that
 matches only on 31 February never does)."""
 
 
@@ -44,41 +46,41 @@ class Recurrence:
     anchor_at: float
 
     def next_after(self, t: float) -> float:
-        """The first slot strictly after `t`."""
+        """The first fire time strictly after `t`."""
         if self.every_s is not None:
             if t < self.anchor_at:
                 return self.anchor_at
             k = math.floor((t - self.anchor_at) / self.every_s) + 1
-            slot = self.anchor_at + k * self.every_s
-            return slot if slot > t else self.anchor_at + (k + 1) * self.every_s
-        for slot in _cron_slots(self._cron(), zone(self.timezone), t, reverse=False):
-            return slot
+            at = self.anchor_at + k * self.every_s
+            return at if at > t else self.anchor_at + (k + 1) * self.every_s
+        for at in _cron_fire_times(self._cron(), zone(self.timezone), t, reverse=False):
+            return at
         raise InvalidInput(f"cron expression {self.cron!r} never matches", cron=self.cron)
 
     def latest_up_to(self, t: float, since: float, limit: int) -> list[float]:
-        """The slots in [since, t], oldest first: at most the `limit` latest."""
+        """The fire times in [since, t], oldest first: at most the `limit` latest."""
         if self.every_s is not None:
             if t < self.anchor_at:
                 return []
             top = math.floor((t - self.anchor_at) / self.every_s)
             found = []
             for k in range(top, max(top - limit, -1), -1):
-                slot = self.anchor_at + k * self.every_s
-                if slot < since:
+                at = self.anchor_at + k * self.every_s
+                if at < since:
                     break
-                if slot <= t:
-                    found.append(slot)
+                if at <= t:
+                    found.append(at)
             return sorted(found)
         found = []
-        for slot in _cron_slots(self._cron(), zone(self.timezone), t + 60, reverse=True):
-            if slot < since or len(found) >= limit:
+        for at in _cron_fire_times(self._cron(), zone(self.timezone), t + 60, reverse=True):
+            if at < since or len(found) >= limit:
                 break
-            if slot <= t:
-                found.append(slot)
+            if at <= t:
+                found.append(at)
         return sorted(found)
 
     def upcoming(self, t: float, count: int) -> list[float]:
-        """The next `count` slots after `t`."""
+        """The next `count` fire times after `t`."""
         found: list[float] = []
         while len(found) < count:
             t = self.next_after(t)
@@ -90,7 +92,7 @@ class Recurrence:
         return self.cron
 
 
-def _cron_slots(expr: str, tz: ZoneInfo, t: float, *, reverse: bool) -> Iterator[float]:
+def _cron_fire_times(expr: str, tz: ZoneInfo, t: float, *, reverse: bool) -> Iterator[float]:
     from cronsim import CronSim, CronSimError
 
     start = datetime.fromtimestamp(t, tz)

@@ -1,4 +1,6 @@
-"""Opening the queue a verb names (--db, SPOOLCTL_DB, config file, default)."""
+"""Opening the queue's database a verb names (--db, SPOOLCTL_DB, config file,
+default): the `Queue` of `db/queue.py`, for reading or writing, and the
+answers a verb gives where no database exists there yet."""
 
 from __future__ import annotations
 

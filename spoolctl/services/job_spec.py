@@ -1,0 +1,327 @@
+"""A job's attributes, declared once: `FIELDS`, and `JobSpec`, what one
+submission asks for.
+
+Each `JobField` says, for one attribute: its name on `JobSpec`, its column
+in `jobs` (which is also its key in `show` and `list` JSON and in a
+schedule's stored job), its default, its `add` flag (the flag, its help and
+the rule that reads the flag's text), its key in an `add --batch` line and
+the rule that reads the line's JSON value, whether a schedule keeps it for
+its occurrences (and so whether a flag given beside `--batch` is every
+line's default), whether it is part of what makes two submissions under one
+key the same job, whether `list` shows it, and the label people read it by.
+
+`add` and `schedule add` build their flags from FIELDS (`cli/job_flags.py`),
+`add --batch` reads its lines by it (`cli/batch.py`), a schedule stores and
+reads its job by it (`services/schedules.py`), `submit` writes the row and
+compares idempotent submissions by it, `list` picks its columns by it
+(`services/query.py`), `schema` describes them by it (`cli/schemas.py`), and
+`show` and the web's job page list the labelled ones. `copy-to` copies every
+column of `jobs` as it is. Adding an attribute: a JobField here, its field on
+JobSpec, its column in `db/tables.py` and a revision in `migrations/`.
+
+The fields without a flag of their own (`Custom`: the command, the run time,
+tags, env, the jobs waited for) are read by hand where they are special;
+their place in FIELDS is their flags' place in `add`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spoolctl import validate
+from spoolctl.db import codec
+from spoolctl.errors import InvalidInput
+from spoolctl.states import JobState
+
+DEFAULT_TIMEOUT_S = 300
+DEFAULT_MAX_RETRIES = 3
+DEFAULT_LANE = "default"
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A whole number in [low, high]; an open end (None) is, for a flag,
+    SQLite's signed 64-bit range, and for a batch line no bound at all."""
+
+    low: int | None = None
+    high: int | None = None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Text read by one rule of `spoolctl.validate`. `kind` and `bounds` are
+    what the contract publishes of the flag; `numbers`: a batch line may
+    give the value as a JSON number too."""
+
+    kind: str
+    rule: Callable[[str], Any]
+    bounds: Mapping[str, Any]
+    numbers: bool = False
+
+
+@dataclass(frozen=True)
+class LaneText:
+    """A lane's name (the contract's type word `queue`)."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A flag without a value: given, the attribute is true."""
+
+
+@dataclass(frozen=True)
+class Custom:
+    """Read by hand: the flags and batch keys of the command, the run time,
+    tags, env and the jobs waited for are special."""
+
+
+Reading = Whole | Checked | LaneText | Switch | Custom
+
+
+@dataclass(frozen=True)
+class JobField:
+    name: str
+    """The attribute on JobSpec."""
+    reading: Reading
+    """How a flag's text and a batch line's value are read."""
+    default: Any = None
+    column: str | None = ""
+    """Its column in `jobs` (empty: `name`); None for what is stored
+    otherwise (the run time is next_run_at, the jobs waited for are rows of
+    job_dependencies)."""
+    json: str = "integer"
+    """The JSON Schema type of its column's value in `show` and `list`."""
+    flag: str = ""
+    """`add`'s flag; empty for a Custom field."""
+    help: str = ""
+    batch: str = ""
+    """Its key in a batch line (default: the flag's name with `_` for `-`)."""
+    scheduled: bool = True
+    """A schedule keeps it for its occurrences, and the flag given beside
+    `--batch` is every line's default. An idempotency key names one job: no."""
+    identity: bool = False
+    """Two submissions under one key must agree on it (else IDEMPOTENCY_CONFLICT)."""
+    listed: bool = False
+    """`list` shows it (`show` shows every column)."""
+    label: str = ""
+    """Where set: the line `show`'s text and the web's job page list it under
+    (the attributes before labels are laid out by hand there)."""
+    stored: Callable[[Any], Any] | None = None
+    """Its value as its column holds it (default: as it is)."""
+
+    @property
+    def key(self) -> str:
+        """Its column, which is also its key in JSON, in a stored schedule and
+        the name of its parameter in the contract."""
+        return self.column or self.name
+
+    @property
+    def line_key(self) -> str:
+        return self.batch or self.flag.removeprefix("--").replace("-", "_")
+
+    def value_of(self, line: Mapping[str, Any]) -> Any:
+        """The attribute from a batch line, by the same rule as the flag (the
+        default where the line is silent)."""
+        key = self.line_key
+        if key not in line or (line[key] is None and self.default is None):
+            return self.default
+        raw, reading = line[key], self.reading
+        if isinstance(reading, Whole):
+            return validate.int_in_range(raw, key, reading.low, reading.high)
+        if isinstance(reading, Checked):
+            return reading.rule(str(raw) if reading.numbers else text(raw))
+        if isinstance(reading, LaneText):
+            return validate.lane_name(text(raw))
+        if isinstance(reading, Switch):
+            if not isinstance(raw, bool):
+                raise InvalidInput(f"{key} must be true or false")
+            return raw
+        raise AssertionError(f"{self.name} is read by hand")
+
+
+def text(value: Any) -> str:
+    """A batch line's value that must be a JSON string."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"expected a string, got {value!r:.40}")
+    return value
+
+
+FIELDS: tuple[JobField, ...] = (
+    JobField("argv", Custom(), json="array", identity=True, listed=True, stored=codec.dumps),
+    JobField(
+        "timeout_seconds",
+        Checked(
+            "timeout", validate.timeout_seconds, {"min": 1, "max": validate.MAX_TIMEOUT_S}, True
+        ),
+        DEFAULT_TIMEOUT_S,
+        flag="--timeout",
+        help="Seconds (or a duration) before the job's process group is killed.",
+        identity=True,
+        listed=True,
+    ),
+    JobField(
+        "max_retries",
+        Whole(0),
+        DEFAULT_MAX_RETRIES,
+        flag="--max-retries",
+        help="Job-owned failures retried before dead.",
+        identity=True,
+        listed=True,
+    ),
+    JobField(
+        "max_crashes",
+        Whole(0),
+        flag="--max-crashes",
+        help="Worker crashes tolerated before dead (default: unbounded).",
+        identity=True,
+    ),
+    JobField(
+        "priority",
+        Whole(validate.INT32_MIN, validate.INT32_MAX),
+        0,
+        flag="--priority",
+        help="Higher runs first.",
+        identity=True,
+        listed=True,
+    ),
+    JobField(
+        "lane",
+        LaneText(),
+        DEFAULT_LANE,
+        column="queue",
+        json="string",
+        flag="--queue",
+        help="The lane the job waits in.",
+        identity=True,
+        listed=True,
+    ),
+    JobField("run_at", Custom(), column=None, scheduled=False),
+    JobField(
+        "idempotency_key",
+        Checked("key", validate.idempotency_key, validate.LIMITS["key"]),
+        json="string",
+        flag="--key",
+        help="Idempotency key among active jobs.",
+        scheduled=False,
+        listed=True,
+    ),
+    JobField("tags", Custom(), {}, json="object", listed=True, stored=codec.dumps),
+    JobField(
+        "note",
+        Checked("note", validate.note, validate.LIMITS["note"]),
+        json="string",
+        flag="--note",
+        help="Free text for people.",
+        listed=True,
+    ),
+    JobField(
+        "cwd",
+        Checked("path", validate.cwd, validate.LIMITS["cwd"]),
+        json="string",
+        flag="--cwd",
+        help="Working directory of the job.",
+        identity=True,
+        listed=True,
+    ),
+    JobField("env", Custom(), {}, json="object", identity=True, stored=codec.dumps),
+    JobField("after_jobs", Custom(), (), column=None, scheduled=False),
+    JobField("after_jobs_any", Custom(), (), column=None, scheduled=False),
+    JobField(
+        "memory_bytes",
+        Checked("size", validate.memory_size, validate.LIMITS["memory_bytes"], True),
+        flag="--memory",
+        help="Memory limit of each attempt (512M, 2G) through its cgroup; over it, OOM-killed.",
+    ),
+    JobField(
+        "cpus",
+        Checked("cpus", validate.cpus, validate.LIMITS["cpus"], True),
+        json="number",
+        flag="--cpus",
+        help="CPU limit of each attempt (0.5, 2) through its cgroup.",
+    ),
+    JobField(
+        "require_limits",
+        Switch(),
+        False,
+        flag="--require-limits",
+        help="Only a worker that can enforce --memory/--cpus claims the job.",
+        stored=lambda required: 1 if required else None,
+    ),
+)
+"""Every attribute a submission sets, in the order of `add`'s flags."""
+
+BY_NAME = {f.name: f for f in FIELDS}
+STORED = tuple(f for f in FIELDS if f.column is not None)
+"""The attributes with a column of their own in `jobs`."""
+FLAGGED = tuple(f for f in FIELDS if f.flag)
+"""The attributes read from a flag (and a batch key) of their own, by FIELDS' rules."""
+SCHEDULED = tuple(f for f in FIELDS if f.scheduled)
+IDENTITY = tuple(f.key for f in FIELDS if f.identity)
+"""The columns that make two submissions under one key the same job."""
+LISTED = tuple(f.key for f in FIELDS if f.listed)
+LABELLED = tuple(f for f in FIELDS if f.label)
+
+
+def labelled(job: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(label, value) of each labelled attribute a job row (as `show` reads
+    it) sets: what `show`'s text and the web's job page list."""
+    return [(f.label, job[f.key]) for f in LABELLED if job.get(f.key) is not None]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One submission: the attributes of FIELDS (with their defaults), and
+    in a batch the earlier lines a job waits for."""
+
+    argv: list[str]
+    lane: str = DEFAULT_LANE
+    priority: int = 0
+    timeout_seconds: int = DEFAULT_TIMEOUT_S
+    max_retries: int = DEFAULT_MAX_RETRIES
+    max_crashes: int | None = None
+    run_at: float | None = None
+    idempotency_key: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    after_jobs: tuple[int, ...] = ()
+    """Jobs that must be done before this one is claimable (--after-job)."""
+    after_lines: tuple[int, ...] = ()
+    """In a batch: positions of earlier specs this one waits for, resolved to
+    their ids at insert time."""
+    after_jobs_any: tuple[int, ...] = ()
+    """Jobs that must have ended, in any way, before this one is claimable
+    (--after-job-any)."""
+    after_lines_any: tuple[int, ...] = ()
+    """In a batch: the same, as positions of earlier specs."""
+    memory_bytes: int | None = None
+    cpus: float | None = None
+    """The job's limits (--memory, --cpus), set through its attempt's cgroup."""
+    require_limits: bool = False
+    """Only a worker that can enforce the limits claims the job."""
+
+    def row(self, now: float) -> dict[str, Any]:
+        """The job's row in `jobs`, queued (due at its run time, or now)."""
+        values = {f.key: (f.stored or _as_is)(getattr(self, f.name)) for f in STORED}
+        return {
+            **values,
+            "state": JobState.QUEUED.value,
+            "next_run_at": now if self.run_at is None else max(self.run_at, now),
+            "created_at": now,
+        }
+
+    def scheduled(self) -> dict[str, Any]:
+        """What a schedule keeps of it, by column: its occurrences' job."""
+        return {f.key: getattr(self, f.name) for f in SCHEDULED}
+
+    @classmethod
+    def of_scheduled(cls, values: Mapping[str, Any]) -> JobSpec:
+        """The job a schedule keeps (KeyError where a value is missing)."""
+        return cls(**{f.name: values[f.key] for f in SCHEDULED})
+
+
+def _as_is(value: Any) -> Any:
+    return value

@@ -1,0 +1,106 @@
+"""The one declaration of a job's attributes (spoolctl/services/job_spec.py)
+agrees with JobSpec, the schema, `add`'s and `schedule add`'s flags, batch
+lines and a schedule's stored job: an attribute added there reaches them all."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from types import SimpleNamespace
+
+import click
+import pytest
+
+from spoolctl.cli.batch import BATCH_FIELDS, spec_from_object
+from spoolctl.cli.contract import verb_commands
+from spoolctl.db.tables import jobs
+from spoolctl.services import job_spec
+from spoolctl.services.job_spec import FIELDS, FLAGGED, SCHEDULED, STORED, JobSpec
+from spoolctl.services.schedules import job_json, job_of
+
+SAMPLES = {
+    "timeout_seconds": ("90", 90),
+    "max_retries": ("7", 7),
+    "max_crashes": ("2", 2),
+    "priority": ("-4", -4),
+    "lane": ("gpu", "gpu"),
+    "idempotency_key": ("k1", "k1"),
+    "note": ("a note", "a note"),
+    "cwd": ("/tmp", "/tmp"),
+    "memory_bytes": ("512M", 512 << 20),
+    "cpus": ("1.5", 1.5),
+}
+"""A flag's text and the value it reads to, per declared attribute with a value."""
+
+
+def test_jobspec_has_exactly_the_declared_attributes() -> None:
+    names = {f.name for f in dataclasses.fields(JobSpec)}
+    assert names - {"after_lines", "after_lines_any"} == {f.name for f in FIELDS}
+    defaults = {f.name: f.default for f in dataclasses.fields(JobSpec)}
+    factories = {
+        f.name: f.default_factory()
+        for f in dataclasses.fields(JobSpec)
+        if f.default_factory is not dataclasses.MISSING
+    }
+    for field in FIELDS:
+        if field.name != "argv":
+            assert {**defaults, **factories}[field.name] == field.default, field.name
+
+
+def test_every_stored_attribute_has_its_column() -> None:
+    assert {f.key for f in STORED} <= set(jobs.c.keys())
+    row = JobSpec(["true"]).row(1.0)
+    assert set(row) <= set(jobs.c.keys())
+
+
+def options_of(verb: str) -> dict[str, click.Option]:
+    command = verb_commands()[verb]
+    return {p.name or "": p for p in command.params if isinstance(p, click.Option)}
+
+
+@pytest.mark.parametrize("field", FLAGGED, ids=lambda f: f.name)
+def test_each_flag_is_add_s_and_a_schedule_s_as_declared(field: job_spec.JobField) -> None:
+    """add takes every declared flag, schedule add the scheduled ones, under
+    the parameter name the contract publishes (the column)."""
+    option = options_of("add")[field.key]
+    assert option.opts == [field.flag] and option.help == field.help
+    assert (field.key in options_of("schedule add")) == field.scheduled
+    assert field.line_key in BATCH_FIELDS
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_a_batch_line_reads_an_attribute_as_its_flag_does(name: str) -> None:
+    field = job_spec.BY_NAME[name]
+    raw, value = SAMPLES[name]
+    option = options_of("add")[field.key]
+    assert option.type.convert(raw, option, None) == value
+    line = {"argv": ["true"], field.line_key: raw}
+    assert getattr(spec_from_object(line, time.time()), name) == value
+
+
+def test_the_samples_cover_every_attribute_read_from_a_value() -> None:
+    valued = {f.name for f in FLAGGED if not isinstance(f.reading, job_spec.Switch)}
+    assert valued == set(SAMPLES)
+
+
+def test_a_schedule_keeps_its_job_s_scheduled_attributes() -> None:
+    values = {name: value for name, (_, value) in SAMPLES.items()}
+    spec = JobSpec(
+        argv=["echo", "hi"],
+        tags={"team": "ops"},
+        env={"A": "1"},
+        require_limits=True,
+        **{k: v for k, v in values.items() if job_spec.BY_NAME[k].scheduled},
+    )
+    kept = job_of(SimpleNamespace(job=job_json(spec), name="s"))
+    assert kept == spec
+    assert set(spec.scheduled()) == {f.key for f in SCHEDULED}
+    assert "queue" in spec.scheduled() and "lane" not in spec.scheduled()
+
+
+def test_a_labelled_attribute_is_listed_by_its_label(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `show`'s text and the web's job page list (no attribute has a label yet)."""
+    weight = job_spec.JobField("weight", job_spec.Whole(1, 9), label="Weight")
+    monkeypatch.setattr(job_spec, "LABELLED", (weight,))
+    assert job_spec.labelled({"weight": 3, "queue": "x"}) == [("Weight", 3)]
+    assert job_spec.labelled({"weight": None}) == []
