@@ -401,7 +401,7 @@ def pid_alive(pid: int) -> bool:
 
 def add_job(db: Db, *argv: str, **spec: Any) -> int:
     """Submit in-process through the submit service: fast, no subprocess (the
-    CLI's own checks of `add` are in tests/test_add.py)."""
+    CLI's own checks of `add` are in tests/unit/test_add.py)."""
     queue = open_write(str(db))
     try:
         spec_obj = JobSpec(argv=list(argv), **spec)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import Db, add_job, job, rows, start_worker, wait_for
-from tests.test_web import IMG, SCRIPT, Served, drain, hostile_queue
+from tests.process.test_web import IMG, SCRIPT, Served, drain, hostile_queue
 
 pytestmark = pytest.mark.subprocess
 

@@ -4,7 +4,7 @@ mode and opens each transaction itself, in the round trip of its settings,
 sent with the transaction's first statement: inside a pipeline
 (`postgresql/pipeline.py`) in the pipeline's one round trip.
 SQLite's transactions open with BEGIN IMMEDIATE in its engine's hook
-(tests/test_drivers.py covers both)."""
+(tests/process/test_drivers.py covers both)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import child_env
-from tests.test_pg_fleet import (
+from tests.pg.test_fleet import (
     HANG_S,
     SPOOLCTL,
     PgFleet,

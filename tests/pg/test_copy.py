@@ -24,7 +24,7 @@ from spoolctl.db.tables import metadata
 from tests.helpers import Result, rows
 from tests.pg_server import libpq_url
 from tests.populated import run_json, run_quiet
-from tests.test_legacy import copy_fixture
+from tests.unit.test_legacy import copy_fixture
 
 pytestmark = pytest.mark.subprocess
 

@@ -3,7 +3,7 @@ benchmark both use, with the profile each needs: FAST for the tests (fsync
 off, in RAM when there is room), DURABLE for the benchmark (fsync,
 synchronous_commit and full_page_writes on, data in the folder given, never
 moved elsewhere). What both servers share (loopback only, passwords, not
-root, stop removes the folder) is tested in test_pg_server.py."""
+root, stop removes the folder) is tested in tests/pg/test_server.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 (SPOOLCTL_TEST_HOSTNAME, SPOOLCTL_TEST_BOOT_ID), with real SIGKILL, SIGSTOP,
 connections cut by the server (`pg_terminate_backend`) and by a TCP proxy.
 
-Every job proves "never two copies at once" itself, as in tests/test_chaos.py:
+Every job proves "never two copies at once" itself, as in tests/process/test_chaos.py:
 while it runs it holds an exclusive non-blocking `flock` on its own lock file
 (inherited by its whole process group), and a copy that cannot take it writes
 a line to `violations`. Each job also logs its start and end, stamped with the

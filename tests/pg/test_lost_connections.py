@@ -38,7 +38,7 @@ def told(raw: Exception) -> Exception:
 def test_a_connection_that_failed_or_ran_out_of_time_is_unreachable(raw: Exception) -> None:
     """A frozen worker woken after its connect deadline gets ConnectionTimeout
     (a subclass): transient, as a dropped connection is; DB_UNUSABLE made the
-    worker exit (seen in test_pg_fleet's frozen-worker test)."""
+    worker exit (seen in tests/pg/test_fleet.py's frozen-worker test)."""
     assert isinstance(told(raw), Unreachable)
 
 

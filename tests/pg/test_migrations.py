@@ -32,7 +32,7 @@ from spoolctl.db.tables import metadata
 from spoolctl.db.url import masked
 from tests.helpers import Result, child_env, inproc, wait_for
 from tests.pg_server import libpq_url
-from tests.test_migrations import ATTEMPTS_0005, JOBS_0005, WORKERS_0001
+from tests.unit.test_migrations import ATTEMPTS_0005, JOBS_0005, WORKERS_0001
 
 FIRST = KNOWN_REVISIONS[0]
 CATALOG = {

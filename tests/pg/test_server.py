@@ -218,7 +218,7 @@ def test_a_server_whose_test_process_was_killed_is_stopped_by_the_next_start(
 ) -> None:
     """A test process killed outright (SIGKILL, a CI timeout) cannot stop its
     server: the next start_server stops it and removes its folder."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     child = subprocess.Popen(
         [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)],
         cwd=repo,

@@ -32,7 +32,7 @@ from tests.helpers import (
     start_worker,
     wait_for,
 )
-from tests.test_error_codes import as_nobody
+from tests.process.test_error_codes import as_nobody
 
 pytestmark = [pytest.mark.timeout(60)]
 

@@ -21,8 +21,8 @@ import pytest
 from spoolctl import containment
 from spoolctl.containment import cgroup, sites
 from tests.helpers import UNSHARE, child_env, cli, needs_namespaces, rows, wait_for
-from tests.test_containment import root_required
-from tests.test_pid_namespaces import Machine
+from tests.process.test_containment import root_required
+from tests.process.test_pid_namespaces import Machine
 
 pytestmark = [pytest.mark.timeout(120)]
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from spoolctl.text import shown, shown_argv
 from tests.helpers import child_env, execute
-from tests.test_terminal import run_in_pty
+from tests.process.test_terminal import run_in_pty
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.subprocess]
 
@@ -362,7 +362,7 @@ def test_a_shown_command_reads_back_in_bash_as_the_same_words() -> None:
 
 def test_the_escaping_module_is_a_leaf_of_the_standard_library() -> None:
     """cli/ and web/ both import it; it imports neither, nor anything installed."""
-    from tests.test_layering import PACKAGE, imported_modules
+    from tests.unit.test_layering import PACKAGE, imported_modules
 
     modules = imported_modules(PACKAGE / "text.py")
     assert modules and all(

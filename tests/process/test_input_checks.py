@@ -31,8 +31,8 @@ from spoolctl.cli.contract import verb_commands
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from tests.helpers import REPO, Result, add_job, child_env, rows
 from tests.populated import run_quiet, takes_db
-from tests.test_totality import BOUNDS, sample
-from tests.test_web import client_for
+from tests.process.test_totality import BOUNDS, sample
+from tests.process.test_web import client_for
 
 pytestmark = pytest.mark.subprocess  # the batch reader is fed from a real process
 

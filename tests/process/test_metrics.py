@@ -29,7 +29,7 @@ from spoolctl.web.common import Settings
 from spoolctl.web.request_guard import Guard
 from tests.helpers import Db, add_job, is_postgres, patience, signal_taken, start_worker, wait_for
 from tests.populated import run_quiet
-from tests.test_query_plans import assert_indexed, plans_of
+from tests.process.test_query_plans import assert_indexed, plans_of
 
 pytestmark = pytest.mark.subprocess
 

@@ -15,7 +15,7 @@ import pytest
 
 from spoolctl.db.revision import HEAD_REVISION, KNOWN_REVISIONS
 from tests.helpers import Result, child_env, cli, inproc, rows, start_worker, wait_for
-from tests.test_migrations import ATTEMPTS_0005, JOBS_0005, WORKERS_0001
+from tests.unit.test_migrations import ATTEMPTS_0005, JOBS_0005, WORKERS_0001
 
 pytestmark = pytest.mark.subprocess
 

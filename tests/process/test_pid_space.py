@@ -2,7 +2,7 @@
 pid space (machine id, PID namespace, cgroup namespace), judges every other
 worker by the lease rule, and never fences or kills itself or its own jobs
 whatever its verdict. The end-to-end runs with real PID namespaces are in
-tests/test_pid_namespaces.py."""
+tests/process/test_pid_namespaces.py."""
 
 from __future__ import annotations
 

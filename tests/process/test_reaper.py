@@ -206,7 +206,7 @@ def test_max_crashes_one_requeues_the_first_crash_and_dead_letters_the_second(
     wait_for(lambda: not pid_alive(leader) and not pid_alive(grandchild), 5, what="orphan kill")
 
 
-@pytest.mark.sqlite_only("on PostgreSQL: tests/test_pg_clock.py, workers never reaped")
+@pytest.mark.sqlite_only("on PostgreSQL: tests/pg/test_clock.py, workers never reaped")
 def test_a_heartbeating_worker_is_never_reaped(db: Path, tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     queue = open_write(str(db))
@@ -415,7 +415,7 @@ def test_the_reap_rechecks_staleness_inside_its_transaction(
 # -- hung workers ------------------------------------------------------------
 
 
-@pytest.mark.sqlite_only("frozen workers on PostgreSQL: tests/test_pg_fleet.py")
+@pytest.mark.sqlite_only("frozen workers on PostgreSQL: tests/pg/test_fleet.py")
 def test_a_stopped_worker_is_fenced_after_the_hang_threshold(db: Path, tmp_path: Path) -> None:
     job_id = submit_probe(db, tmp_path)
     hung = start_worker(db)

@@ -20,7 +20,7 @@ import pytest
 from spoolctl.cli.contract import verb_commands
 from spoolctl.db.revision import KNOWN_REVISIONS
 from tests.helpers import Result, add_job, cli
-from tests.test_legacy import copy_fixture
+from tests.unit.test_legacy import copy_fixture
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.subprocess]
 

@@ -2,7 +2,9 @@
 envelope and bad input of every verb, several workers racing over many slots
 (each slot fired exactly once), failing occurrences that keep firing with
 their dead jobs visible, and the cron library left unloaded by `add` and by
-a worker with no schedules. `add --after-job-any` is here too."""
+a worker with no schedules, and prune's way with occurrences. `add
+--after-job-any` is here too. The firing service with chosen clock readings
+is in tests/unit/test_schedules.py."""
 
 from __future__ import annotations
 
@@ -17,7 +19,19 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Db, add_job, child_env, cli, inproc, job, rows, start_worker, wait_for
+from tests.helpers import (
+    Db,
+    add_job,
+    child_env,
+    cli,
+    execute,
+    inproc,
+    job,
+    rows,
+    start_worker,
+    wait_for,
+)
+from tests.unit.test_schedules import T0, add, occurrences, set_state, tick
 
 pytestmark = pytest.mark.subprocess
 
@@ -219,7 +233,7 @@ def test_after_jobs_any_in_a_batch_names_earlier_lines(db: Db, tmp_path: Path) -
 
 def skewed_spoolctl(skew: float, *args: str) -> subprocess.CompletedProcess[str]:
     """spoolctl on a machine whose clock is `skew` seconds off."""
-    from tests.test_pg_clock import SKEWED_PYTHON
+    from tests.pg.test_clock import SKEWED_PYTHON
 
     return subprocess.run(
         [sys.executable, "-c", SKEWED_PYTHON, f"{skew:+g}", *args],
@@ -234,7 +248,7 @@ def test_on_postgresql_the_server_s_clock_decides_what_is_due(pg_url: str) -> No
     """A schedule added on a machine ten minutes slow is anchored at the
     server's now; a worker on a machine ten minutes fast fires a slot only
     once the server's clock reaches it."""
-    from tests.test_pg_fleet import server_epoch
+    from tests.pg.test_fleet import server_epoch
 
     added = skewed_spoolctl(
         -600, "schedule add", "--db", pg_url, "--json", "soon", "--every", "1h", "--", "true"
@@ -352,3 +366,70 @@ def test_a_schedule_keeps_the_limits_of_add_for_its_occurrences(
     ran = envelope(inproc("schedule run", "--db", db, "--json", "capped", capsys=capsys))
     row = job(db, ran["data"]["job_id"])
     assert (row["memory_bytes"], row["cpus"], row["require_limits"]) == (64 << 20, 0.5, 1)
+
+
+# Prune and the occurrences, driven through the firing service as
+# tests/unit/test_schedules.py drives it, on SQLite and on PostgreSQL.
+
+
+@pytest.mark.both_backends
+@pytest.mark.subprocess
+def test_a_pruned_job_leaves_its_occurrence_without_a_job(db: Db) -> None:
+    add(db)
+    (first,) = tick(db, T0)
+    set_state(db, first.job_ids[0], "canceled")
+    execute(db, "UPDATE jobs SET finished_at = 1")
+    pruned = cli("prune", "--older-than", "0", "--state", "canceled", "--yes", db=db, json=True)
+    assert pruned.exit_code == 0 and pruned.data["deleted_jobs"] == 1, pruned.stdout
+    assert [(o["outcome"], o["job_id"]) for o in occurrences(db)] == [("fired", None)]
+
+
+@pytest.mark.both_backends
+@pytest.mark.subprocess
+def test_prune_deletes_past_occurrences_without_a_job_but_keeps_each_schedules_latest(
+    db: Db,
+) -> None:
+    """Without it a schedule's table grows by a row a slot forever."""
+    add(db)
+    add(db, "t", every=3600.0)  # one slot in this test: its latest, its job pruned
+    jobs_at = {}
+    for i, state in enumerate(["done", "running", None, "running"]):
+        fired = {f.name: f for f in tick(db, T0 + 60 * i)}
+        if state is None:  # the previous job still runs: this slot is skipped
+            assert fired["s"].skipped == [T0 + 60 * i]
+            set_state(db, jobs_at[T0 + 60], "done")
+            continue
+        jobs_at[T0 + 60 * i] = fired["s"].job_ids[0]
+        set_state(db, fired["s"].job_ids[0], state)
+    execute(
+        db,
+        "UPDATE jobs SET state = 'done' WHERE id IN (SELECT o.job_id FROM"
+        " schedule_occurrences o JOIN schedules s ON s.id = o.schedule_id"
+        " WHERE s.name = 't')",
+    )
+    execute(db, "UPDATE jobs SET finished_at = 1 WHERE state = 'done'")
+    execute(db, "UPDATE schedule_occurrences SET at = 1")
+    before = occurrences(db)
+    assert [o["outcome"] for o in before] == ["fired", "fired", "fired", "skipped", "fired"]
+
+    dry = cli("prune", "--older-than", "0", "--dry-run", db=db, json=True)
+    assert dry.exit_code == 0, dry.stdout
+    assert (dry.data["deleted_jobs"], dry.data["deleted_occurrences"]) == (3, 3)
+    assert occurrences(db) == before
+
+    pruned = cli("prune", "--older-than", "0", "--yes", db=db, json=True)
+    assert pruned.exit_code == 0, pruned.stdout
+    assert (pruned.data["deleted_jobs"], pruned.data["deleted_occurrences"]) == (3, 3)
+    left = rows(
+        db,
+        "SELECT s.name, o.slot_at, o.outcome, o.job_id FROM schedule_occurrences o"
+        " JOIN schedules s ON s.id = o.schedule_id ORDER BY s.name",
+    )
+    assert [tuple(r) for r in left] == [
+        ("s", T0 + 180, "fired", jobs_at[T0 + 180]),  # its job still runs
+        ("t", T0, "fired", None),  # t's latest slot, its job pruned
+    ]
+    assert tick(db, T0 + 60) == []  # a worker whose clock lags fires no pruned slot again
+    set_state(db, jobs_at[T0 + 180], "done")
+    (fired,) = tick(db, T0 + 240)  # firing goes on from the kept latest slot
+    assert fired.name == "s" and len(fired.job_ids) == 1

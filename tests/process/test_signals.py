@@ -1,12 +1,12 @@
 """Signals and children: the documented exception to the process-group kill.
 
 The group kill itself is proven elsewhere: on timeout and for a job ignoring
-SIGTERM in tests/test_execute.py, on `cancel --running` and on a worker's
-second signal in tests/test_worker.py and tests/test_cli_steer.py. Here: a
+SIGTERM in tests/process/test_execute.py, on `cancel --running` and on a worker's
+second signal in tests/process/test_worker.py and tests/process/test_steer.py. Here: a
 child that calls setsid() leaves the job's group and outlives the kill where
 the worker runs without cgroups (SPOOLCTL_CGROUP=off), just as
 docs/guarantees.md says, while an ordinary grandchild dies with the group.
-With a cgroup per attempt the same child dies: tests/test_containment.py.
+With a cgroup per attempt the same child dies: tests/process/test_containment.py.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_a_child_that_calls_setsid_escapes_the_timeout_kill_as_documented(
     db: Path, tmp_path: Path, escaped: Path
 ) -> None:
     """Without containment (SPOOLCTL_CGROUP=off): with it, the same child dies
-    with its attempt (tests/test_containment.py)."""
+    with its attempt (tests/process/test_containment.py)."""
     documented = failure_mode_of_timeout_guarantee()
     assert re.search(r"setsid\(\)", documented) and "escapes the kill" in documented
     assert "SPOOLCTL_CGROUP=off" in documented

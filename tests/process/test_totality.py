@@ -159,7 +159,7 @@ SETTINGS = settings(
     database=None,
 )
 SERVES = {"web"}
-"""Verbs that serve until a signal (tests/test_web.py checks them)."""
+"""Verbs that serve until a signal (tests/process/test_web.py checks them)."""
 VERBS = [verb for verb in verb_commands() if verb not in SERVES]
 
 

@@ -32,8 +32,8 @@ from spoolctl.web.request_guard import Guard
 from spoolctl.web.views import decode_complete, skip_partial_head
 from tests.helpers import REPO, Db, add_job, child_env, job, rows
 from tests.populated import run_quiet
+from tests.process.test_layering import modules_after
 from tests.schema_check import errors as schema_errors
-from tests.test_layering import modules_after
 
 pytestmark = pytest.mark.subprocess
 

@@ -12,7 +12,7 @@ from spoolctl.cli.queues import open_write
 from spoolctl.services import firing
 from tests.helpers import Db, rows
 from tests.populated import run_quiet
-from tests.test_web import IMG, assert_escaped, client_for, csrf_of
+from tests.process.test_web import IMG, assert_escaped, client_for, csrf_of
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.both_backends]
 

@@ -17,8 +17,15 @@ from starlette.testclient import TestClient
 
 from spoolctl.web.views import output_text
 from tests.helpers import add_job, execute, start_worker, wait_for
-from tests.test_hostile_text import CLIPBOARD, ESCAPED, HOSTILE, OUTPUT, PRINTF_FORMAT, TITLE
-from tests.test_web import client_for, drain
+from tests.process.test_hostile_text import (
+    CLIPBOARD,
+    ESCAPED,
+    HOSTILE,
+    OUTPUT,
+    PRINTF_FORMAT,
+    TITLE,
+)
+from tests.process.test_web import client_for, drain
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.subprocess]
 
@@ -28,7 +35,7 @@ RAW_CONTROL = re.compile(
 """What a page must never hold raw: controls but tab and newline, separators,
 bidi overrides, and the replacement glyph that stands for an undecodable byte."""
 SHOWN_OUTPUT = "red plain\\x1b[2K\\rover\\x08\\x7f \\x9b6n \\xff\\xfe\tend\n"
-"""The page's text for tests.test_hostile_text.OUTPUT: colour gone, the rest escaped."""
+"""The page's text for tests.process.test_hostile_text.OUTPUT: colour gone, the rest escaped."""
 
 
 def assert_plain(html: str, what: object) -> None:

@@ -184,21 +184,6 @@ def test_only_metadata_differing_deduplicates_with_a_warning(db: Db, capsys: Cap
     assert (json.loads(row["tags"]), row["note"]) == ({"a": "1"}, "one"), "the job kept its own"
 
 
-@pytest.mark.subprocess
-def test_a_key_is_free_again_once_its_job_is_done(
-    db: Db, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first = add(db, capsys, "--key", "once", "--", "true")
-    monkeypatch.setenv("SPOOLCTL_TEST_HEARTBEAT_INTERVAL", "0.2")
-    worked = inproc("work", "--db", str(db), "--once", "--json", capsys=capsys)
-    assert worked.data["job_state"] == "done"
-
-    again = add(db, capsys, "--key", "once", "--", "true")
-
-    assert again.data["deduplicated"] is False
-    assert again.data["job_id"] != first.data["job_id"]
-
-
 def test_cwd_is_made_absolute_without_resolving_symlinks(
     db: Db, capsys: Capsys, tmp_path: Path
 ) -> None:

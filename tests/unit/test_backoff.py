@@ -1,7 +1,7 @@
 """The retry policy as pure functions, and the timing knobs it is paired with.
 
 The end-to-end proof (a real job failing, its rows 2 s then 4 s apart) is in
-test_execute; here every branch of the arithmetic is pinned down."""
+tests/process/test_execute.py; here every branch of the arithmetic is pinned down."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from tests.test_layering import imported_modules
+from tests.unit.test_layering import imported_modules
 
 BENCH = REPO / "bench"
 DEVTOOLS = REPO / "devtools"

@@ -6,7 +6,6 @@ string and a URL with several hosts are PostgreSQL's too."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -18,7 +17,7 @@ from sqlalchemy.engine import make_url
 from spoolctl.db.backends.postgresql.url import connect_kwargs, scrub
 from spoolctl.db.url import MASK, looks_like_conninfo, looks_like_url, masked, parse_db_url
 from spoolctl.errors import InvalidInput
-from tests.helpers import cli_json, inproc
+from tests.helpers import inproc
 
 Capsys = pytest.CaptureFixture[str]
 
@@ -79,37 +78,6 @@ def test_a_malformed_url_gets_the_percent_encoding_hint() -> None:
     with pytest.raises(InvalidInput) as refused:
         parse_db_url(f"postgresql://user:{SECRET}@h@host/db", "--db")
     assert "%40" in refused.value.message and SECRET not in refused.value.message
-
-
-@pytest.mark.subprocess
-def test_a_relative_path_with_a_colon_is_usable_with_dot_slash(tmp_path: Path) -> None:
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        refused = cli_json("add", "--db", "name:with:colon.db", "--", "true")
-        assert refused.envelope["errors"][0]["code"] == "INVALID_INPUT"
-        assert "./name:with:colon" in refused.envelope["errors"][0]["message"]
-        added = cli_json("add", "--db", "./name:with:colon.db", "--", "true")
-        assert added.exit_code == 0, added.stdout
-    finally:
-        os.chdir(cwd)
-    assert (tmp_path / "name:with:colon.db").is_file()
-
-
-@pytest.mark.subprocess
-@pytest.mark.parametrize("slashes", ["///", "////"])
-def test_an_sqlite_url_names_a_file(slashes: str, tmp_path: Path) -> None:
-    path = f"{tmp_path}/spool/queue.db".lstrip("/") if slashes == "////" else "spool/queue.db"
-    url = f"sqlite:{slashes}{path}"
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        added = cli_json("add", "--db", url, "--", "true")
-        listed = cli_json("list", "--db", str(tmp_path / "spool" / "queue.db"))
-    finally:
-        os.chdir(cwd)
-    assert added.exit_code == 0, added.stdout
-    assert listed.data["count"] == 1
 
 
 @pytest.mark.parametrize(

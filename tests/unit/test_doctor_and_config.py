@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.populated import populate, run_json, run_quiet
+from tests.populated import run_json, run_quiet
 
 
 @pytest.fixture(autouse=True)
@@ -50,20 +50,6 @@ def test_doctor_on_an_empty_file_is_not_ready_either(tmp_path: Path) -> None:
     (check,) = [c for c in result.envelope["data"]["checks"] if c["id"] == "schema_version"]
     assert check["status"] == "fail" and "does not exist yet" in check["message"]
     assert db.stat().st_size == 0
-
-
-@pytest.mark.subprocess
-def test_doctor_on_a_current_queue_passes_every_check(tmp_path: Path) -> None:
-    populate(tmp_path / ".spoolctl" / "queue.db")
-    result = run_json("doctor")
-    assert set(checks(result.envelope).values()) == {"pass"}
-    summary = result.envelope["data"]["summary"]
-    assert summary == {
-        "passed": len(checks(result.envelope)),
-        "warnings": 0,
-        "failed": 0,
-        "skipped": 0,
-    }
 
 
 def test_doctor_not_ready_exits_3_but_stays_ok(tmp_path: Path) -> None:

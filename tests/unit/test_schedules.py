@@ -3,7 +3,8 @@
 after downtime in each mode, overlap skip and allow, pause and resume,
 removal while an occurrence runs, daylight-saving transitions both ways, and
 fire times against cronsim's over random expressions and zones. On SQLite
-and on PostgreSQL. The verbs and real workers are in test_schedule_cli.py."""
+and on PostgreSQL. The verbs, prune and real workers are in
+tests/process/test_schedules.py."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from spoolctl.services import firing, schedules
 from spoolctl.services.slots import Recurrence
 from spoolctl.services.submit import JobSpec
 from spoolctl.states import CatchUp, Overlap
-from tests.helpers import Db, cli, execute, rows
+from tests.helpers import Db, execute, rows
 
 pytestmark = pytest.mark.both_backends
 
@@ -212,17 +213,6 @@ def test_removal_while_an_occurrence_runs_keeps_the_job_and_fires_no_more(db: Db
     assert rows(db, "SELECT count(*) FROM schedules")[0][0] == 0
 
 
-@pytest.mark.subprocess
-def test_a_pruned_job_leaves_its_occurrence_without_a_job(db: Db) -> None:
-    add(db)
-    (first,) = tick(db, T0)
-    set_state(db, first.job_ids[0], "canceled")
-    execute(db, "UPDATE jobs SET finished_at = 1")
-    pruned = cli("prune", "--older-than", "0", "--state", "canceled", "--yes", db=db, json=True)
-    assert pruned.exit_code == 0 and pruned.data["deleted_jobs"] == 1, pruned.stdout
-    assert [(o["outcome"], o["job_id"]) for o in occurrences(db)] == [("fired", None)]
-
-
 def berlin(*args: int, fold: int = 0) -> float:
     return datetime(*args, tzinfo=ZoneInfo("Europe/Berlin"), fold=fold).timestamp()  # type: ignore[misc]
 
@@ -337,56 +327,6 @@ def test_a_damaged_schedule_is_paused_with_the_reason_not_fired(
     (row,) = rows(db, "SELECT paused_at, paused_reason FROM schedules")
     assert row["paused_at"] == T0 + 1 and row["paused_reason"].startswith("damaged: ")
     assert rows(db, "SELECT count(*) FROM jobs")[0][0] == 0
-
-
-@pytest.mark.subprocess
-def test_prune_deletes_past_occurrences_without_a_job_but_keeps_each_schedules_latest(
-    db: Db,
-) -> None:
-    """Without it a schedule's table grows by a row a slot forever."""
-    add(db)
-    add(db, "t", every=3600.0)  # one slot in this test: its latest, its job pruned
-    jobs_at = {}
-    for i, state in enumerate(["done", "running", None, "running"]):
-        fired = {f.name: f for f in tick(db, T0 + 60 * i)}
-        if state is None:  # the previous job still runs: this slot is skipped
-            assert fired["s"].skipped == [T0 + 60 * i]
-            set_state(db, jobs_at[T0 + 60], "done")
-            continue
-        jobs_at[T0 + 60 * i] = fired["s"].job_ids[0]
-        set_state(db, fired["s"].job_ids[0], state)
-    execute(
-        db,
-        "UPDATE jobs SET state = 'done' WHERE id IN (SELECT o.job_id FROM"
-        " schedule_occurrences o JOIN schedules s ON s.id = o.schedule_id"
-        " WHERE s.name = 't')",
-    )
-    execute(db, "UPDATE jobs SET finished_at = 1 WHERE state = 'done'")
-    execute(db, "UPDATE schedule_occurrences SET at = 1")
-    before = occurrences(db)
-    assert [o["outcome"] for o in before] == ["fired", "fired", "fired", "skipped", "fired"]
-
-    dry = cli("prune", "--older-than", "0", "--dry-run", db=db, json=True)
-    assert dry.exit_code == 0, dry.stdout
-    assert (dry.data["deleted_jobs"], dry.data["deleted_occurrences"]) == (3, 3)
-    assert occurrences(db) == before
-
-    pruned = cli("prune", "--older-than", "0", "--yes", db=db, json=True)
-    assert pruned.exit_code == 0, pruned.stdout
-    assert (pruned.data["deleted_jobs"], pruned.data["deleted_occurrences"]) == (3, 3)
-    left = rows(
-        db,
-        "SELECT s.name, o.slot_at, o.outcome, o.job_id FROM schedule_occurrences o"
-        " JOIN schedules s ON s.id = o.schedule_id ORDER BY s.name",
-    )
-    assert [tuple(r) for r in left] == [
-        ("s", T0 + 180, "fired", jobs_at[T0 + 180]),  # its job still runs
-        ("t", T0, "fired", None),  # t's latest slot, its job pruned
-    ]
-    assert tick(db, T0 + 60) == []  # a worker whose clock lags fires no pruned slot again
-    set_state(db, jobs_at[T0 + 180], "done")
-    (fired,) = tick(db, T0 + 240)  # firing goes on from the kept latest slot
-    assert fired.name == "s" and len(fired.job_ids) == 1
 
 
 def test_prune_walks_past_occurrences_batch_after_batch(
