@@ -18,14 +18,13 @@ released only when the last holder is dead), so a second copy started while
 an orphaned first one still runs fails to take it and records a violation.
 
 The suite (and so CI) runs both the short variant and the long one, which
-kills for SPOOLCTL_TEST_SOAK_S seconds (20 by default; a soak sets a minute
-or more); all are marked `slow`, so `pytest -m "not slow"` leaves them out.
+kills for 20 s (SPOOLCTL_TEST_SOAK=3 makes it a minute, as it used to be);
+all are marked `slow`, so `pytest -m "not slow"` leaves them out.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import signal
@@ -40,7 +39,7 @@ import pytest
 
 from spoolctl.cli.queues import open_write
 from spoolctl.services.submit import JobSpec, submit
-from tests.helpers import Db, cli, patience, rows, start_worker, wait_for
+from tests.helpers import SOAK, Db, cli, patience, rows, start_worker, wait_for
 
 pytestmark = pytest.mark.subprocess
 
@@ -64,8 +63,6 @@ class Chaos:
     job_sleep_s: str
 
 
-SOAK_S = float(os.environ.get("SPOOLCTL_TEST_SOAK_S") or 20.0)
-"""How long the long variant kills: 20 s in CI's run; a soak sets more."""
 SHORT = Chaos(
     jobs=150, workers=3, concurrency=3, kill_every_s=(0.2, 0.5), killing_s=8.0, job_sleep_s="0.2"
 )
@@ -76,11 +73,11 @@ PG_FLEET = Chaos(
 every 0.2-0.5 s (each kill also closes its lease guard's pipe: the guard
 kills the dead worker's jobs, and the reap requeues them)."""
 LONG = Chaos(
-    jobs=int(10 * SOAK_S),
+    jobs=round(200 * SOAK),
     workers=4,
     concurrency=4,
     kill_every_s=(0.1, 0.4),
-    killing_s=SOAK_S,
+    killing_s=20.0 * SOAK,
     job_sleep_s="0.3",
 )
 
@@ -286,8 +283,8 @@ def test_chaos_on_a_postgresql_fleet_of_four_workers_with_eight_slots(
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_chaos_long(db: Path, tmp_path: Path, fleet: Fleet) -> None:
-    """Four workers, four slots each, a SIGKILL every 0.1-0.4 s for SOAK_S
-    seconds, and ten jobs for each second of it."""
+    """Four workers, four slots each, a SIGKILL every 0.1-0.4 s for 20 s
+    times SOAK, and ten jobs for each second of it."""
     chaos(db, tmp_path, fleet, LONG)
 
 

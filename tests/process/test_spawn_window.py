@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from tests.helpers import (
+    SOAK,
     add_job,
     attempts_of,
     cli,
@@ -40,7 +41,7 @@ pytestmark = [
     pytest.mark.subprocess,
 ]
 
-ROUNDS = 50
+ROUNDS = round(25 * SOAK)
 PARALLEL = 10
 KNOBS = {"SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "0.1", "SPOOLCTL_TEST_REAP_THRESHOLD": "0.5"}
 LOCK_HELD = 99
