@@ -28,7 +28,7 @@ start_replica(primary, base_dir) adds a hot standby to a server started
 here (pg_basebackup -R over the loopback replication connection initdb's
 pg_hba.conf allows, then started on a port of its own), synchronous by
 default; a server started here can also be crashed (pg_ctl stop -m
-immediate) and a standby promoted (tests/test_pg_replica.py's failover).
+immediate) and a standby promoted (tests/pg/test_replica.py's failover).
 """
 
 from __future__ import annotations

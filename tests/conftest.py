@@ -18,28 +18,35 @@ Either is what `--db` takes; the helpers in tests/helpers.py accept both.
   mark with `@pytest.mark.sqlite_only("why")`.
 
 `pytest -k "not postgresql"` runs the converted tests on SQLite only (the
-tests/test_pg_*.py modules still need the server).
+tests/pg/ modules still need the server).
 
-Markers (registered in pyproject.toml), so that a quick loop can leave out
-what is slow or needs more than Python: `./scripts/test -m "not pg and not
-slow and not browser"`.
+A test's folder is its kind (tests/README.md): tests/unit/ runs in-process
+(no process started, no server but the [postgresql] run of a both_backends
+test), tests/process/ starts real processes, tests/pg/ needs the PostgreSQL
+test server, tests/browser/ drives Chromium, tests/compat/ runs the original.
+The markers (registered in pyproject.toml) follow the folders, so that -m can
+leave out what is slow or needs more than Python; the inner loop is
+`./scripts/test tests/unit -m "not pg"`.
 
-- `pg` is set here, never by hand: on every test that uses the test server's
-  fixtures (pg_server, pg_databases, pg_url), on the [postgresql] run of a
-  both_backends test, and on every test of a module named for it
-  (tests/test_pg_*.py, test_devtools_pg_server.py: some start a server of
-  their own). A test that starts or reaches a test server without
+- `pg` is set here, never by hand: on every test under tests/pg/ (some start a
+  server of their own), on every test that uses the test server's fixtures
+  (pg_server, pg_databases, pg_url), and on the [postgresql] run of a
+  both_backends test. A test that starts or reaches a test server without
   it fails (_marks_tell_the_truth), so the mark cannot go stale.
-- `browser` is set here on tests/test_web_browser.py (and any test using its
-  `chromium` fixture).
+- `browser` is set here on tests/browser/ (and any test using its `chromium`
+  fixture).
 - `slow` is put on by hand, on tests of five seconds or more (grace periods,
-  timeouts, the chaos runs, the differential suite): the fast loop skips them.
-- `subprocess` is put on by hand (a module's `pytestmark`, or one test) where a
-  test starts real processes: spoolctl verbs or workers as processes, jobs
-  (an in-process worker spawns its jobs), a worker's lease guard, any other
+  timeouts, the chaos runs, the differential suite): -m "not slow" skips them.
+- `subprocess` is set here on tests/process/ and tests/compat/, and put on by
+  hand (a module's `pytestmark`, or one test) elsewhere where a test starts
+  real processes: spoolctl verbs or workers as processes, jobs (an
+  in-process worker spawns its jobs), a worker's lease guard, any other
   program; a module fixture's processes count for every test using it. A
   test that starts a process without the mark fails with the hint to add it,
   so the mark stays true (a test server's initdb and pg_ctl are `pg`'s).
+- tests/unit/ holds to its promise the same way: a test there that starts a
+  process, carries `subprocess` or `browser`, or asks for the test server's
+  fixtures itself fails with the hint to move it to its kind's folder.
 
 Parallel runs (pytest-xdist, `./scripts/test` runs `-n N --dist loadgroup`):
 each worker process gets its own PostgreSQL server (pg_server is per
@@ -139,7 +146,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 PG_FIXTURES = frozenset({"pg_server", "pg_databases", "pg_url"})
-BROWSER_MODULE = "test_web_browser.py"
+TESTS = Path(__file__).resolve().parent
+KINDS = ("unit", "process", "pg", "browser", "compat")
+"""The folders of tests/, one per kind of test (tests/README.md)."""
+PROCESS_KINDS = frozenset({"process", "compat"})
 SHARED_SCOPES = frozenset({"class", "module", "package"})
 """Session-scoped fixtures are built once per worker anyway (each is a session)."""
 CHEAP_SHARED = frozenset({"backend", "_collect_after_module"})
@@ -151,10 +161,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Sets the pg, browser and xdist_group marks (see the module docstring),
     then the pg_xfail ones."""
     for item in items:
-        if _needs_pg(item):
+        kind = kind_of(item)
+        if kind == "pg" or _needs_pg(item):
             item.add_marker(pytest.mark.pg)
-        if item.path.name == BROWSER_MODULE or "chromium" in _fixture_names(item):
+        if kind == "browser" or "chromium" in _fixture_names(item):
             item.add_marker(pytest.mark.browser)
+        if kind in PROCESS_KINDS:
+            item.add_marker(pytest.mark.subprocess)
         if _shares_module_state(item):
             item.add_marker(pytest.mark.xdist_group(_module_id(item)))
         _scale_timeout(item)
@@ -185,6 +198,13 @@ def _scale_timeout(item: pytest.Item) -> None:
         item.add_marker(scaled, append=False)
 
 
+def kind_of(item: pytest.Item) -> str | None:
+    """The kind folder the test's module is in (one of KINDS), else None."""
+    path = item.path.resolve()
+    parts = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
+    return parts[0] if len(parts) > 1 and parts[0] in KINDS else None
+
+
 def _fixture_names(item: pytest.Item) -> list[str]:
     return list(getattr(item, "fixturenames", ()))
 
@@ -193,7 +213,7 @@ def _needs_pg(item: pytest.Item) -> bool:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and callspec.params.get("backend") == "postgresql":
         return True
-    return bool(PG_FIXTURES & set(_fixture_names(item))) or "pg_" in item.path.name
+    return bool(PG_FIXTURES & set(_fixture_names(item)))
 
 
 def _shares_module_state(item: pytest.Item) -> bool:
@@ -379,18 +399,42 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def _marks_tell_the_truth(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that started a process carries `subprocess`, one that started or
     reached a PostgreSQL test server carries `pg`: else -m would run it where
-    it cannot work, or in a loop that promised to be quick."""
-    yield
+    it cannot work, or in a loop that promised to be quick. A test in
+    tests/unit/ does neither (but the [postgresql] run of a both_backends
+    test): else the inner loop would not be what it says."""
     node = request.node
+    in_unit = kind_of(node) == "unit"
+    if in_unit:
+        _stays_in_process(node)
+    yield
     if _Did.process and node.get_closest_marker("subprocess") is None:
+        hint = (
+            "tests/unit/ runs in-process only: move it to tests/process/"
+            if in_unit
+            else "add `pytestmark = pytest.mark.subprocess` to its module (or the mark to"
+            " the test), or move it to tests/process/"
+        )
         pytest.fail(
             f"{node.nodeid} started a process ({_Did.process}) but is not marked subprocess:"
-            " add `pytestmark = pytest.mark.subprocess` to its module (or the mark to the test)",
+            f" {hint}",
             pytrace=False,
         )
     if _Did.pg and node.get_closest_marker("pg") is None:
         pytest.fail(
             f"{node.nodeid} used PostgreSQL ({_Did.pg}) but is not marked pg: use the"
-            " pg fixtures or both_backends, or move it to a tests/test_pg_*.py module",
+            " pg fixtures or both_backends, or move it to tests/pg/",
+            pytrace=False,
+        )
+
+
+def _stays_in_process(node: pytest.Item) -> None:
+    """A test in tests/unit/ that says it starts processes, drives the
+    browser or needs the test server for itself is in the wrong folder."""
+    wrong = [m for m in ("subprocess", "browser") if node.get_closest_marker(m) is not None]
+    wrong += sorted(PG_FIXTURES & set(_fixture_names(node)))
+    if wrong:
+        pytest.fail(
+            f"{node.nodeid} is in tests/unit/ (in-process only) but has {', '.join(wrong)}:"
+            " move it to tests/process/, tests/pg/ or tests/browser/",
             pytrace=False,
         )

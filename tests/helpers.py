@@ -56,6 +56,12 @@ SPOOLCTL_TEST_LOAD) a verb or a worker's loop can be many times slower.
 A deadline only bounds how long a failure takes to show: a condition
 that holds ends the wait at once, so a generous scale costs nothing."""
 
+SOAK = float(os.environ.get("SPOOLCTL_TEST_SOAK") or 1)
+"""How many times over the soak runs go (env SPOOLCTL_TEST_SOAK, default 1,
+as CI runs them): the long chaos run's killing time and jobs
+(tests/process/test_chaos.py) and the spawn window's rounds
+(tests/process/test_spawn_window.py). A soak sets 3 or more."""
+
 
 def patience(seconds: float) -> float:
     """A deadline for something that takes CPU (a process to start, exit, or
@@ -402,7 +408,7 @@ def pid_alive(pid: int) -> bool:
 
 def add_job(db: Db, *argv: str, **spec: Any) -> int:
     """Submit in-process through the submit service: fast, no subprocess (the
-    CLI's own checks of `add` are in tests/test_add.py)."""
+    CLI's own checks of `add` are in tests/unit/test_add.py)."""
     queue = open_write(str(db))
     try:
         spec_obj = JobSpec(argv=list(argv), **spec)

@@ -6,7 +6,7 @@ is set, so that no server is started.
 The server start itself lives in devtools/pg_server.py, which the benchmark
 uses too (with its DURABLE profile); this module only chooses for the tests
 and re-exports what they use, so their imports stay as they were. A test
-that needs servers it may crash or promote (tests/test_pg_replica.py)
+that needs servers it may crash or promote (tests/pg/test_replica.py)
 starts its own with start_private_server and start_replica.
 """
 

@@ -2,7 +2,7 @@
 
 Everything that differs between the embedded SQLite file and a PostgreSQL
 server lives behind these protocols, in the packages `sqlite/` and
-`postgresql/`, and nowhere else (a test in tests/test_layering.py fails on a
+`postgresql/`, and nowhere else (a test in tests/unit/test_layering.py fails on a
 backend check outside this package). A driver is chosen once, from the `--db` value, by
 `spoolctl.db.backends.locate`; callers hold a `Queue` made from it
 (`spoolctl.db.queue`) and never ask which backend it is. Services stay plain
@@ -11,7 +11,7 @@ through `backends.statements(conn)`, the connection's backend's module.
 
 Adding a third engine is one new package implementing `Driver` and
 `Statements`, registered in `backends/__init__.py`, plus a run of the driver
-test suite (tests/test_drivers.py) against it.
+test suite (tests/process/test_drivers.py) against it.
 """
 
 from __future__ import annotations
