@@ -47,6 +47,18 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("runner/wakeup.py", "StopRequested"): "a stop signal: its callers end as on a signal (exit 0)",
     ("web/actions.py", "Refused"): "the dashboard's HTTP refusal of an action (a 4xx page)",
     ("web/app.py", "Refused"): "the dashboard's HTTP refusal of an action (a 4xx page)",
+    ("runner/capacity.py", "ValueError"): (
+        "a worker built with no slot: --concurrency is checked first, so no user value reaches it"
+    ),
+    ("runner/capacity.py", "NoPlace"): (
+        "a place given past the worker's slots: the claim takes only what fits, so a bug"
+    ),
+    ("cli/job_flags.py", "AssertionError"): (
+        "guards the declaration of a job's attributes as the CLI is built: no user value reaches it"
+    ),
+    ("services/job_spec.py", "AssertionError"): (
+        "guards the declaration of a job's attributes: a field read by hand has no batch reader"
+    ),
     ("runner/spawn.py", "_named"): "Popen's OSError for a program that cannot run: the attempt's "
     "spawn_failed outcome (runner/supervise.py), never a verb's error",
 }

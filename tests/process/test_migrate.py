@@ -364,6 +364,9 @@ OLD_RELEASE = (
     "[t._columns.remove(t.c[n]) for t, n in ((jobs, 'memory_bytes'), (jobs, 'cpus'), "
     "(jobs, 'require_limits'), (attempts, 'cgroup'), (attempts, 'peak_memory_bytes'), "
     "(attempts, 'cpu_time_s'), (tables.workers, 'pid_space'))]; "
+    "import spoolctl.services.job_spec as spec; "
+    "spec.STORED = tuple(f for f in spec.STORED if f.key not in "
+    "('memory_bytes', 'cpus', 'require_limits')); "
     "import spoolctl.services.heartbeat as beat; row = beat.worker_row; "
     "beat.worker_row = lambda info, now: {k: v for k, v in row(info, now).items() "
     "if k != 'pid_space'}; "
@@ -373,7 +376,8 @@ OLD_RELEASE = (
 """spoolctl as the release whose head was the oldest revision: the same code,
 except that it knows no later revision and never looks at the tables or
 columns later revisions added (paused lanes, job dependencies, schedules,
-0007's limits and cgroups, 0008's pid space): its claims take the one-by-one path
+0007's limits and cgroups, 0008's pid space): its jobs carry no limits,
+its claims take the one-by-one path
 (the one-statement claim reads the lanes table in SQL) without the limit columns,
 it runs jobs without cgroups (whose path and usage 0007 records), and it
 registers without a pid space."""
