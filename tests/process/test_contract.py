@@ -116,7 +116,8 @@ def test_every_verb_output_matches_its_published_schema(
         envelope = valid_envelope(result, verb)
         assert envelope["ok"], (args, envelope["errors"])
         covered.add(verb)
-    # web serves until a signal: tests/process/test_web.py checks its frame and envelope
+    # web serves until a signal: tests/process/test_web.py checks its frame and
+    # envelope against these
     assert covered == set(verb_commands()) - ({"migrate"} - set(available_verbs())) - {"web"}
 
 
