@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
+import psutil
+
 from spoolctl.cli import run as cli_run
 from spoolctl.cli.database import open_write
 from spoolctl.db.backends import locate
@@ -404,6 +406,26 @@ def pid_alive(pid: int) -> bool:
             return handle.read().split(") ")[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+class Strays:
+    """Processes a test saw leave its job, killed at its end whatever the
+    outcome. Each is held as the process it was when seen, and killed only
+    while its pid still names it: a pid that died during the test may be
+    another test's job by the end (pids wrap within one run of the suite)."""
+
+    def __init__(self) -> None:
+        self._seen: list[psutil.Process] = []
+
+    def keep(self, pid: int) -> int:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self._seen.append(psutil.Process(pid))
+        return pid
+
+    def kill(self) -> None:
+        for proc in self._seen:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()  # psutil refuses a recycled pid
 
 
 def add_job(db: Db, *argv: str, **spec: Any) -> int:

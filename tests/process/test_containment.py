@@ -22,6 +22,7 @@ import pytest
 
 from spoolctl.runner.containment import cgroup, hierarchy, sites
 from tests.helpers import (
+    Strays,
     add_job,
     attempts_of,
     child_env,
@@ -82,21 +83,19 @@ def escaping(pidfile: Path, *, ignore_term: bool = False) -> list[str]:
 
 
 @pytest.fixture
-def escapees() -> Iterator[list[int]]:
-    """Pids a test saw escape; killed afterwards whatever the outcome."""
-    found: list[int] = []
+def escapees() -> Iterator[Strays]:
+    """Processes a test saw escape; killed afterwards whatever the outcome."""
+    found = Strays()
     yield found
-    for pid in found:
-        if pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    found.kill()
 
 
-def escaped(pidfile: Path, escapees: list[int]) -> int:
+def escaped(pidfile: Path, escapees: Strays) -> int:
     """The escapee's pid once it runs, after checking it did escape: it leads
     its own session and carries no attempt token."""
     wait_for(pidfile.exists, 15, what="the job's child to start")
     pid = int(pidfile.read_text())
-    escapees.append(pid)
+    escapees.keep(pid)
     assert os.getsid(pid) == pid, "the child left the job's session"
     environ = Path(f"/proc/{pid}/environ").read_bytes()
     assert b"SPOOLCTL_ATTEMPT_TOKEN" not in environ, "the child dropped the attempt token"
@@ -111,7 +110,7 @@ def cgroup_dirs(attempt: dict[str, object]) -> list[str]:
 
 @pytest.mark.subprocess
 def test_a_timeout_ends_a_child_that_left_its_group_and_token(
-    tmp_path: Path, escapees: list[int]
+    tmp_path: Path, escapees: Strays
 ) -> None:
     root_required()
     db = tmp_path / "queue.db"
@@ -128,7 +127,7 @@ def test_a_timeout_ends_a_child_that_left_its_group_and_token(
 
 @pytest.mark.subprocess
 def test_without_containment_the_same_child_escapes_the_timeout(
-    tmp_path: Path, escapees: list[int]
+    tmp_path: Path, escapees: Strays
 ) -> None:
     """The failure mode containment removes, as it stands with process groups:
     what makes the test above mean something."""
@@ -143,7 +142,7 @@ def test_without_containment_the_same_child_escapes_the_timeout(
 
 @pytest.mark.subprocess
 def test_the_reaper_ends_a_dead_workers_escaped_child_by_its_cgroup(
-    tmp_path: Path, escapees: list[int]
+    tmp_path: Path, escapees: Strays
 ) -> None:
     root_required()
     db = tmp_path / "queue.db"

@@ -35,6 +35,7 @@ import pytest
 from tests.helpers import (
     REPO,
     Db,
+    Strays,
     WriteLock,
     add_job,
     attempts_of,
@@ -184,7 +185,8 @@ def _unconfirmed_orphan_scenario(base: Path, *, sweep_first: bool = False) -> No
     os.chmod(db, 0o666)  # SQLite gives -wal and -shm the database file's mode
 
     owner = start_worker(db)
-    orphan = pid_in(pidfile)
+    strays = Strays()
+    orphan = strays.keep(pid_in(pidfile))
     wait_for(lambda: attempts_of(db, job_id)[0]["job_pid"] == orphan, what="pid recorded")
     kill_worker_and_guard(owner)  # with its lease guard: the job lives on
 
@@ -223,8 +225,7 @@ def _unconfirmed_orphan_scenario(base: Path, *, sweep_first: bool = False) -> No
     finally:
         other.kill()
         other.communicate()
-        if pid_alive(orphan):
-            os.kill(orphan, signal.SIGKILL)
+        strays.kill()
 
 
 def _end_and_sweep_first_cgroup(

@@ -11,10 +11,8 @@ With a cgroup per attempt the same child dies: tests/process/test_containment.py
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ import pytest
 from spoolctl.cli.database import open_write
 from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.submit import submit
-from tests.helpers import REPO, attempts_of, cli, pid_alive, wait_for
+from tests.helpers import REPO, Strays, attempts_of, cli, pid_alive, wait_for
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.subprocess]
 
@@ -36,13 +34,11 @@ ESCAPER = (
 
 
 @pytest.fixture
-def escaped(tmp_path: Path) -> Iterator[Path]:
-    """The pid file of the escaped process, which the test kills at the end."""
-    pidfile = tmp_path / "escaped"
-    yield pidfile
-    if pidfile.exists() and pidfile.read_text().strip():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+def strays() -> Iterator[Strays]:
+    """The escaped process, which the test kills at the end."""
+    found = Strays()
+    yield found
+    found.kill()
 
 
 def failure_mode_of_timeout_guarantee() -> str:
@@ -52,7 +48,7 @@ def failure_mode_of_timeout_guarantee() -> str:
 
 
 def test_a_child_that_calls_setsid_escapes_the_timeout_kill_as_documented(
-    db: Path, tmp_path: Path, escaped: Path
+    db: Path, tmp_path: Path, strays: Strays
 ) -> None:
     """Without containment (SPOOLCTL_CGROUP=off): with it, the same child dies
     with its attempt (tests/process/test_containment.py)."""
@@ -74,6 +70,6 @@ def test_a_child_that_calls_setsid_escapes_the_timeout_kill_as_documented(
     assert attempt["state"] == "timed_out"
     grandchild = int((tmp_path / "grandchild").read_text())
     wait_for(lambda: not pid_alive(grandchild), 5, what="the grandchild to die with its group")
-    runaway = int(escaped.read_text())
+    runaway = strays.keep(int((tmp_path / "escaped").read_text()))
     assert pid_alive(runaway), "the setsid() child was killed: the documentation is out of date"
     assert os.getpgid(runaway) == runaway != attempt["job_pgid"]
