@@ -1,207 +1,13 @@
-"""The spoolctl command line: a click group whose verbs load lazily, so that
-`spoolctl add` imports only what adding needs."""
+"""The spoolctl command line. Its entry point is light: a command line the
+lean path answers (`cli/lean.py`: `add` on an SQLite queue, without
+SQLAlchemy or click) never loads the click group of `cli/app.py`; every
+other one goes there, as does anything the lean path cannot answer exactly
+as the group would (it has written nothing by then)."""
 
 from __future__ import annotations
 
 import gc
-import importlib
-import importlib.util
 import sys
-from typing import Any
-
-import click
-
-from spoolctl import __version__
-from spoolctl.cli.render import emit_error, from_click, unknown_command
-from spoolctl.errors import Internal, InvalidInput, MissingRequired, SpoolError
-
-VERBS: dict[str, str] = {
-    "add": "spoolctl.cli.jobs:add",
-    "work": "spoolctl.cli.work:work",
-    "wait": "spoolctl.cli.wait:wait",
-    "status": "spoolctl.cli.status:status",
-    "list": "spoolctl.cli.inspect:list_jobs",
-    "show": "spoolctl.cli.inspect:show",
-    "output": "spoolctl.cli.output:output",
-    "feedback": "spoolctl.cli.feedback:feedback",
-    "events": "spoolctl.cli.events:events",
-    "workers": "spoolctl.cli.status:workers",
-    "retry": "spoolctl.cli.steer:retry",
-    "cancel": "spoolctl.cli.steer:cancel",
-    "prune": "spoolctl.cli.steer:prune",
-    "pause": "spoolctl.cli.lanes:pause",
-    "resume": "spoolctl.cli.lanes:resume",
-    "web": "spoolctl.cli.web:web",
-    "metrics": "spoolctl.cli.metrics:metrics",
-    "migrate": "spoolctl.cli.migrate:migrate",
-    "copy-to": "spoolctl.cli.copy:copy_to",
-    "doctor": "spoolctl.cli.admin:doctor",
-    "config-show": "spoolctl.cli.admin:config_show",
-    "config-validate": "spoolctl.cli.admin:config_validate",
-    "brief": "spoolctl.cli.brief:brief",
-    "robot-docs": "spoolctl.cli.brief:robot_docs",
-    "capabilities": "spoolctl.cli.capabilities:capabilities",
-    "schema": "spoolctl.cli.contract:schema",
-    "schedule add": "spoolctl.cli.schedules:schedule_add",
-    "schedule list": "spoolctl.cli.schedules:schedule_list",
-    "schedule show": "spoolctl.cli.schedules:schedule_show",
-    "schedule pause": "spoolctl.cli.schedules:schedule_pause",
-    "schedule resume": "spoolctl.cli.schedules:schedule_resume",
-    "schedule remove": "spoolctl.cli.schedules:schedule_remove",
-    "schedule run": "spoolctl.cli.schedules:schedule_run",
-}
-"""A verb of two words (`schedule add`) is one entry: its command line gives
-the words as two arguments (`verb_of`)."""
-GROUPS = frozenset(name.split(" ")[0] for name in VERBS if " " in name)
-"""The families of two-word verbs (`schedule`)."""
-FAMILY_HELP: dict[str, str] = {
-    "schedule": "Recurring jobs: every slot of a cron expression or an interval becomes "
-    "one job, fired by any running `spoolctl work` (no daemon).",
-}
-"""What each family is about, the first line of `spoolctl FAMILY --help`."""
-
-
-def verb_of(args: list[str]) -> str | None:
-    """The verb a command line names: one word, a family and its sub-verb, or
-    a family alone (`spoolctl schedule`, which lists the family's verbs)."""
-    if not args:
-        return None
-    if args[0] in GROUPS:
-        pair = f"{args[0]} {args[1]}" if len(args) > 1 else ""
-        return pair if pair in VERBS else args[0]
-    return args[0] if args[0] in VERBS else None
-
-
-def available_verbs() -> list[str]:
-    """Verbs whose module is present (all of them in a complete build)."""
-    found = []
-    for name, target in VERBS.items():
-        module = target.split(":")[0]
-        if importlib.util.find_spec(module) is not None:
-            found.append(name)
-    return sorted(found)
-
-
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return available_verbs()
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = VERBS.get(cmd_name)
-        if target is None:
-            return None
-        module_name, attr = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == module_name:
-                return None
-            raise
-        command: click.Command = getattr(module, attr)
-        return command
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        name = verb_of(args) or args[0]
-        if name in GROUPS:
-            subs = [v for v in self.list_commands(ctx) if v.startswith(f"{name} ")]
-            rest = args[1:]
-            if rest and not rest[0].startswith("-"):
-                raise unknown_command(f"{name} {rest[0]}", subs)
-            return name, VerbFamily(name, subs, self), rest
-        command = self.get_command(ctx, name)
-        if command is None:
-            raise unknown_command(name, self.list_commands(ctx))
-        return name, command, args[1 if args[0] == name else 2 :]
-
-
-class VerbFamily(click.Command):
-    """A family of two-word verbs named without a sub-verb (`spoolctl
-    schedule`). Alone or with --help it lists the family's verbs and exits 0,
-    as a click group does; with --json it is MISSING_REQUIRED (`detail.verbs`
-    names them), as `spoolctl --json` is, so that stdout stays one envelope."""
-
-    def __init__(self, name: str, verbs: list[str], group: LazyGroup) -> None:
-        super().__init__(
-            name,
-            help=FAMILY_HELP.get(name),
-            epilog=f"Run 'spoolctl {name} VERB --help' for one verb's flags and examples.",
-            params=[click.Option(["--json", "as_json"], is_flag=True, help="Answer as JSON.")],
-            context_settings={"help_option_names": ["-h", "--help"], "allow_extra_args": True},
-        )
-        self.verbs = verbs
-        self.group = group
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """A word after the family's flags (`schedule --json lsit`) is named
-        as the sub-verb it tries to be: the sub-verb comes first."""
-        rest = super().parse_args(ctx, args)
-        if ctx.args and not ctx.resilient_parsing:  # completion parses half a line
-            tried = f"{self.name} {ctx.args[0]}"
-            if tried not in self.verbs:
-                raise unknown_command(tried, self.verbs)
-            raise InvalidInput(f"the sub-verb comes first: spoolctl {tried} [OPTIONS]")
-        return rest
-
-    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage(ctx.command_path, "VERB [ARGS]...")
-
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The family's verbs (by their second word, as typed after the
-        family's name), then its own options."""
-        found = [(v.split(" ", 1)[1], self.group.get_command(ctx, v)) for v in self.verbs]
-        commands = [(word, command) for word, command in found if command is not None]
-        if commands:
-            limit = formatter.width - 6 - max(len(word) for word, _ in commands)
-            with formatter.section("Commands"):
-                formatter.write_dl([(w, c.get_short_help_str(limit)) for w, c in commands])
-        super().format_options(ctx, formatter)
-
-    def shell_complete(
-        self, ctx: click.Context, incomplete: str
-    ) -> list[click.shell_completion.CompletionItem]:
-        words = [v.split(" ", 1)[1] for v in self.verbs]
-        return [
-            click.shell_completion.CompletionItem(w) for w in words if w.startswith(incomplete)
-        ] + super().shell_complete(ctx, incomplete)
-
-    def invoke(self, ctx: click.Context) -> int:
-        if ctx.params["as_json"]:
-            listed = ", ".join(self.verbs)
-            raise MissingRequired(f"{self.name} needs a sub-verb: {listed}", verbs=self.verbs)
-        click.echo(ctx.get_help())
-        return 0
-
-
-@click.group(
-    cls=LazyGroup,
-    invoke_without_command=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-@click.version_option(__version__, "--version", prog_name="spoolctl")
-@click.pass_context
-def cli(ctx: click.Context) -> None:
-    """spoolctl: a durable job queue for shell commands, with no daemon.
-
-    The queue is one SQLite file, or a PostgreSQL database that workers on
-    many machines share. Submit with `add`, run with `work`, inspect with `status`, `list`, `show`,
-    `output` and `feedback`. Every verb takes --json.
-
-    \b
-    Example:
-      spoolctl add -- make test
-      spoolctl work --drain
-      spoolctl status
-    """
-    if ctx.invoked_subcommand is None:
-        click.echo("verbs: " + ", ".join(ctx.command.list_commands(ctx)), err=True)  # type: ignore[attr-defined]
-        raise MissingRequired("no verb given; run `spoolctl --help`", verbs=available_verbs())
-
-
-def _wants_json(args: list[str]) -> bool:
-    head = args[: args.index("--")] if "--" in args else args
-    return "--json" in head
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -220,24 +26,11 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(args: list[str]) -> int:
     """Parse and run one command line; return the exit code. Never raises."""
-    as_json = _wants_json(args)
-    verb = verb_of(args)
-    if args and all(a == "--json" for a in args):
-        return emit_error(MissingRequired("no verb given; run `spoolctl --help`"), as_json)
-    try:
-        result: Any = cli.main(args, prog_name="spoolctl", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.exceptions.Abort:  # click's own interrupt (Ctrl-C at one of its reads)
-        return 130
-    except click.ClickException as exc:
-        return emit_error(from_click(exc), as_json, verb)
-    except SpoolError as exc:
-        return emit_error(exc, as_json, verb)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
-    except Exception as exc:  # totality: no traceback ever reaches a user
-        return emit_error(Internal(f"unexpected {type(exc).__name__}: {exc}"), as_json, verb)
-    return int(result) if isinstance(result, int) else 0
+    from spoolctl.cli.lean import answer
+
+    code = answer(args)
+    if code is not None:
+        return code
+    from spoolctl.cli.app import run as run_app
+
+    return run_app(args)

@@ -13,7 +13,8 @@ import sqlalchemy
 
 from spoolctl import __version__
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
-from spoolctl.cli.render import CONTRACT_VERSION, Reply, emit, style, table
+from spoolctl.cli.render import style, table
+from spoolctl.cli.reply import CONTRACT_VERSION, Reply, emit
 from spoolctl.config import (
     CONFIG_KEYS,
     CONFIG_RELPATH,

@@ -12,7 +12,7 @@ import click
 from spoolctl.cli.contract import verb_commands
 from spoolctl.cli.contract_flags import flag_of
 from spoolctl.cli.options import SpoolCommand, json_option, verb
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import EXIT_CODES, EXIT_WORDS
 
 BRIEF_BUDGET_TOKENS = 700

@@ -30,7 +30,7 @@ from spoolctl.cli.contract_policy import (
     VERB_NOTES,
 )
 from spoolctl.cli.options import SpoolCommand, json_option, verb
-from spoolctl.cli.render import CONTRACT_VERSION, Reply, emit
+from spoolctl.cli.reply import CONTRACT_VERSION, Reply, emit
 from spoolctl.cli.schemas import DATA_SCHEMAS
 from spoolctl.config import (
     CONFIG_KEYS,

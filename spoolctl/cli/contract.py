@@ -10,17 +10,18 @@ from typing import Any
 
 import click
 
-from spoolctl.cli import VERBS
 from spoolctl.cli.contract_policy import CODE_NOTES
 from spoolctl.cli.options import SpoolCommand, json_option, verb
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.cli.schemas import DATA_SCHEMAS, DIALECT, ENVELOPE, STREAMS
+from spoolctl.cli.verbs import VERBS
 from spoolctl.errors import ERROR_CLASSES, WARNING_CODES
 
 
 def verb_commands() -> dict[str, SpoolCommand]:
     """Every verb of this build, in the order of the VERBS table."""
-    from spoolctl.cli import VERBS, available_verbs, cli
+    from spoolctl.cli.app import cli
+    from spoolctl.cli.verbs import VERBS, available_verbs
 
     ctx = click.Context(cli)
     present = set(available_verbs())
@@ -44,7 +45,7 @@ def schema_data(only: str | None = None) -> dict[str, Any]:
 
 def contract_problems() -> list[str]:
     """What would make the published contract lie; empty when it is sound."""
-    from spoolctl.cli import VERBS, available_verbs
+    from spoolctl.cli.verbs import VERBS, available_verbs
 
     problems = [f"verb {n} does not load" for n in available_verbs() if n not in verb_commands()]
     problems += [f"verb {n} has no data schema" for n in VERBS if n not in DATA_SCHEMAS]

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.backends import locate
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.location import resolve_db

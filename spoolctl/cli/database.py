@@ -4,7 +4,7 @@ answers a verb gives where no database exists there yet."""
 
 from __future__ import annotations
 
-from spoolctl.cli.render import Reply
+from spoolctl.cli.reply import Reply
 from spoolctl.db.backends.base import Driver, Synchronous
 from spoolctl.db.location import resolve_db
 from spoolctl.db.queue import Queue, open_for_read, open_for_write

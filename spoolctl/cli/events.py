@@ -20,7 +20,8 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.outages import outage_notice
-from spoolctl.cli.render import Reply, emit, local_time, write_json
+from spoolctl.cli.render import local_time
+from spoolctl.cli.reply import Reply, emit, write_json
 from spoolctl.db.outage import Reconnecting
 from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, SpoolError

@@ -9,7 +9,8 @@ import click
 
 from spoolctl.cli.options import JOB_ID, BoundedInt, db_option, json_option, verb
 from spoolctl.cli.output import STREAM_CHOICE, open_existing, refuse_outside, selected
-from spoolctl.cli.render import Reply, emit, style
+from spoolctl.cli.render import style
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.services.attempt_output import STREAMS, AttemptOutput, confine, find_attempt
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for

@@ -23,7 +23,8 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.render import Reply, age, emit, local_time, style, table
+from spoolctl.cli.render import age, local_time, style, table
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import NotFound
 from spoolctl.services import dependencies, job_spec, query
 from spoolctl.services.outcome import exit_label

@@ -15,7 +15,7 @@ from spoolctl.cli.batch import batch_defaults, read_batch
 from spoolctl.cli.database import open_write
 from spoolctl.cli.job_flags import job_flags, spec_values
 from spoolctl.cli.options import db_option, json_option, verb
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.submit import Submitted, submit, submit_batch

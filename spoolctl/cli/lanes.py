@@ -9,7 +9,7 @@ import click
 
 from spoolctl.cli.database import open_write
 from spoolctl.cli.options import BoundedText, QueueName, db_option, json_option, verb
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services import lanes
 from spoolctl.text import shown

@@ -20,7 +20,7 @@ import click
 
 from spoolctl.cli.database import driver_of, warn_no_queue
 from spoolctl.cli.options import BoundedText, db_option, json_option, verb
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.queue import open_for_read

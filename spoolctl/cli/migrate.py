@@ -14,7 +14,7 @@ import click
 
 from spoolctl.cli.database import driver_of
 from spoolctl.cli.options import db_option, json_option, verb
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.revision import (
     DELETE_STORED_OUTPUT_FLAG,

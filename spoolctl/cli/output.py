@@ -31,7 +31,8 @@ from spoolctl.cli.database import no_job, open_read
 from spoolctl.cli.events import DEFAULT_IDLE_TIMEOUT_S
 from spoolctl.cli.options import JOB_ID, BoundedInt, Duration, db_option, json_option, verb
 from spoolctl.cli.outages import outage_notice
-from spoolctl.cli.render import Reply, emit, style, write_json
+from spoolctl.cli.render import style
+from spoolctl.cli.reply import Reply, emit, write_json
 from spoolctl.config import OUTPUT_CAP_ENV as CAP_ENV
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import OutputReader

@@ -29,7 +29,7 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, MissingRequired, NotFound
 from spoolctl.services import fire_times, schedules

@@ -16,7 +16,8 @@ from spoolctl.cli.database import open_read, warn_no_queue
 from spoolctl.cli.inspect import STATE_COLORS, command_text
 from spoolctl.cli.options import BoundedInt, Seconds, db_option, json_option, verb
 from spoolctl.cli.outages import waits_text
-from spoolctl.cli.render import Reply, age, emit, local_time, style, table
+from spoolctl.cli.render import age, local_time, style, table
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.services import lanes, query, schedules
 from spoolctl.states import JobState
 from spoolctl.text import shown

@@ -9,7 +9,7 @@ import click
 
 from spoolctl.cli.database import no_job, open_existing_write, open_read, open_write
 from spoolctl.cli.options import JOB_ID, Duration, StateList, db_option, json_option, verb
-from spoolctl.cli.render import Reply, emit
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import SafetyBlock
 from spoolctl.services import prune as pruning

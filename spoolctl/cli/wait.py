@@ -11,7 +11,8 @@ import click
 
 from spoolctl.cli.database import no_job, open_read
 from spoolctl.cli.options import JOB_ID, Duration, Seconds, db_option, json_option, verb
-from spoolctl.cli.render import ProgressLine, Reply, emit
+from spoolctl.cli.render import ProgressLine
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import EXIT_JOB_UNSUCCESSFUL, EXIT_OK, NotFound, WaitTimeout
 from spoolctl.services import query
 from spoolctl.states import JobState

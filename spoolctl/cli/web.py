@@ -15,7 +15,7 @@ import click
 
 from spoolctl.cli.database import driver_of, open_read, open_write
 from spoolctl.cli.options import BoundedInt, BoundedText, db_option, json_option, verb
-from spoolctl.cli.render import Reply, emit, write_json
+from spoolctl.cli.reply import Reply, emit, write_json
 from spoolctl.errors import ExtraMissing, InvalidInput, SafetyBlock
 from spoolctl.services.lanes import operator_identity
 

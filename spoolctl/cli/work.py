@@ -20,7 +20,8 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.outages import outage_notice
-from spoolctl.cli.render import ProgressLine, Reply, emit
+from spoolctl.cli.render import ProgressLine
+from spoolctl.cli.reply import Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
 from spoolctl.db.outage import ONE_SHOT_WAIT_S

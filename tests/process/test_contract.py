@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from spoolctl.cli import available_verbs
 from spoolctl.cli.contract import schema_data, verb_commands
+from spoolctl.cli.verbs import available_verbs
 from tests.populated import Populated, populate, run_quiet
 from tests.schema_check import errors as schema_errors
 

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spoolctl.cli import FAMILY_HELP, GROUPS
 from spoolctl.cli.contract import verb_commands
 from spoolctl.cli.schemas import ENVELOPE
+from spoolctl.cli.verbs import FAMILY_HELP, GROUPS
 from spoolctl.errors import ERROR_CODES
 from tests.helpers import Db, cli, is_postgres, rows
 from tests.populated import Populated, populate, run_quiet, takes_db

@@ -11,10 +11,10 @@ import re
 import click
 
 from spoolctl import validate
-from spoolctl.cli import available_verbs
 from spoolctl.cli.capabilities import capabilities_data
 from spoolctl.cli.contract import contract_problems, verb_commands
 from spoolctl.cli.docgen import verbs_markdown, with_env_table
+from spoolctl.cli.verbs import available_verbs
 from spoolctl.config import ENV_VARS
 from spoolctl.errors import ERROR_CODES, EXIT_CODES, WARNING_CODES
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState

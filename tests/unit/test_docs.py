@@ -25,8 +25,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 def verb_flags() -> dict[str, set[str]]:
     """Every verb's option strings (the empty verb is the top-level group)."""
-    from spoolctl.cli import GROUPS
     from spoolctl.cli.contract import verb_commands
+    from spoolctl.cli.verbs import GROUPS
 
     flags = {"": {"--version", "--help", "-h"}}
     flags |= {family: {"--json", "--help", "-h"} for family in GROUPS}
@@ -155,6 +155,8 @@ CITATIONS = (
 """Citations the guard must catch (most of them once stood in this repository)."""
 STANDALONE = ["spoolctl", "tests", "docs", "ARCHITECTURE.md", "README.md", "bench"]
 GENERATED = {"__pycache__", ".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache"}
+VENVS = {".venv", ".venv-ref"}
+"""Virtual environments made by scripts/setup and bench/run: other projects' files."""
 
 
 def outside_references(path: Path) -> list[str]:
@@ -164,7 +166,7 @@ def outside_references(path: Path) -> list[str]:
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     found = []
     for file in files:
-        if GENERATED & set(file.parts) or file.is_relative_to(REPO / "bench" / "results"):
+        if (GENERATED | VENVS) & set(file.parts) or file.is_relative_to(REPO / "bench" / "results"):
             continue
         raw = file.read_bytes()
         if b"\0" in raw:

@@ -281,7 +281,7 @@ def test_the_circle_check_finds_what_it_looks_for(tmp_path: Path) -> None:
 
 
 LOADED_BY_NAME = {
-    "spoolctl/cli/__init__.py": "the verbs: each verb's module is loaded when it is called",
+    "spoolctl/cli/app.py": "the verbs: each verb's module is loaded when it is called",
     "spoolctl/db/backends/__init__.py": (
         "the driver registry: a driver is loaded once a --db value chose it, and"
         " no module below the drivers depends on one (a plug-in)"

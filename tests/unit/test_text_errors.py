@@ -10,7 +10,7 @@ import json
 import pytest
 
 from spoolctl.cli import run
-from spoolctl.cli.render import HINTS, error_hint
+from spoolctl.cli.reply import HINTS, error_hint
 from spoolctl.errors import (
     DB_UNUSABLE_REASONS,
     ERROR_CODES,
