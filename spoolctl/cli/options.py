@@ -108,7 +108,7 @@ def db_option(fn: F) -> F:
     return click.option(
         "--db",
         "db",
-        type=BoundedText("path", 4096),
+        type=BoundedText("path", validate.LIMITS["db"]["max_length"]),
         default=None,
         help="Queue database (default: SPOOLCTL_DB, .spoolctl/config.json, ./.spoolctl/queue.db).",
     )(fn)

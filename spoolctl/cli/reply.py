@@ -5,15 +5,12 @@ paths write the same bytes."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sys
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import IO, Any
 
 from spoolctl import __version__
@@ -67,6 +64,10 @@ def envelope(
     warnings: list[dict[str, str]] | None = None,
     meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    import hashlib  # JSON answers only: text mode leaves these unloaded
+    import uuid
+    from datetime import UTC, datetime
+
     errors = errors or []
     payload = None if errors else data
     return {

@@ -3,16 +3,29 @@ transaction takes the backend's write lock when it opens (its driver's begin
 hook: BEGIN IMMEDIATE on SQLite, a bounded lock_timeout on PostgreSQL), a
 read transaction is one snapshot that takes none; both re-check the schema
 revision (RevisionMismatch), and errors come out in the contract's words.
-Engines are made by the drivers (`spoolctl.db.backends`)."""
+Engines are made by the drivers (`spoolctl.db.backends`).
+
+SQLAlchemy's pool logs what it handles itself with a traceback: a rollback
+that fails as a connection comes back to the pool (the server ended it
+mid-transaction: "Exception during reset or similar"), just before the pool
+discards that connection. With no handler of the program's, Python's
+last-resort handler would print that traceback on stderr, beside the error
+spoolctl reports in its own words (and between the JSON lines of
+`work --log-format json`). Nothing is lost by dropping it: the statement that
+met the lost connection raises, and that error is the one reported.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
 from sqlalchemy import Connection, Engine
 
 from spoolctl.errors import DiskFull, Locked, SpoolError, Unreachable
+
+logging.getLogger("sqlalchemy.pool").addHandler(logging.NullHandler())
 
 READ_ONLY_OPTION = "spoolctl_read_only"
 """Connection execution option: the begin hook opens a deferred transaction."""

@@ -16,13 +16,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 
 @dataclass(frozen=True)
-class _Compiled:
+class Compiled:
     sql: str
     order: tuple[str, ...] | None
     """Bind names in order for a positional driver (sqlite3: `?`); None for a
@@ -60,16 +60,20 @@ class Prepared:
 
     def __init__(self, statement: ClauseElement) -> None:
         self.statement = statement
-        self._compiled: dict[type, _Compiled] = {}
+        self._compiled: dict[type, Compiled] = {}
         """Compiled once per dialect (a queue's backend), keyed by its class."""
         self._row: Any = None
 
-    def _compile(self, conn: Connection) -> _Compiled:
-        compiled = cast(SQLCompiler, self.statement.compile(dialect=conn.dialect))
-        order = tuple(compiled.positiontup or ()) if compiled.positional else None
-        found = _Compiled(str(compiled), order, dict(compiled.params))
-        self._compiled[type(conn.dialect)] = found
+    def _compile(self, conn: Connection) -> Compiled:
+        found = self._compiled[type(conn.dialect)] = self.compiled_for(conn.dialect)
         return found
+
+    def compiled_for(self, dialect: Dialect) -> Compiled:
+        """The statement as `dialect` runs it (what the lean path's SQL is
+        generated from: `services/statements.py`)."""
+        compiled = cast(SQLCompiler, self.statement.compile(dialect=dialect))
+        order = tuple(compiled.positiontup or ()) if compiled.positional else None
+        return Compiled(str(compiled), order, dict(compiled.params))
 
     def execute(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
         """Run on the driver cursor; returns that cursor (rowcount, rows)."""

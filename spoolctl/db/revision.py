@@ -1,7 +1,7 @@
 """Schema revisions: what the code expects, what a file has, and upgrading it.
 
 The check on open is cheap and never imports alembic: the head revision is a
-constant here (a test keeps it equal to the revision scripts' head), and the
+constant (`db/revisions.py`; a test keeps it equal to the revision scripts' head), and the
 file's revision is one SELECT. alembic is imported lazily, only to create a
 new database or to migrate one.
 """
@@ -18,6 +18,8 @@ from sqlalchemy import Connection
 
 from spoolctl.config import auto_migrate
 from spoolctl.db.engine import read_tx
+from spoolctl.db.revisions import HEAD_REVISION as HEAD_REVISION
+from spoolctl.db.revisions import KNOWN_REVISIONS as KNOWN_REVISIONS
 from spoolctl.errors import NotAQueue, SchemaOutdated, SchemaTooNew
 
 if TYPE_CHECKING:
@@ -25,18 +27,6 @@ if TYPE_CHECKING:
 
     from spoolctl.db.backends.base import Driver
 
-KNOWN_REVISIONS: tuple[str, ...] = (
-    "0001_initial",
-    "0002_state_checks",
-    "0003_lanes_and_dependencies",
-    "0004_output_chunks",
-    "0005_ledger_positions",
-    "0006_schedules",
-    "0007_containment",
-    "0008_pid_space",
-)
-"""Every revision this code knows, oldest first."""
-HEAD_REVISION = KNOWN_REVISIONS[-1]
 DELETE_STORED_OUTPUT_FLAG = "--delete-stored-output"
 """The `migrate` flag that lets a downgrade below 0004_output_chunks (which
 drops the output stored in the database) delete it; without it such a

@@ -31,7 +31,8 @@ from spoolctl.services import claim_limits, lingering
 from spoolctl.services import claim_statements as sql
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.services.dependencies import cancel_dependents
-from spoolctl.services.events import event_row, record_event, record_events
+from spoolctl.services.event_row import event_row
+from spoolctl.services.events import record_event, record_events
 from spoolctl.services.lanes import is_paused
 from spoolctl.services.lingering import attempt_token
 from spoolctl.states import EventKind, JobState

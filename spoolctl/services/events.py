@@ -11,12 +11,12 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert
 
-from spoolctl.db import codec
 from spoolctl.db.prepared import Prepared, PreparedFor, item_bind, item_binds
 from spoolctl.db.tables import job_events
+from spoolctl.services.event_row import event_row
 from spoolctl.states import EventKind
 
-_INSERT_EVENT = Prepared(
+INSERT_EVENT_STATEMENT = Prepared(
     insert(job_events).values(
         job_id=bindparam("b_job"),
         at=bindparam("b_at"),
@@ -45,24 +45,6 @@ def _insert_events(n: int) -> Any:
 _INSERT_EVENTS = PreparedFor(_insert_events)
 
 
-def event_row(
-    job_id: int | None,
-    event: EventKind,
-    at: float,
-    *,
-    worker_id: str | None = None,
-    detail: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """One event's values, as `record_event` and `record_events` bind them."""
-    return {
-        "b_job": job_id,
-        "b_at": at,
-        "b_event": event.value,
-        "b_worker": worker_id,
-        "b_detail": None if detail is None else codec.dumps(detail),
-    }
-
-
 def record_event(
     conn: Connection,
     job_id: int | None,
@@ -72,7 +54,9 @@ def record_event(
     worker_id: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    _INSERT_EVENT.execute(conn, event_row(job_id, event, at, worker_id=worker_id, detail=detail))
+    INSERT_EVENT_STATEMENT.execute(
+        conn, event_row(job_id, event, at, worker_id=worker_id, detail=detail)
+    )
 
 
 def record_events(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:

@@ -255,6 +255,8 @@ FIELDS: tuple[JobField, ...] = (
 BY_NAME = {f.name: f for f in FIELDS}
 STORED = tuple(f for f in FIELDS if f.column is not None)
 """The attributes with a column of their own in `jobs`."""
+ROW_COLUMNS = (*(f.key for f in STORED), "state", "next_run_at", "created_at")
+"""The columns a submission writes (`JobSpec.row`)."""
 FLAGGED = tuple(f for f in FIELDS if f.flag)
 """The attributes read from a flag (and a batch key) of their own, by FIELDS' rules."""
 SCHEDULED = tuple(f for f in FIELDS if f.scheduled)

@@ -18,7 +18,8 @@ from spoolctl.db.prepared import Sent, item_binds
 from spoolctl.services import outcome_statements as sql
 from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.dependencies import release_dependents_of
-from spoolctl.services.events import event_row, record_event, record_events
+from spoolctl.services.event_row import event_row
+from spoolctl.services.events import record_event, record_events
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
 SUCCEEDED = "succeeded"

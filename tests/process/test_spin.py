@@ -16,7 +16,7 @@ import pytest
 
 from spoolctl.cli.database import open_write
 from spoolctl.config import Timing
-from spoolctl.db.backends.sqlite.engine import begin_immediate
+from spoolctl.db.lean import begin_immediate
 from spoolctl.runner import wakeup
 from spoolctl.worker import Worker, WorkerOptions
 from spoolctl.worker import loop as worker_loop

@@ -25,6 +25,13 @@ from sqlalchemy.exc import DBAPIError
 
 from spoolctl.db.backends.base import Synchronous
 from spoolctl.db.engine import LOCK_WAIT_OPTION, READ_ONLY_OPTION, RevisionMismatch
+from spoolctl.db.lean import (
+    BUSY_MAX_SLEEP_S,
+    MIN_PAGE_SIZE,
+    begin_immediate,
+    is_busy,
+    revision_of,
+)
 from spoolctl.errors import DiskFull, Locked, StorageFault
 
 if TYPE_CHECKING:
@@ -93,10 +100,6 @@ def make_engine(
     return engine
 
 
-MIN_PAGE_SIZE = 512
-"""SQLite's smallest page: a database file that holds anything holds page 1."""
-
-
 def check_header(db_path: Path) -> None:
     """A file of 1 to 511 bytes cannot be an SQLite database, but SQLite
     takes one shorter than its header for an empty database and writes a new
@@ -131,15 +134,6 @@ def peek_uri(db_path: Path) -> str:
     return f"file:{quote(str(db_path))}?{options}"
 
 
-def revision_of(cursor: sqlite3.Cursor) -> str | None:
-    """The file's alembic revision, None when it has none (or is no database)."""
-    try:
-        row = cursor.execute("SELECT version_num FROM alembic_version").fetchone()
-    except sqlite3.DatabaseError:
-        return None
-    return None if row is None else str(row[0])
-
-
 def switch_to_wal(engine: Engine, timeout_s: float) -> None:
     """Put the file in WAL mode (persistent in its header), waiting up to
     timeout_s while another connection keeps it busy."""
@@ -154,63 +148,6 @@ def switch_to_wal(engine: Engine, timeout_s: float) -> None:
                 if not is_busy(exc) or time.monotonic() > deadline:
                     raise
                 time.sleep(BUSY_MAX_SLEEP_S)
-
-
-BUSY_SPIN_S = 0.001
-"""How long a busy lock is first retried without sleeping."""
-BUSY_FIRST_SLEEP_S = 0.0001
-BUSY_MAX_SLEEP_S = 0.002
-_yield = getattr(os, "sched_yield", None)
-
-
-def begin_immediate(raw: Any, timeout_s: float, waits: LockWait | None = None) -> None:
-    """Take SQLite's write lock, waiting up to timeout_s for it.
-
-    For the first BUSY_SPIN_S a busy lock is retried at once, giving the CPU
-    to any other runnable process between tries: the holder's transaction
-    usually ends within it, and a waiter that slept would find its CPU gone
-    idle and run its own transaction slower (`worker/spin.py`; two
-    uncontained workers drained 1.03× faster this way, docs/performance.md,
-    "Waiting for short jobs"). Then it retries with sleeps from 0.1 ms
-    doubling to 2 ms: transactions here last well under a millisecond, so a
-    waiting claimant gets the lock about as soon as it is free instead of
-    after SQLite's coarse busy-handler sleeps (which made two workers slower
-    than one). Raises sqlite3's busy error on timeout.
-
-    waits: the engine's `LockWait`, which looks for the lock's holder once
-    the lock has been busy a while and fences a stopped worker whose
-    heartbeat is older than the hang threshold. The wait never goes past the
-    busy timeout for a holder that is not fenceable yet (a verb in a shell
-    loop would seem to hang for up to the hang threshold): the error names
-    it, and when it will be (`LOCKED`'s detail.lock_holder).
-    """
-    began = time.monotonic()
-    deadline = began + timeout_s
-    spin_until = began + BUSY_SPIN_S if _yield is not None else began
-    sleep_s = BUSY_FIRST_SLEEP_S
-    while True:
-        try:
-            raw.execute("BEGIN IMMEDIATE")
-            if waits is not None and waits.busy_since is not None:
-                waits.busy_since = None
-            return
-        except sqlite3.OperationalError as exc:
-            now = time.monotonic()
-            if not is_busy(exc):
-                raise
-            if waits is not None:
-                deadline = waits.busy(raw, now, deadline)
-                now = time.monotonic()
-            left = deadline - now
-            if left <= 0:
-                if waits is not None:
-                    waits.tell(exc, began)
-                raise
-            if now < spin_until and _yield is not None:
-                _yield()
-                continue
-            time.sleep(min(sleep_s, left))
-            sleep_s = min(sleep_s * 2, BUSY_MAX_SLEEP_S)
 
 
 LOOK_AFTER_S = 1.0
@@ -284,12 +221,6 @@ def db_path_of(engine: Engine) -> str:
     """The queue file an engine opens (its URL is a `file:` URI with options)."""
     database = engine.url.database or ""
     return unquote(database.removeprefix("file:").split("?", 1)[0])
-
-
-def is_busy(exc: BaseException) -> bool:
-    """True when SQLite gave up waiting for a lock."""
-    text = str(getattr(exc, "orig", exc)).lower()
-    return "database is locked" in text or "database is busy" in text or "locked" in text
 
 
 STORAGE_FAULTS = (
