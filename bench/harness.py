@@ -179,7 +179,7 @@ def _run_drain(
             subprocess.Popen(
                 argv,
                 cwd=d,
-                env=queue.env,
+                env=impl.environ(queue.env),
                 stdin=subprocess.DEVNULL,
                 stdout=files.enter_context(out.open("w")),
                 stderr=files.enter_context(err.open("w")),
@@ -224,7 +224,7 @@ class IdleWorker:
         self.proc = subprocess.Popen(
             impl.argv("work", "--db", self.queue.db, "--json"),
             cwd=d,
-            env=self.queue.env,
+            env=impl.environ(self.queue.env),
             stdin=subprocess.DEVNULL,
             stdout=self._logs[0],
             stderr=self._logs[1],
@@ -250,7 +250,7 @@ class IdleWorker:
         proc = subprocess.run(
             self.impl.argv(*args),
             cwd=self.d,
-            env=self.queue.env,
+            env=self.impl.environ(self.queue.env),
             capture_output=True,
             text=True,
             timeout=60,
