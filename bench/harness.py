@@ -197,7 +197,7 @@ def _run_drain(
         ]
         sampler = PeakRss(procs[0].pid)
         sampler.start()
-        watchdog = threading.Timer(DRAIN_DEADLINE_S, lambda: [p.kill() for p in procs])
+        watchdog = threading.Timer(DRAIN_DEADLINE_S, _kill_all, (procs,))
         watchdog.start()
         try:
             own = [exited_own_cpu_s(p.pid) for p in procs]
@@ -213,6 +213,12 @@ def _run_drain(
     ]
     own_total = None if None in own else sum(c for c in own if c is not None)
     return wall, datas, sampler.peak_mb, own_total
+
+
+def _kill_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """The drain's deadline has passed: its workers are killed, so the waits end."""
+    for proc in procs:
+        proc.kill()
 
 
 def exited_own_cpu_s(pid: int) -> float | None:
