@@ -240,6 +240,12 @@ def _contained(found: dict[str, Any]) -> list[Row]:
             ratio(ratios["cpu_own_on_to_ref"]),
         )
     )
+    out.append(
+        row(
+            "  worker's own CPU per job, SPOOLCTL_CGROUP=off: ms",
+            cell(arms[s.OFF]["worker_own_cpu_ms_per_job"], fmt=".3f"),
+        )
+    )
     if found.get("cpu_drain_jobs"):
         cpu_jobs = found["cpu_drain_jobs"]
         out += [
