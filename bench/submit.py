@@ -19,6 +19,7 @@ import os
 import resource
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -77,12 +78,14 @@ def submission_loop(plan: Plan, target: Target) -> dict[str, Any]:
         "system) of the shell and every process it waited for, from getrusage of the "
         "benchmark's reaped children, over CALLS. spoolctl: a fresh queue per loop, made "
         "by one untimed `add`, must hold CALLS + 1 queued jobs after it. task-spooler: "
-        "its own TS_SOCKET and TMPDIR in a fresh folder, its server started before the "
-        "loop (untimed), waited for until its last job has run (`-w`) and killed after; "
-        "the CPU of its server and of the processes each call leaves to run its job "
-        "(reaped by the benchmark as their subreaper) is background_cpu_ms_per_call, not in "
-        "cpu_ms_per_call. nq: its own NQDIR; each call forks its job and returns; the "
-        "jobs, reaped the same way, are its background_cpu_ms_per_call.",
+        "its own TS_SOCKET (in a fresh folder of the system's temp folder: a socket's "
+        "path is short) and TMPDIR (its output files: in the measured folder), its "
+        "server started before the loop (untimed), waited for until its last job has "
+        "run (`-w`) and killed after; the CPU of its server and of the processes each "
+        "call leaves to run its job (reaped by the benchmark as their subreaper) is "
+        "background_cpu_ms_per_call, not in cpu_ms_per_call. nq: its own NQDIR; each "
+        "call forks its job and returns; the jobs, reaped the same way, are its "
+        "background_cpu_ms_per_call.",
     }
 
 
@@ -160,12 +163,14 @@ def _task_spooler_loop(argv: Sequence[str], calls: int, d: Path) -> Sample:
     job once the server says so; the benchmark is their subreaper while the
     arm runs, so those processes and the server are reaped here, and their
     CPU (the server's, running the jobs) is counted apart."""
-    env = {**clean_env(), "TS_SOCKET": str(d / "socket"), "TMPDIR": str(d)}
+    with tempfile.TemporaryDirectory(prefix="bench-ts-") as short, _subreaper():
+        # a socket's path has at most 107 bytes: the scratch folder's may be longer
+        env = {**clean_env(), "TS_SOCKET": str(Path(short) / "socket"), "TMPDIR": str(d)}
 
-    def tsp(*args: str) -> None:
-        subprocess.run([*argv, *args], cwd=d, env=env, capture_output=True, timeout=60, check=False)
+        def tsp(*args: str) -> None:
+            run = [*argv, *args]
+            subprocess.run(run, cwd=d, env=env, capture_output=True, timeout=60, check=False)
 
-    with _subreaper():
         try:
             tsp("-S", "1")
             sample = timed_loop([*argv, "true"], calls, d, env)
