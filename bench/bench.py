@@ -1,7 +1,7 @@
 """spoolctl benchmark: ours (the work tree's .venv) against the original
 stdlib spoolctl 0.4.11 (bench/.venv-ref), measured in the same run.
 
-    bench/run [--quick] [--only cli,batch,drain,slow,pickup,table,metrics,pg]
+    bench/run [--quick] [--only cli,batch,submit,coldstart,idle,contained,drain,...]
 
 Ours and the reference run interleaved (A B B A) in every scenario they share;
 drain and pickup run on the disk the repository is on and on a tmpfs, beside
@@ -27,6 +27,8 @@ from typing import Any
 
 import ceiling
 import cli_costs
+import coldstart
+import contained
 import filesystems
 import fleet
 import pg
@@ -34,12 +36,27 @@ import psutil
 import report
 import scrape
 import slow
+import submit
 import workers
 from filesystems import Target
 from fixtures import BENCH, machine
 from plan import DEFAULT, QUICK, Plan
 
-SCENARIOS = ("cli", "batch", "drain", "slow", "pickup", "table", "metrics", "pg", "fleet")
+SCENARIOS = (
+    "cli",
+    "batch",
+    "submit",
+    "coldstart",
+    "idle",
+    "contained",
+    "drain",
+    "slow",
+    "pickup",
+    "table",
+    "metrics",
+    "pg",
+    "fleet",
+)
 ALIASES = {"add": "cli", "spawn": "drain"}
 """Names of earlier versions: `add` is now part of `cli`, the spawn ceiling of `drain`."""
 
@@ -53,6 +70,13 @@ def steps(plan: Plan, found: list[Target], results: dict[str, Any]) -> list[Step
         ("cli", "fresh_process", lambda: cli_costs.fresh_process(plan, disk)),
         ("cli", "import_time", cli_costs.import_time),
         ("batch", "batch", lambda: cli_costs.batch(plan, _ref_add_median(results), disk)),
+        ("submit", "submit", lambda: submit.submission_loop(plan, disk)),
+        ("coldstart", "coldstart", lambda: coldstart.cold_start(plan, disk)),
+        ("idle", "idle", lambda: coldstart.idle(plan, disk)),
+    ]
+    out += [
+        ("contained", f"contained:{t.label}", _bind(contained.contained_drain, plan, t))
+        for t in found
     ]
     out += [("drain", f"drain:{t.label}", _bind(workers.drain, plan, t, layout)) for t in found]
     out.append(("slow", "slow", lambda: slow.slow_jobs(plan, disk)))

@@ -144,7 +144,7 @@ def import_time() -> dict[str, Any]:
                     "true",
                 ],
                 cwd=d,
-                env=clean_env(),
+                env=impl.environ(clean_env()),
                 capture_output=True,
                 text=True,
                 timeout=120,
@@ -296,7 +296,7 @@ def _claim_samples(impl: Impl, db: Path, d: Path, reps: int) -> list[float]:
     proc = subprocess.run(
         [str(impl.python), str(BENCH / "claimcost.py"), impl.name, str(db), str(reps + warmup)],
         cwd=d,
-        env=clean_env(),
+        env=impl.environ(clean_env()),
         capture_output=True,
         text=True,
         timeout=300,

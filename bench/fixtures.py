@@ -37,6 +37,16 @@ class Impl:
 
     name: str
     venv: Path
+    own_tree: bool = False
+    """Ours: a PYTHONPATH the run was started with (naming the work tree to
+    measure) reaches its processes. The reference is a wheel install: it never
+    gets one, or its processes would import ours."""
+
+    def environ(self, env: dict[str, str]) -> dict[str, str]:
+        """env as this implementation's processes get it."""
+        if self.own_tree or "PYTHONPATH" not in env:
+            return env
+        return {k: v for k, v in env.items() if k != "PYTHONPATH"}
 
     @property
     def python(self) -> Path:
@@ -50,7 +60,7 @@ class Impl:
         return [str(self.cli), *args]
 
 
-OURS = Impl("ours", Path(os.environ.get("BENCH_OURS_VENV", REPO / ".venv")))
+OURS = Impl("ours", Path(os.environ.get("BENCH_OURS_VENV", REPO / ".venv")), own_tree=True)
 """BENCH_OURS_VENV: measure another build of ours (e.g. a snapshot of a commit)."""
 REF = Impl("ref", BENCH / ".venv-ref")
 IMPLS = (OURS, REF)
@@ -78,7 +88,7 @@ def run_cli(
     proc = subprocess.run(
         impl.argv(*args),
         cwd=cwd,
-        env=clean_env() if env is None else env,
+        env=impl.environ(clean_env() if env is None else env),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -248,7 +258,12 @@ def _interpreter_facts(impl: Impl) -> dict[str, str]:
     )
     try:
         out = subprocess.run(
-            [str(impl.python), "-c", code], capture_output=True, text=True, timeout=60, check=True
+            [str(impl.python), "-c", code],
+            env=impl.environ(dict(os.environ)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
         ).stdout.split()
     except (OSError, subprocess.SubprocessError) as exc:
         return {"error": str(exc)}

@@ -18,6 +18,7 @@ what to run.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import resource
 import signal
@@ -88,6 +89,7 @@ def drain_once(
     extra: Sequence[str] = (),
     job: Sequence[str] = ("true",),
     during: contextlib.AbstractContextManager[Any] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> Sample:
     """Fill a fresh queue (in a fresh folder under scratch, left in place:
     see fixtures.fresh_dir) with `jobs` due jobs running `job`, start
@@ -95,14 +97,18 @@ def drain_once(
     the last one exits. value: jobs/s. `during` (a context) is entered just
     before the workers start and left once they have all exited. A server's
     work (backends.Queue.server_counters) is reported per job, and so is the
-    workers' own account of their time where they give one (per_job_ms)."""
+    workers' own account of their time where they give one (per_job_ms).
+    env: variables added to the queue's processes' (as backends.Backend.queue).
+    The workers' CPU per job is given twice: with the jobs they ran and
+    reaped (workers_cpu_ms_per_job), and their own alone
+    (worker_own_cpu_ms_per_job, read from /proc as each exits)."""
     d = fresh_dir(f"drain-{backend.name}-{impl.name}", scratch)
-    queue = backend.queue(impl, d, job)
+    queue = backend.queue(impl, d, job, env=dict(env) if env else None)
     try:
         queue.fill(jobs, time.time())
         before = queue.server_counters()
         cpu_before = children_cpu_s()
-        wall, datas, peak_mb = _run_drain(impl, queue, d, workers, extra, during)
+        wall, datas, peak_mb, own_cpu_s = _run_drain(impl, queue, d, workers, extra, during)
         workers_cpu_s = children_cpu_s() - cpu_before
         done = queue.count("done")
         after = queue.server_counters()
@@ -119,6 +125,7 @@ def drain_once(
         "executed": sum(data["executed"] for data in datas),
         "peak_rss_mb": peak_mb,
         "workers_cpu_ms_per_job": 1000 * workers_cpu_s / jobs,
+        "worker_own_cpu_ms_per_job": None if own_cpu_s is None else 1000 * own_cpu_s / jobs,
         **{f"{k}_per_job": (after[k] - before[k]) / jobs for k in before},
     }
     if all("timings" in data for data in datas):  # ours reports them; the reference never
@@ -167,8 +174,10 @@ def _run_drain(
     workers: int,
     extra: Sequence[str],
     during: contextlib.AbstractContextManager[Any] | None,
-) -> tuple[float, list[dict[str, Any]], float]:
-    """(wall seconds, each worker's JSON data, first worker's peak MB)."""
+) -> tuple[float, list[dict[str, Any]], float, float | None]:
+    """(wall seconds, each worker's JSON data, first worker's peak MB, the
+    workers' own CPU seconds, without their jobs': None where /proc did not
+    say)."""
     argv = impl.argv("work", "--db", queue.db, "--drain", "--json", *extra)
     logs = [(d / f"out{i}", d / f"err{i}") for i in range(workers)]
     with contextlib.ExitStack() as files:
@@ -179,7 +188,7 @@ def _run_drain(
             subprocess.Popen(
                 argv,
                 cwd=d,
-                env=queue.env,
+                env=impl.environ(queue.env),
                 stdin=subprocess.DEVNULL,
                 stdout=files.enter_context(out.open("w")),
                 stderr=files.enter_context(err.open("w")),
@@ -188,7 +197,13 @@ def _run_drain(
         ]
         sampler = PeakRss(procs[0].pid)
         sampler.start()
-        codes = [p.wait(timeout=DRAIN_DEADLINE_S) for p in procs]
+        watchdog = threading.Timer(DRAIN_DEADLINE_S, _kill_all, (procs,))
+        watchdog.start()
+        try:
+            own = [exited_own_cpu_s(p.pid) for p in procs]
+            codes = [p.wait() for p in procs]
+        finally:
+            watchdog.cancel()
         wall = time.perf_counter() - start
     sampler.done.set()
     sampler.join()
@@ -196,7 +211,27 @@ def _run_drain(
         envelope_data(impl, tuple(argv[1:]), code, out.read_text(), err.read_text())
         for code, (out, err) in zip(codes, logs, strict=True)
     ]
-    return wall, datas, sampler.peak_mb
+    own_total = None if None in own else sum(c for c in own if c is not None)
+    return wall, datas, sampler.peak_mb, own_total
+
+
+def _kill_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """The drain's deadline has passed: its workers are killed, so the waits end."""
+    for proc in procs:
+        proc.kill()
+
+
+def exited_own_cpu_s(pid: int) -> float | None:
+    """Wait for child pid to exit without reaping it, and read its own CPU
+    (user + system, not its reaped children's) from /proc/PID/stat while it
+    is a zombie; None where that could not be read. The caller reaps it."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
 
 
 # -- idle worker and pickup ----------------------------------------------------------------
@@ -224,7 +259,7 @@ class IdleWorker:
         self.proc = subprocess.Popen(
             impl.argv("work", "--db", self.queue.db, "--json"),
             cwd=d,
-            env=self.queue.env,
+            env=impl.environ(self.queue.env),
             stdin=subprocess.DEVNULL,
             stdout=self._logs[0],
             stderr=self._logs[1],
@@ -250,7 +285,7 @@ class IdleWorker:
         proc = subprocess.run(
             self.impl.argv(*args),
             cwd=self.d,
-            env=self.queue.env,
+            env=self.impl.environ(self.queue.env),
             capture_output=True,
             text=True,
             timeout=60,

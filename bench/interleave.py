@@ -39,11 +39,16 @@ class Records:
     errors: dict[str, str] = field(default_factory=dict)
 
     def values(self, arm: str, key: str = "value") -> list[float]:
-        return [s[key] for s in self.samples if s["arm"] == arm]
+        """The arm's values of key (samples without one, or with None, left out)."""
+        return [s[key] for s in self.samples if s["arm"] == arm and s.get(key) is not None]
 
     def pairs(self, num: str, den: str, key: str = "value") -> list[tuple[float, float]]:
         """(num, den) values measured in the same half of the same block."""
-        at = {(s["block"], s["half"], s["arm"]): s[key] for s in self.samples}
+        at = {
+            (s["block"], s["half"], s["arm"]): s[key]
+            for s in self.samples
+            if s.get(key) is not None
+        }
         return [
             (value, at[(block, half, den)])
             for (block, half, arm), value in at.items()

@@ -26,6 +26,13 @@ class Plan:
     claim_reps: int = 300  # split into 3 alternating rounds
     small_table: int = 1_000
     big_table: int = 100_000
+    submit_calls: int = 200  # one-call `add` submissions per loop (submit)
+    submit_reps: int = 1  # A B B A blocks of loops: 2 loops per side
+    coldstart_samples: int = 20  # per verb and side, and per Python start (coldstart)
+    idle_samples: int = 6  # empty drains and idle workers per side (idle)
+    contained_jobs: int = 5_000  # one worker's drain, cgroups on / off / ref (contained)
+    contained_reps: int = 2  # A B B A blocks per file system
+    cpu_drain_jobs: int = 2_000  # the disk's drains for the workers' CPU per job
 
 
 DEFAULT = Plan()
@@ -40,4 +47,10 @@ QUICK = Plan(
     idle_s=4.0,
     read_reps=3,
     claim_reps=90,
+    submit_calls=40,
+    submit_reps=1,
+    coldstart_samples=6,
+    idle_samples=2,
+    contained_jobs=1_000,
+    contained_reps=1,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import report_light
 import report_long
 from cells import COLUMNS, Row
 from cells import cell as _cell
@@ -29,6 +30,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
         _fresh_rows,
         _import_rows,
         _batch_rows,
+        *report_light.builders(results),
         *(_drain_builder(name) for name in results if name.startswith("drain:")),
         _slow_rows,
         *(_pickup_builder(name) for name in results if name.startswith("pickup:")),

@@ -174,7 +174,7 @@ def supports(impl: Impl, verb: str, flag: str) -> bool:
         impl.argv(verb, "--help"),
         capture_output=True,
         text=True,
-        env=clean_env(),
+        env=impl.environ(clean_env()),
         timeout=60,
         check=False,
     )
