@@ -9,9 +9,8 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from spoolctl.errors import InvalidInput
 from spoolctl.validate import bounded_text
@@ -29,14 +28,13 @@ DEFAULT_BUSY_TIMEOUT_S = 5.0
 MAX_KNOB_S = 86_400.0
 
 
-@dataclass(frozen=True)
-class ConfigFile:
+class ConfigFile(NamedTuple):
     """What a config file says, and what is wrong with it."""
 
     path: Path
     exists: bool
     valid: bool
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = {}  # noqa: RUF012 (shared, never changed)
     problems: tuple[str, ...] = ()
 
     @property
@@ -113,8 +111,7 @@ def env_seconds(name: str, default: float, *, allow_zero: bool = False) -> float
     return value
 
 
-@dataclass(frozen=True)
-class Timing:
+class Timing(NamedTuple):
     """Heartbeat, reap and hang thresholds in seconds."""
 
     heartbeat_interval_s: float

@@ -10,7 +10,7 @@ import itertools
 import json
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import click
@@ -115,7 +115,7 @@ def with_defaults(spec: JobSpec, line: dict[str, Any], defaults: BatchDefaults) 
         changes["after_jobs"] = defaults.after_jobs
     if defaults.after_jobs_any and "after_jobs_any" not in line:
         changes["after_jobs_any"] = defaults.after_jobs_any
-    return replace(spec, **changes) if changes else spec
+    return spec._replace(**changes) if changes else spec
 
 
 def read_batch(source: str, now: float, defaults: BatchDefaults | None = None) -> list[JobSpec]:
@@ -159,10 +159,10 @@ def specs_of(stream: TextIO, now: float, defaults: BatchDefaults) -> list[JobSpe
             spec = with_defaults(spec_from_object(obj, now), obj, defaults)
             if "after_jobs" in obj:
                 ids, earlier = after_refs(obj["after_jobs"], positions)
-                spec = replace(spec, after_jobs=ids, after_lines=earlier)
+                spec = spec._replace(after_jobs=ids, after_lines=earlier)
             if "after_jobs_any" in obj:
                 ids, earlier = after_refs(obj["after_jobs_any"], positions, "after_jobs_any")
-                spec = replace(spec, after_jobs_any=ids, after_lines_any=earlier)
+                spec = spec._replace(after_jobs_any=ids, after_lines_any=earlier)
             positions[number] = len(specs)
             specs.append(spec)
         except (ValueError, InvalidInput, MissingRequired) as exc:

@@ -4,7 +4,6 @@ job's attributes (`job_flags.py`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -97,7 +96,7 @@ def rebase(spec: JobSpec, local: float, now: float) -> JobSpec:
     """A spec whose run_at was read against the local clock, on `now`'s scale."""
     if spec.run_at is None or now == local:
         return spec
-    return dataclasses.replace(spec, run_at=spec.run_at + (now - local))
+    return spec._replace(run_at=spec.run_at + (now - local))
 
 
 def command_argv(argv: tuple[str, ...], command: str | None) -> list[str]:

@@ -24,15 +24,6 @@ from spoolctl.db.revisions import HEAD_REVISION
 
 T = TypeVar("T")
 
-LEAN_LOCK_WAIT_S = 1.0
-"""How long the lean path waits for the write lock before it leaves the wait
-to the full path (which looks for the lock's holder after as long)."""
-
-
-class Unanswered(Exception):
-    """The lean path cannot answer exactly as the full path would; it has
-    written nothing."""
-
 
 class Waits(Protocol):
     """A write engine's waits for the lock (`LockWait`)."""
@@ -42,6 +33,16 @@ class Waits(Protocol):
     def busy(self, raw: Any, now: float, deadline: float) -> float: ...
 
     def tell(self, exc: BaseException, began: float) -> None: ...
+
+
+LEAN_LOCK_WAIT_S = 1.0
+"""How long the lean path waits for the write lock before it leaves the wait
+to the full path (which looks for the lock's holder after as long)."""
+
+
+class Unanswered(Exception):
+    """The lean path cannot answer exactly as the full path would; it has
+    written nothing."""
 
 
 MIN_PAGE_SIZE = 512

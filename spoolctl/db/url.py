@@ -22,6 +22,9 @@ opens them. A password is never shown: every place that prints, logs or
 records a URL uses `masked()`, which also masks a URL that cannot be parsed
 (everything from the end of its scheme to its last `@`, and the values of
 secret query options) and the secret values of a connection string.
+
+The patterns are compiled on first use (re's cache): a plain path, the
+lean path's everyday value, is told apart without compiling any.
 """
 
 from __future__ import annotations
@@ -33,12 +36,10 @@ from urllib.parse import quote
 from spoolctl.errors import InvalidInput
 
 MASK = "***"
-_SCHEME_WORD = re.compile(r"^\s*([A-Za-z][A-Za-z0-9+.\-]*):")
-_KNOWN_NO_COLON = re.compile(r"^\s*(postgres(?:ql)?(?:\+\w+)?|sqlite)//", re.IGNORECASE)
+_SCHEME_WORD = r"^\s*([A-Za-z][A-Za-z0-9+.\-]*):"
+_KNOWN_NO_COLON = r"(?i)^\s*(postgres(?:ql)?(?:\+\w+)?|sqlite)//"
 SECRET_QUERY_KEYS = ("password", "passfile", "sslpassword")
-_SECRET_VALUE = re.compile(
-    r"(?i)(?:^|[?&;])\s*(?:" + "|".join(SECRET_QUERY_KEYS) + r")\s*=([^&;#]*)"
-)
+_SECRET_VALUE = r"(?i)(?:^|[?&;])\s*(?:" + "|".join(SECRET_QUERY_KEYS) + r")\s*=([^&;#]*)"
 ENCODE_HINT = (
     "percent-encode reserved characters in the user name and password "
     "(@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)"
@@ -88,9 +89,9 @@ LIBPQ_KEYWORDS = (
 """libpq's connection keywords: one of them followed by `=` marks a
 connection string (which keywords psycopg accepts is psycopg's to say)."""
 _KEYWORD = "(?:" + "|".join(LIBPQ_KEYWORDS) + ")"
-_CONNINFO_START = re.compile(rf"^\s*{_KEYWORD}\s*=", re.IGNORECASE)
-_CONNINFO_KEY = re.compile(rf"(?:^|\s){_KEYWORD}\s*=", re.IGNORECASE)
-_CONNINFO_SECRET = re.compile(
+_CONNINFO_START = rf"(?i)^\s*{_KEYWORD}\s*="
+_CONNINFO_KEY = rf"(?i)(?:^|\s){_KEYWORD}\s*="
+_CONNINFO_SECRET = (
     r"(?i)(?:^|\s)(?:" + "|".join(SECRET_QUERY_KEYS) + r")\s*=\s*"
     r"('(?:\\[\s\S]|[^'\\])*(?:'|\\?\Z)"
     r"|(?:\\[\s\S]|[^\\])*?(?:\\?\Z|(?=\s+" + _KEYWORD + r"\s*=)|(?=\s*\Z)))"
@@ -109,18 +110,22 @@ def looks_like_url(text: str) -> bool:
 def looks_like_conninfo(text: str) -> bool:
     """True for a libpq connection string: it begins with a libpq keyword and
     `=`, or is not shaped like a URL and has one after a space."""
-    if _CONNINFO_START.match(text):
+    if "=" not in text:
+        return False  # a plain path: its patterns need not even be compiled
+    if re.match(_CONNINFO_START, text):
         return True
-    return not _url_shaped(text) and bool(_CONNINFO_KEY.search(text))
+    return not _url_shaped(text) and bool(re.search(_CONNINFO_KEY, text))
 
 
 def _url_shaped(text: str) -> bool:
-    return "://" in text or bool(_SCHEME_WORD.match(text) or _KNOWN_NO_COLON.match(text))
+    if ":" not in text and "//" not in text:
+        return False  # a plain path
+    return "://" in text or bool(re.match(_SCHEME_WORD, text) or re.match(_KNOWN_NO_COLON, text))
 
 
 def scheme_of(text: str) -> str | None:
     """The scheme-like word a URL-like value starts with (lowercase)."""
-    match = _SCHEME_WORD.match(text) or _KNOWN_NO_COLON.match(text)
+    match = re.match(_SCHEME_WORD, text) or re.match(_KNOWN_NO_COLON, text)
     if match is None:
         return text.split("://", 1)[0].strip().lower() or None
     return match.group(1).lower()
@@ -171,7 +176,7 @@ def _masked_conninfo(text: str) -> str:
     """text with the value of every secret `key=value` of a connection
     string (password, passfile, sslpassword) replaced by ***."""
     shown, last = [], 0
-    for found in _CONNINFO_SECRET.finditer(text):
+    for found in re.finditer(_CONNINFO_SECRET, text):
         begin, end = found.span(1)
         shown.append(text[last:begin] + MASK)
         last = end
@@ -187,12 +192,12 @@ def _masked_roughly(url: str) -> str:
     secret: list[tuple[int, int]] = []
     at = url.rfind("@")
     if at >= 0:
-        match = _SCHEME_WORD.match(url) or _KNOWN_NO_COLON.match(url)
+        match = re.match(_SCHEME_WORD, url) or re.match(_KNOWN_NO_COLON, url)
         start = 0 if match is None else match.end()
         while start < at and url[start] == "/":
             start += 1
         secret.append((start, at))
-    secret.extend(found.span(1) for found in _SECRET_VALUE.finditer(url))
+    secret.extend(found.span(1) for found in re.finditer(_SECRET_VALUE, url))
     shown, last = [], 0
     for begin, end in sorted(secret):
         if begin > last:

@@ -7,16 +7,15 @@ loaded): `db/location.py` makes the value a driver, and the lean path
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from spoolctl.config import CONFIG_RELPATH, DEFAULT_DB_RELPATH, ConfigFile, read_config
 from spoolctl.db.url import looks_like_conninfo, looks_like_url
 from spoolctl.errors import InvalidInput
 
 
-@dataclass(frozen=True)
-class Named:
+class Named(NamedTuple):
     """The value that names the queue, and where it came from."""
 
     given: str | None

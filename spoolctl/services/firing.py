@@ -19,7 +19,6 @@ only, `none` fires nothing then (only a fire time found on time fires),
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,8 +206,7 @@ def occur(
         )
     ).inserted_primary_key[0]  # type: ignore[index]
     spec = job_of(row)
-    spec = dataclasses.replace(
-        spec,
+    spec = spec._replace(
         env={**spec.env, SCHEDULE_ENV: row.name, SCHEDULED_FOR_ENV: iso(fire_at, row.timezone)},
         tags={**spec.tags, SCHEDULE_TAG: row.name},
     )

@@ -27,8 +27,7 @@ their place in FIELDS is their flags' place in `add`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from spoolctl import validate
 from spoolctl.db import codec
@@ -40,8 +39,7 @@ DEFAULT_MAX_RETRIES = 3
 DEFAULT_LANE = "default"
 
 
-@dataclass(frozen=True)
-class Whole:
+class Whole(NamedTuple):
     """A whole number in [low, high]; an open end (None) is, for a flag,
     SQLite's signed 64-bit range, and for a batch line no bound at all."""
 
@@ -49,8 +47,7 @@ class Whole:
     high: int | None = None
 
 
-@dataclass(frozen=True)
-class Checked:
+class Checked(NamedTuple):
     """Text read by one rule of `spoolctl.validate`. `kind` and `bounds` are
     what the contract publishes of the flag; `numbers`: a batch line may
     give the value as a JSON number too."""
@@ -61,18 +58,30 @@ class Checked:
     numbers: bool = False
 
 
-@dataclass(frozen=True)
-class LaneText:
+class _Kind:
+    """A reading without parameters: equal to any other of its kind."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class LaneText(_Kind):
     """A lane's name (the contract's type word `queue`)."""
 
 
-@dataclass(frozen=True)
-class Switch:
+class Switch(_Kind):
     """A flag without a value: given, the attribute is true."""
 
 
-@dataclass(frozen=True)
-class Custom:
+class Custom(_Kind):
     """Read by hand: the flags and batch keys of the command, the run time,
     tags, env and the jobs waited for are special."""
 
@@ -80,8 +89,7 @@ class Custom:
 Reading = Whole | Checked | LaneText | Switch | Custom
 
 
-@dataclass(frozen=True)
-class JobField:
+class JobField(NamedTuple):
     name: str
     """The attribute on JobSpec."""
     reading: Reading
@@ -272,8 +280,7 @@ def labelled(job: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return [(f.label, job[f.key]) for f in LABELLED if job.get(f.key) is not None]
 
 
-@dataclass(frozen=True)
-class JobSpec:
+class JobSpec(NamedTuple):
     """One submission: the attributes of FIELDS (with their defaults), and
     in a batch the earlier lines a job waits for."""
 
@@ -285,10 +292,10 @@ class JobSpec:
     max_crashes: int | None = None
     run_at: float | None = None
     idempotency_key: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = {}  # noqa: RUF012 (shared: a spec is never changed in place)
     note: str | None = None
     cwd: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = {}  # noqa: RUF012 (shared: a spec is never changed in place)
     after_jobs: tuple[int, ...] = ()
     """Jobs that must be done before this one is claimable (--after-job)."""
     after_lines: tuple[int, ...] = ()

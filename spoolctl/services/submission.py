@@ -9,21 +9,13 @@ lean path (`db/lean.py`) through the same SQL as generated for SQLite
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from spoolctl.db import codec
 from spoolctl.errors import IdempotencyConflict
 from spoolctl.services.event_row import event_row
 from spoolctl.services.job_spec import IDENTITY, JobSpec
 from spoolctl.states import EventKind
-
-ACTIVE_WITH_KEY = "active_with_key"
-"""The active job (queued, running, waiting) holding an idempotency key: binds `key`."""
-INSERT_JOB = "insert_job"
-"""A job's row (`JobSpec.row`'s columns), returning its id."""
-INSERT_EVENT = "insert_event"
-"""One ledger event (`event_row`'s binds)."""
 
 
 class Statements(Protocol):
@@ -34,8 +26,15 @@ class Statements(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Submitted:
+ACTIVE_WITH_KEY = "active_with_key"
+"""The active job (queued, running, waiting) holding an idempotency key: binds `key`."""
+INSERT_JOB = "insert_job"
+"""A job's row (`JobSpec.row`'s columns), returning its id."""
+INSERT_EVENT = "insert_event"
+"""One ledger event (`event_row`'s binds)."""
+
+
+class Submitted(NamedTuple):
     job_id: int
     state: str
     deduplicated: bool
@@ -44,7 +43,7 @@ class Submitted:
     lane: str
     cwd: str | None
     env_keys: list[str]
-    metadata_differences: dict[str, dict[str, Any]] = field(default_factory=dict)
+    metadata_differences: dict[str, dict[str, Any]] = {}  # noqa: RUF012 (shared, never changed)
     """Field -> {existing, submitted}: what a deduplicated submission did not change."""
 
 

@@ -8,7 +8,6 @@ and insertion.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, insert
@@ -67,8 +66,8 @@ def submit_batch(conn: Connection, specs: Sequence[JobSpec], now: float) -> list
         plain = []
         after = (*spec.after_jobs, *(ids[i] for i in spec.after_lines))
         after_any = (*spec.after_jobs_any, *(ids[i] for i in spec.after_lines_any))
-        resolved = replace(
-            spec, after_jobs=after, after_lines=(), after_jobs_any=after_any, after_lines_any=()
+        resolved = spec._replace(
+            after_jobs=after, after_lines=(), after_jobs_any=after_any, after_lines_any=()
         )
         ids.append(submit(conn, resolved, now).job_id)
     ids.extend(_insert_many(conn, plain, now))

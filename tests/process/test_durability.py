@@ -10,13 +10,14 @@ commits, while the real verb runs in this process.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, event
 
+from spoolctl.db.lean import LeanQueue
 from tests.helpers import rows
 from tests.populated import run_quiet
 
@@ -24,14 +25,26 @@ FULL, NORMAL = 2, 1  # what PRAGMA synchronous reads back
 
 
 @pytest.fixture
-def commits() -> Iterator[list[int]]:
-    """The synchronous level in force at each commit, in order."""
+def commits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The synchronous level in force at each commit, in order: an engine's,
+    and the lean path's (`db/lean.py`, which `add` of one command takes)."""
     seen: list[int] = []
 
     def on_commit(conn: Connection) -> None:
         raw: Any = conn.connection.dbapi_connection
         seen.append(raw.execute("PRAGMA synchronous").fetchone()[0])
 
+    lean_write = LeanQueue.write
+
+    def write(self: LeanQueue, fn: Callable[[LeanQueue], Any]) -> Any:
+        def then_look(queue: LeanQueue) -> Any:
+            found = fn(queue)
+            seen.append(queue.conn.execute("PRAGMA synchronous").fetchone()[0])
+            return found
+
+        return lean_write(self, then_look)
+
+    monkeypatch.setattr(LeanQueue, "write", write)
     event.listen(Engine, "commit", on_commit)
     yield seen
     event.remove(Engine, "commit", on_commit)
