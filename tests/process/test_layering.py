@@ -54,9 +54,7 @@ def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
     envelope, loaded = modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
     assert envelope["data"]["job_id"] == first["data"]["job_id"] + 1, "the job was added"
     assert "spoolctl.cli.lean" in loaded and "spoolctl.cli.jobs" not in loaded, "the lean path"
-    heavy = {"sqlalchemy", "click", "dataclasses", "uuid", "hashlib"} & {
-        m.split(".")[0] for m in loaded
-    }
+    heavy = {"sqlalchemy", "click", "dataclasses", "uuid"} & {m.split(".")[0] for m in loaded}
     assert not heavy, f"the lean path loaded {heavy}"
     assert not any(m.split(".")[0] == "alembic" for m in loaded)
     assert "psutil" not in loaded
