@@ -8,6 +8,19 @@ from typing import Any
 
 HEAD_REVISION = "0008_pid_space"
 """The revision these statements were compiled against."""
+LISTED = (
+    "argv",
+    "timeout_seconds",
+    "max_retries",
+    "priority",
+    "queue",
+    "idempotency_key",
+    "tags",
+    "note",
+    "cwd",
+)
+"""The job attributes declared `listed` (services/job_spec.py), which `list`
+shows: here, so that reading them loads no declaration of attributes."""
 STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "active_with_key": (
         "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "

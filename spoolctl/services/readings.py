@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from spoolctl.db import codec
-from spoolctl.services import job_spec
+from spoolctl.db.lean_sql import LISTED
 from spoolctl.states import EventKind, JobState
 
 LANE_COUNTS = "lane_counts"
@@ -77,10 +77,10 @@ LIST_FIELDS = (
     "next_run_at",
     "last_exit_code",
     "last_error",
-    *job_spec.LISTED,
+    *LISTED,
 )
 """What `list` shows of a job: its record, then the attributes declared
-`listed` (`services/job_spec.py`)."""
+`listed` (`services/job_spec.py`, as `db/lean_sql.py` keeps them)."""
 LIST_COLUMNS = frozenset({*LIST_FIELDS, "argv", "tags", "env"})
 """The columns `list` reads: what it shows and what it checks for damage."""
 

@@ -33,7 +33,7 @@ from spoolctl.db.tables import (
 from spoolctl.services import readings as r
 from spoolctl.services.claim_limits import needs_limits
 from spoolctl.services.events import INSERT_EVENT_STATEMENT
-from spoolctl.services.job_spec import ROW_COLUMNS
+from spoolctl.services.job_spec import LISTED, ROW_COLUMNS
 from spoolctl.services.submission import ACTIVE_WITH_KEY, INSERT_EVENT, INSERT_JOB
 from spoolctl.states import ACTIVE_JOB_STATES, AttemptState, EventKind, JobState, WorkerState
 
@@ -245,6 +245,11 @@ def lean_sql_module() -> str:
         "",
         f"HEAD_REVISION = {_literal(HEAD_REVISION)}",
         '"""The revision these statements were compiled against."""',
+        "LISTED = (",
+        *(f"    {_literal(key)}," for key in LISTED),
+        ")",
+        '"""The job attributes declared `listed` (services/job_spec.py), which `list`',
+        'shows: here, so that reading them loads no declaration of attributes."""',
         "STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {",
     ]
     for name in sorted(LEAN):

@@ -496,3 +496,14 @@ def test_the_light_style_writes_what_click_writes() -> None:
     for fg in [None, *COLORS]:
         for bold in (None, True, False):
             assert styled("dead", fg=fg, bold=bold) == click.style("dead", fg=fg, bold=bold)
+
+
+def test_the_request_id_is_a_random_uuid() -> None:
+    import uuid
+
+    from spoolctl.cli.reply import random_uuid_hex
+
+    for _ in range(200):
+        found = uuid.UUID(hex=random_uuid_hex())
+        assert (found.version, found.variant) == (4, uuid.RFC_4122)
+        assert found.hex == str(found).replace("-", "")
