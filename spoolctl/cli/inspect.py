@@ -1,11 +1,11 @@
 """`show` and `list`: one job in full (every column, its attempts, its events
 and what it waits for), or a page of jobs; the job's state colours and
-command text are shared with `status`. Read-only: they never take the write
+command text are `cli/read_text.py`'s, shared with `status` and the lean
+path. Read-only: they never take the write
 lock and never create a queue."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import click
@@ -13,6 +13,7 @@ import click
 from spoolctl import validate
 from spoolctl.cli.database import no_job, open_read, warn_no_queue
 from spoolctl.cli.events import event_line
+from spoolctl.cli.look import local_time, style, table
 from spoolctl.cli.options import (
     JOB_ID,
     TAG_FILTER,
@@ -23,21 +24,14 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
-from spoolctl.cli.render import age, local_time, style, table
+from spoolctl.cli.read_text import STATE_COLORS, command_text, list_text
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import NotFound
-from spoolctl.services import dependencies, job_spec, query
+from spoolctl.services import job_reads, job_spec, query
 from spoolctl.services.outcome import exit_label
+from spoolctl.services.statements import reads
 from spoolctl.states import JobState
-from spoolctl.text import shown, shown_argv
-
-STATE_COLORS = {
-    "done": "green",
-    "dead": "red",
-    "running": "cyan",
-    "canceled": "yellow",
-    "waiting": "blue",
-}
+from spoolctl.text import shown
 
 
 @verb("show", examples=("spoolctl show 42", "spoolctl show 42 --json"))
@@ -57,11 +51,7 @@ def show(job_id: int, db: str | None, as_json: bool) -> int:
 
 def detail_with_dependencies(conn: Any, job_id: int) -> dict[str, Any] | None:
     """`show`'s data plus what the job waits for and what waits for it."""
-    detail = query.job_detail(conn, job_id)
-    if detail is not None:
-        detail["after_jobs"] = dependencies.waits_for(conn, [job_id]).get(job_id, [])
-        detail["dependents"] = dependencies.dependents_of(conn, job_id)
-    return detail
+    return job_reads.show_data(reads(conn), job_id)
 
 
 def show_text(detail: dict[str, Any]) -> str:
@@ -132,12 +122,6 @@ def attempts_table(attempts: list[dict[str, Any]]) -> str:
         for a in attempts
     ]
     return table(["#", "STATE", "REASON", "EXIT", "STARTED", "WORKER"], rows)
-
-
-def command_text(argv: list[str] | None, damaged: str = "(damaged)") -> str:
-    """A job's command as the shell would read it back, escaped (see
-    `spoolctl.text.shown_argv`)."""
-    return shown_argv(argv) if argv else damaged
 
 
 @verb(
@@ -216,31 +200,4 @@ def page_with_waits(
     attempts (`attempts_total`; `attempts` counts failures, as in 0.4.11): one
     indexed query each for the page."""
     jobs, pagination = query.list_page(conn, where)
-    ids = [j["id"] for j in jobs]
-    waits = dependencies.waits_for(conn, ids)
-    counts = query.attempt_counts(conn, ids)
-    for job in jobs:
-        job["after_jobs"] = [p["job_id"] for p in waits.get(job["id"], [])]
-        job["attempts_total"] = counts.get(job["id"], 0)
-    return jobs, pagination
-
-
-def list_text(jobs: list[dict[str, Any]]) -> str:
-    if not jobs:
-        return "no jobs"
-    now = time.time()
-    rows = [
-        [
-            str(j["id"]),
-            style(shown(j["state"]), fg=STATE_COLORS.get(j["state"])),
-            shown(j["queue"]),
-            shown(j["priority"]),
-            str(j["attempts_total"]),
-            shown(j["attempts"]),
-            age(j["created_at"], now),
-            command_text(j["argv"])[:60],
-        ]
-        for j in jobs
-    ]
-    headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
-    return table(headers, rows)
+    return job_reads.with_waits(reads(conn), jobs), pagination

@@ -1,18 +1,15 @@
-"""The envelope and text output, and the single map from exceptions to error
-codes and exit codes. Every verb's output passes through `emit` or
-`emit_error`."""
+"""click's parse errors in the contract's words, and the progress line; how
+answers look (styles, times, tables) is `cli/look.py`'s, re-exported here."""
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-import time
-from datetime import datetime
 from typing import Any
 
 import click
 
+from spoolctl.cli.look import age, local_time, style, table, use_color
 from spoolctl.errors import (
     InvalidInput,
     MissingRequired,
@@ -20,6 +17,18 @@ from spoolctl.errors import (
     UnknownCommand,
     UnknownFlag,
 )
+
+__all__ = [
+    "ProgressLine",
+    "SpoolUsage",
+    "age",
+    "from_click",
+    "local_time",
+    "style",
+    "table",
+    "unknown_command",
+    "use_color",
+]
 
 NUMBER = re.compile(r"^-[0-9.]")  # a negative number where click looked for a flag
 
@@ -59,47 +68,6 @@ def unknown_command(name: str, choices: list[str]) -> UnknownCommand:
         detail["did_you_mean"] = close[0]
         hint = f" (did you mean {close[0]!r}?)"
     return UnknownCommand(f"no such command {name!r}{hint}", **detail)
-
-
-def use_color() -> bool:
-    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
-
-
-def style(text: str, **kwargs: Any) -> str:
-    return click.style(text, **kwargs) if use_color() else text
-
-
-def local_time(ts: float | None) -> str:
-    if not isinstance(ts, int | float):
-        return "-" if ts is None else "?"  # a damaged row: reported elsewhere
-    try:
-        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
-    except (OverflowError, OSError, ValueError):
-        return "?"  # beyond the calendar: a damaged row
-
-
-def age(ts: float | None, now: float | None = None) -> str:
-    if not isinstance(ts, int | float):
-        return "-" if ts is None else "?"  # a damaged row: reported elsewhere
-    seconds = (time.time() if now is None else now) - ts
-    suffix = "ago" if seconds >= 0 else "from now"
-    seconds = abs(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.0f}{unit} {suffix}"
-    return f"{seconds:.0f}s {suffix}"
-
-
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    """Aligned columns for people."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines[0] = style(lines[0], bold=True)
-    for row in rows:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    return "\n".join(lines)
 
 
 class ProgressLine:

@@ -84,7 +84,7 @@ def envelope(
         "tool_version": __version__,
         "data": payload,
         "meta": {
-            "request_id": request_id(),
+            "request_id": random_uuid_hex(),
             "ts_iso": datetime.now(UTC).isoformat(timespec="milliseconds"),
             "elapsed_ms": int((time.monotonic() - _STARTED) * 1000),
             "contract_version": CONTRACT_VERSION,
@@ -97,13 +97,13 @@ def envelope(
     }
 
 
-def request_id() -> str:
-    """A random UUID's 32 hex digits (version 4, as `uuid.uuid4().hex`),
-    made without loading `uuid`, which loads `platform`: a tenth of a lean
-    `add --json`."""
+def random_uuid_hex() -> str:
+    """A random (version 4) UUID's 32 hex digits, as `uuid.uuid4().hex`
+    writes them, without loading uuid (whose import of platform costs a
+    short-lived process more than the rest of its answer)."""
     raw = bytearray(os.urandom(16))
-    raw[6] = raw[6] & 0x0F | 0x40
-    raw[8] = raw[8] & 0x3F | 0x80
+    raw[6] = raw[6] & 0x0F | 0x40  # version 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
     return raw.hex()
 
 

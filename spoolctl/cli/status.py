@@ -13,12 +13,13 @@ from typing import Any
 import click
 
 from spoolctl.cli.database import open_read, warn_no_queue
-from spoolctl.cli.inspect import STATE_COLORS, command_text
+from spoolctl.cli.look import age, local_time, table
 from spoolctl.cli.options import BoundedInt, Seconds, db_option, json_option, verb
 from spoolctl.cli.outages import waits_text
-from spoolctl.cli.render import age, local_time, style, table
+from spoolctl.cli.read_text import orphans_text, paused_text, status_text
 from spoolctl.cli.reply import Reply, emit
-from spoolctl.services import lanes, query, schedules
+from spoolctl.services import lanes, query, readings
+from spoolctl.services.statements import reads
 from spoolctl.states import JobState
 from spoolctl.text import shown
 
@@ -79,41 +80,7 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
     if queue is None:
         return EMPTY_STATUS
     now = queue.now()  # the server's on PostgreSQL
-
-    def read(conn: Any) -> dict[str, Any]:
-        data = with_paused_lanes(
-            query.status_summary(conn, now, dead_limit=limit), lanes.paused_lanes(conn)
-        )
-        data["schedules"] = schedules.summary(conn)
-        data["waiting_for_limits"] = query.waiting_for_limits(conn, now)
-        return data
-
-    return queue.read(read)
-
-
-def with_paused_lanes(data: dict[str, Any], paused: list[dict[str, Any]]) -> dict[str, Any]:
-    """Adds `paused_lanes` and a `paused` flag on each lane (additive keys)."""
-    names = {p["queue"] for p in paused}
-    for name, entry in data["queues"].items():
-        entry["paused"] = name in names
-    data["paused_lanes"] = paused
-    return data
-
-
-def paused_text(paused: list[dict[str, Any]], now: float) -> list[str]:
-    if not paused:
-        return []
-    rows = [
-        [
-            shown(p["queue"]),
-            age(p["paused_at"], now),
-            shown(p["paused_by"]),
-            shown(p["reason"] or "")[:50],
-        ]
-        for p in paused
-    ]
-    heading = style(f"paused lanes: {len(paused)} (spoolctl resume QUEUE)", fg="yellow")
-    return ["", heading, table(["LANE", "SINCE", "BY", "REASON"], rows)]
+    return queue.read(lambda conn: readings.status_data(reads(conn), now, limit))
 
 
 def watch_status(db: str | None, limit: int, interval: float) -> int:
@@ -128,82 +95,6 @@ def watch_status(db: str | None, limit: int, interval: float) -> int:
             time.sleep(interval)
     except KeyboardInterrupt:
         return 0
-
-
-def status_text(data: dict[str, Any], now: float) -> str:
-    counts = data["counts"]
-    parts = [
-        f"{style(shown(k), fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"
-    ]
-    lines = ["jobs: " + "  ".join(parts) + f"  (scheduled {data['scheduled']})"]
-    if data["queues"]:
-        rows = [
-            [
-                shown(name) + (" (paused)" if q.get("paused") else ""),
-                str(q["counts"]["queued"]),
-                str(q["counts"]["running"]),
-                str(q["counts"].get("waiting", 0)),
-                str(q["scheduled"]),
-            ]
-            for name, q in sorted(data["queues"].items())
-        ]
-        lines += ["", table(["QUEUE", "QUEUED", "RUNNING", "WAITING", "SCHEDULED"], rows)]
-    if data["recent_dead"]:
-        rows = [
-            [
-                str(d["id"]),
-                command_text(d["argv"], "?")[:50],
-                shown(d["attempts"]),
-                shown(d["last_error"] or "")[:40],
-                age(d["finished_at"], now),
-            ]
-            for d in data["recent_dead"]
-        ]
-        lines += ["", table(["DEAD", "COMMAND", "FAILURES", "LAST ERROR", "FINISHED"], rows)]
-    plan = data.get("schedules") or {"count": 0, "next": None}
-    if plan["count"]:
-        nxt = plan["next"]
-        due = "all paused" if nxt is None else f"next: {shown(nxt['name'])} {age(nxt['at'], now)}"
-        lines += ["", f"schedules: {plan['count']} ({due})"]
-    workers = data["workers"]
-    lines += ["", f"workers: {len(workers)} live"]
-    if workers:
-        rows = [
-            [
-                shown(w["id"]),
-                shown(w["queue"]),
-                shown(w["pid"]),
-                ",".join(map(str, w["running_jobs"])) or "-",
-                "?" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f}s",
-            ]
-            for w in workers
-        ]
-        lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))
-    lines += orphans_text(data["orphans_unconfirmed"], now)
-    lines += paused_text(data.get("paused_lanes", []), now)
-    waiting = data.get("waiting_for_limits") or []
-    if waiting:
-        listed = ", ".join(map(str, waiting))
-        lines += ["", f"waiting for a worker that can enforce their limits: job(s) {listed}"]
-    return "\n".join(lines)
-
-
-def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
-    """Jobs kept running because their dead worker's process may still run."""
-    if not orphans:
-        return []
-    rows = [
-        [
-            str(o["job_id"]),
-            "?" if o["pid"] is None else str(o["pid"]),
-            shown(o["dead_worker"] or "?"),
-            age(o["since"], now),
-            shown(o["reason"] or "")[:60],
-        ]
-        for o in orphans
-    ]
-    heading = style(f"unconfirmed orphans: {len(orphans)} (kept running, not requeued)", fg="red")
-    return ["", heading, table(["JOB", "PID", "DEAD WORKER", "SINCE", "WHY"], rows)]
 
 
 @verb("workers", examples=("spoolctl workers", "spoolctl workers --all --json"))

@@ -121,8 +121,27 @@ def begin_immediate(raw: Any, timeout_s: float, waits: Waits | None = None) -> N
             sleep_s = min(sleep_s * 2, BUSY_MAX_SLEEP_S)
 
 
+def peek_uri(db_path: Path) -> str:
+    """The `file:` URI of a read-only engine that creates, changes and removes
+    no file.
+
+    Without a `-wal` and `-shm` beside it the file is opened immutable: SQLite
+    takes no lock and makes no `-shm`/`-wal` even for a WAL-mode file, so a
+    file that is then refused is left exactly as it was found. With both
+    present (a queue in use) it is opened read-only, which sees committed WAL
+    content and, unlike a read-write connection, never checkpoints on close.
+    (An immutable read takes no lock: it could see a torn page of a file being
+    written in rollback-journal mode, which only `migrate` does, on a file it
+    creates or adopts, before switching it to WAL.)
+    """
+    side = [db_path.with_name(db_path.name + suffix).exists() for suffix in ("-wal", "-shm")]
+    options = "mode=ro" if all(side) else "mode=ro&immutable=1"
+    return f"file:{quote(str(db_path))}?{options}"
+
+
 class LeanQueue:
-    """One queue file at the code's revision, opened for one write."""
+    """One queue file at the code's revision, opened for one write
+    (`open`, `write`) or one read (`open_read`, `read`)."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -159,6 +178,55 @@ class LeanQueue:
             raise
         return cls(conn)
 
+    @classmethod
+    def open_read(cls, path: Path, busy_timeout_s: float) -> LeanQueue:
+        """Opened as a read-only verb opens it (`db/queue.py`'s
+        open_for_read): the revision looked at without a trace (`peek_uri`),
+        then the file opened as a read engine opens it. Unanswered where the
+        file is missing, too short to be a database, or not at this code's
+        revision (no queue yet: the full path answers NO_QUEUE)."""
+        if lean_sql.HEAD_REVISION != HEAD_REVISION:
+            raise Unanswered("the lean statements were compiled for another revision")
+        try:
+            if os.stat(path).st_size < MIN_PAGE_SIZE:
+                raise Unanswered("no queue in the file yet")
+            peek = sqlite3.connect(peek_uri(path), uri=True, timeout=busy_timeout_s)
+            try:
+                found = revision_of(peek.cursor())
+            finally:
+                peek.close()
+            if found != HEAD_REVISION:
+                raise Unanswered("not at this code's revision")
+            conn = sqlite3.connect(
+                f"file:{quote(str(path))}?mode=rw", uri=True, timeout=busy_timeout_s
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise Unanswered(str(exc)) from None
+        try:
+            conn.isolation_level = None
+            for pragma in ("foreign_keys=ON", "synchronous=NORMAL"):
+                conn.execute(f"PRAGMA {pragma}")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise Unanswered(str(exc)) from None
+        return cls(conn)
+
+    def read(self, fn: Callable[[LeanQueue], T]) -> T:
+        """Run fn in one read snapshot (a deferred BEGIN, the revision checked
+        inside it); Unanswered where anything goes otherwise."""
+        try:
+            self.conn.execute("BEGIN")
+            if revision_of(self.conn.cursor()) != HEAD_REVISION:
+                raise Unanswered("the revision changed underneath")
+            result = fn(self)
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise Unanswered(str(exc)) from None
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+        return result
+
     def write(self, fn: Callable[[LeanQueue], T]) -> T:
         """Run fn in one write transaction (BEGIN IMMEDIATE, the revision
         checked inside it) and commit; Unanswered, rolled back, where
@@ -184,13 +252,21 @@ class LeanQueue:
         """A statement of `db/lean_sql.py` by name: its first row by column."""
         sql, order, defaults = lean_sql.STATEMENTS[name]
         values = {**defaults, **params}
-        cursor = self.conn.execute(sql, [values.get(bind) for bind in order])
+        cursor = self.conn.execute(sql, [values.get(bind) for bind in order.split()])
         row = cursor.fetchone()
         if row is None:
             return None
         found = dict(zip([d[0] for d in cursor.description], row, strict=True))
         cursor.fetchall()  # a RETURNING statement has completed
         return found
+
+    def all(self, name: str, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """A statement of `db/lean_sql.py` by name: every row by column."""
+        sql, order, defaults = lean_sql.STATEMENTS[name]
+        values = {**defaults, **params}
+        cursor = self.conn.execute(sql, [values.get(bind) for bind in order.split()])
+        columns = [d[0] for d in cursor.description]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
     def close(self) -> None:
         self.conn.close()

@@ -8,7 +8,20 @@ from typing import Any
 
 HEAD_REVISION = "0008_pid_space"
 """The revision these statements were compiled against."""
-STATEMENTS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
+LISTED = (
+    "argv",
+    "timeout_seconds",
+    "max_retries",
+    "priority",
+    "queue",
+    "idempotency_key",
+    "tags",
+    "note",
+    "cwd",
+)
+"""The job attributes declared `listed` (services/job_spec.py), which `list`
+shows: here, so that reading them loads no declaration of attributes."""
+STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "active_with_key": (
         "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
@@ -18,27 +31,40 @@ STATEMENTS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
         "jobs.last_exit_code, jobs.last_error, jobs.last_failure_reason, "
         "jobs.memory_bytes, jobs.cpus, jobs.require_limits \nFROM jobs \nWHERE "
         "jobs.idempotency_key = ? AND jobs.state IN (?, ?, ?)",
-        (
-            "key",
-            "param_1",
-            "param_2",
-            "param_3",
-        ),
-        {
-            "param_1": "queued",
-            "param_2": "running",
-            "param_3": "waiting",
-        },
+        "key param_1 param_2 param_3",
+        {"param_1": "queued", "param_2": "running", "param_3": "waiting"},
+    ),
+    "attempt_counts": (
+        "SELECT attempts.job_id, count(*) AS n \nFROM attempts \nWHERE attempts.job_id "
+        "IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) GROUP BY "
+        "attempts.job_id",
+        "id_0 id_1 id_2 id_3 id_4 id_5 id_6 id_7 id_8 id_9 id_10 id_11 id_12 id_13 "
+        "id_14 id_15 id_16 id_17 id_18 id_19 id_20 id_21 id_22 id_23 id_24 id_25 id_26 "
+        "id_27 id_28 id_29 id_30 id_31 id_32 id_33 id_34 id_35 id_36 id_37 id_38 id_39 "
+        "id_40 id_41 id_42 id_43 id_44 id_45 id_46 id_47 id_48 id_49 id_50 id_51 id_52 "
+        "id_53 id_54 id_55 id_56 id_57 id_58 id_59 id_60 id_61 id_62 id_63 id_64 id_65 "
+        "id_66 id_67 id_68 id_69 id_70 id_71 id_72 id_73 id_74 id_75 id_76 id_77 id_78 "
+        "id_79 id_80 id_81 id_82 id_83 id_84 id_85 id_86 id_87 id_88 id_89 id_90 id_91 "
+        "id_92 id_93 id_94 id_95 id_96 id_97 id_98 id_99",
+        {},
+    ),
+    "dependents": (
+        "SELECT job_dependencies.job_id \nFROM job_dependencies \nWHERE "
+        "job_dependencies.after_job_id = ? ORDER BY job_dependencies.job_id",
+        "job_id",
+        {},
+    ),
+    "first_job_id": (
+        "SELECT min(jobs.id) AS n \nFROM jobs",
+        "",
+        {},
     ),
     "insert_event": (
         "INSERT INTO job_events (job_id, at, event, worker_id, detail) VALUES (?, ?, ?, ?, ?)",
-        (
-            "b_job",
-            "b_at",
-            "b_event",
-            "b_worker",
-            "b_detail",
-        ),
+        "b_job b_at b_event b_worker b_detail",
         {},
     ),
     "insert_job": (
@@ -46,26 +72,315 @@ STATEMENTS: dict[str, tuple[str, tuple[str, ...], dict[str, Any]]] = {
         "max_retries, max_crashes, timeout_seconds, idempotency_key, tags, note, cwd, "
         "env, memory_bytes, cpus, require_limits) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
         "?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        (
-            "argv",
-            "state",
-            "queue",
-            "priority",
-            "next_run_at",
-            "created_at",
-            "max_retries",
-            "max_crashes",
-            "timeout_seconds",
-            "idempotency_key",
-            "tags",
-            "note",
-            "cwd",
-            "env",
-            "memory_bytes",
-            "cpus",
-            "require_limits",
-        ),
+        "argv state queue priority next_run_at created_at max_retries max_crashes "
+        "timeout_seconds idempotency_key tags note cwd env memory_bytes cpus "
+        "require_limits",
         {},
     ),
+    "job_attempts": (
+        "SELECT attempts.id, attempts.job_id, attempts.attempt_no, attempts.worker_id, "
+        "attempts.worker_pid, attempts.state, attempts.started_at, "
+        "attempts.finished_at, attempts.exit_code, attempts.error, "
+        "attempts.failure_reason, attempts.stdout_path, attempts.stderr_path, "
+        "attempts.job_pid, attempts.job_pgid, attempts.job_started_at, attempts.cgroup, "
+        "attempts.peak_memory_bytes, attempts.cpu_time_s \nFROM attempts \nWHERE "
+        "attempts.job_id = ? ORDER BY attempts.attempt_no",
+        "job_id",
+        {},
+    ),
+    "job_by_id": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.max_crashes, "
+        "jobs.timeout_seconds, jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, "
+        "jobs.env, jobs.locked_by, jobs.locked_pid, jobs.locked_at, jobs.heartbeat_at, "
+        "jobs.last_exit_code, jobs.last_error, jobs.last_failure_reason, "
+        "jobs.memory_bytes, jobs.cpus, jobs.require_limits \nFROM jobs \nWHERE jobs.id "
+        "= ?",
+        "id",
+        {},
+    ),
+    "job_events": (
+        "SELECT job_events.id, job_events.job_id, job_events.at, job_events.event, "
+        "job_events.worker_id, job_events.detail \nFROM job_events \nWHERE "
+        "job_events.job_id = ? ORDER BY job_events.id",
+        "job_id",
+        {},
+    ),
+    "lane_counts": (
+        "SELECT jobs.state, jobs.queue, count(*) AS n, count(*) FILTER (WHERE "
+        "jobs.next_run_at > ?) AS future \nFROM jobs GROUP BY jobs.state, jobs.queue",
+        "now",
+        {},
+    ),
+    "last_attempt_paths": (
+        "SELECT attempts.stdout_path, attempts.stderr_path \nFROM attempts \nWHERE "
+        "attempts.job_id = ? ORDER BY attempts.attempt_no DESC\n LIMIT ? OFFSET ?",
+        "job_id param_1 param_2",
+        {"param_1": 1, "param_2": 0},
+    ),
+    "list": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs ORDER BY jobs.id DESC",
+        "",
+        {},
+    ),
+    "list_lane": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.queue = ? ORDER "
+        "BY jobs.id DESC",
+        "lane",
+        {},
+    ),
+    "list_lane_limit": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.queue = ? ORDER "
+        "BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "lane limit param_1",
+        {"param_1": 0},
+    ),
+    "list_lane_priority": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.queue = ? AND "
+        "jobs.priority >= ? ORDER BY jobs.id DESC",
+        "lane priority_min",
+        {},
+    ),
+    "list_lane_priority_limit": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.queue = ? AND "
+        "jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "lane priority_min limit param_1",
+        {"param_1": 0},
+    ),
+    "list_limit": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs ORDER BY jobs.id DESC\n LIMIT "
+        "? OFFSET ?",
+        "limit param_1",
+        {"param_1": 0},
+    ),
+    "list_priority": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.priority >= ? "
+        "ORDER BY jobs.id DESC",
+        "priority_min",
+        {},
+    ),
+    "list_priority_limit": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.priority >= ? "
+        "ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "priority_min limit param_1",
+        {"param_1": 0},
+    ),
+    "list_state": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? ORDER "
+        "BY jobs.id DESC",
+        "state",
+        {},
+    ),
+    "list_state_lane": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
+        "jobs.queue = ? ORDER BY jobs.id DESC",
+        "state lane",
+        {},
+    ),
+    "list_state_lane_limit": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
+        "jobs.queue = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "state lane limit param_1",
+        {"param_1": 0},
+    ),
+    "list_state_lane_priority": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
+        "jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
+        "state lane priority_min",
+        {},
+    ),
+    "list_state_lane_priority_limit": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
+        "jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "state lane priority_min limit param_1",
+        {"param_1": 0},
+    ),
+    "list_state_limit": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? ORDER "
+        "BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "state limit param_1",
+        {"param_1": 0},
+    ),
+    "list_state_priority": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
+        "jobs.priority >= ? ORDER BY jobs.id DESC",
+        "state priority_min",
+        {},
+    ),
+    "list_state_priority_limit": (
+        "SELECT jobs.id, jobs.argv, jobs.state, jobs.queue, jobs.priority, "
+        "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
+        "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
+        "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
+        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
+        "jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "state priority_min limit param_1",
+        {"param_1": 0},
+    ),
+    "next_schedule": (
+        "SELECT schedules.name, schedules.next_fire_at \nFROM schedules \nWHERE "
+        "schedules.paused_at IS NULL ORDER BY schedules.next_fire_at\n LIMIT ? OFFSET ?",
+        "param_1 param_2",
+        {"param_1": 1, "param_2": 0},
+    ),
+    "orphan_flags": (
+        "SELECT job_events.job_id, job_events.at, job_events.detail, attempts.id AS "
+        "attempt_id \nFROM job_events JOIN jobs ON jobs.id = job_events.job_id JOIN "
+        "attempts ON attempts.job_id = jobs.id AND attempts.state = ? \nWHERE "
+        "jobs.state = ? AND job_events.event = ? ORDER BY job_events.id",
+        "state_1 state_2 event_1",
+        {"event_1": "orphan_unconfirmed", "state_1": "running", "state_2": "running"},
+    ),
+    "paused_lanes": (
+        "SELECT lanes.queue, lanes.paused_at, lanes.paused_by, lanes.reason \nFROM "
+        "lanes ORDER BY lanes.queue",
+        "",
+        {},
+    ),
+    "recent_dead": (
+        "SELECT jobs.id, jobs.argv, jobs.attempts, jobs.crashes, jobs.last_error, "
+        "jobs.finished_at \nFROM jobs \nWHERE jobs.state = ? ORDER BY jobs.finished_at "
+        "DESC\n LIMIT ? OFFSET ?",
+        "state_1 limit param_1",
+        {"param_1": 0, "state_1": "dead"},
+    ),
+    "recent_dead_all": (
+        "SELECT jobs.id, jobs.argv, jobs.attempts, jobs.crashes, jobs.last_error, "
+        "jobs.finished_at \nFROM jobs \nWHERE jobs.state = ? ORDER BY jobs.finished_at "
+        "DESC",
+        "state_1",
+        {"state_1": "dead"},
+    ),
+    "schedule_count": (
+        "SELECT count(*) AS n \nFROM schedules",
+        "",
+        {},
+    ),
+    "server_waits_all": (
+        "SELECT job_events.worker_id, job_events.detail \nFROM job_events JOIN workers "
+        "ON workers.id = job_events.worker_id AND job_events.at >= workers.started_at "
+        "\nWHERE job_events.job_id IS NULL AND job_events.event = ? ORDER BY "
+        "job_events.id",
+        "event_1",
+        {"event_1": "waited_for_server"},
+    ),
+    "server_waits_running": (
+        "SELECT job_events.worker_id, job_events.detail \nFROM job_events JOIN workers "
+        "ON workers.id = job_events.worker_id AND job_events.at >= workers.started_at "
+        "\nWHERE job_events.job_id IS NULL AND job_events.event = ? AND workers.state = "
+        "? ORDER BY job_events.id",
+        "event_1 state_1",
+        {"event_1": "waited_for_server", "state_1": "running"},
+    ),
+    "waiting_for_limits": (
+        "SELECT jobs.id \nFROM jobs \nWHERE jobs.state = 'queued' AND "
+        "jobs.require_limits = 1 AND jobs.next_run_at <= ? ORDER BY jobs.id\n LIMIT ? "
+        "OFFSET ?",
+        "now param_1 param_2",
+        {"param_1": 20, "param_2": 0},
+    ),
+    "waits_for": (
+        "SELECT job_dependencies.job_id, job_dependencies.after_job_id, jobs.state "
+        "\nFROM job_dependencies JOIN jobs ON jobs.id = job_dependencies.after_job_id "
+        "\nWHERE job_dependencies.job_id IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?) ORDER BY job_dependencies.job_id, "
+        "job_dependencies.after_job_id",
+        "id_0 id_1 id_2 id_3 id_4 id_5 id_6 id_7 id_8 id_9 id_10 id_11 id_12 id_13 "
+        "id_14 id_15 id_16 id_17 id_18 id_19 id_20 id_21 id_22 id_23 id_24 id_25 id_26 "
+        "id_27 id_28 id_29 id_30 id_31 id_32 id_33 id_34 id_35 id_36 id_37 id_38 id_39 "
+        "id_40 id_41 id_42 id_43 id_44 id_45 id_46 id_47 id_48 id_49 id_50 id_51 id_52 "
+        "id_53 id_54 id_55 id_56 id_57 id_58 id_59 id_60 id_61 id_62 id_63 id_64 id_65 "
+        "id_66 id_67 id_68 id_69 id_70 id_71 id_72 id_73 id_74 id_75 id_76 id_77 id_78 "
+        "id_79 id_80 id_81 id_82 id_83 id_84 id_85 id_86 id_87 id_88 id_89 id_90 id_91 "
+        "id_92 id_93 id_94 id_95 id_96 id_97 id_98 id_99",
+        {},
+    ),
+    "worker_jobs": (
+        "SELECT jobs.id \nFROM jobs \nWHERE jobs.state = ? AND jobs.locked_by = ?",
+        "state_1 worker",
+        {"state_1": "running"},
+    ),
+    "workers_all": (
+        "SELECT workers.id, workers.hostname, workers.pid, workers.process_started_at, "
+        "workers.boot_id, workers.queue, workers.slots, workers.concurrency, "
+        "workers.started_at, workers.heartbeat_at, workers.stopped_at, workers.state, "
+        "workers.jobs_run, workers.pid_space \nFROM workers ORDER BY workers.started_at",
+        "",
+        {},
+    ),
+    "workers_running": (
+        "SELECT workers.id, workers.hostname, workers.pid, workers.process_started_at, "
+        "workers.boot_id, workers.queue, workers.slots, workers.concurrency, "
+        "workers.started_at, workers.heartbeat_at, workers.stopped_at, workers.state, "
+        "workers.jobs_run, workers.pid_space \nFROM workers \nWHERE workers.state = ? "
+        "ORDER BY workers.started_at",
+        "state_1",
+        {"state_1": "running"},
+    ),
 }
-"""Name -> (SQL, its bind names in order, the binds it sets itself)."""
+"""Name -> (SQL, its bind names in order, space-separated, the binds it
+sets itself)."""

@@ -21,7 +21,9 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, union
 
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import jobs, lanes, workers
+from spoolctl.services import readings
 from spoolctl.services.events import record_event
+from spoolctl.services.statements import reads
 from spoolctl.states import EventKind, WorkerState
 
 
@@ -89,6 +91,6 @@ def resume_lanes(conn: Connection, names: list[str] | None, *, by: str, now: flo
 
 
 def paused_lanes(conn: Connection) -> list[dict[str, Any]]:
-    """Every paused lane: queue (its name), paused_at, paused_by, reason."""
-    rows = conn.execute(select(lanes).order_by(lanes.c.queue)).mappings()
-    return [dict(row) for row in rows]
+    """Every paused lane: queue (its name), paused_at, paused_by, reason (a
+    named statement: `services/readings.py`)."""
+    return readings.paused_lanes(reads(conn))

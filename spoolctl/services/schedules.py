@@ -11,14 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from spoolctl.db import codec
 from spoolctl.db.tables import jobs, schedule_occurrences, schedules
 from spoolctl.errors import Conflict, InvalidInput, NotFound
+from spoolctl.services import readings
 from spoolctl.services.events import record_event
 from spoolctl.services.fire_times import Recurrence
 from spoolctl.services.job_spec import SCHEDULED, JobSpec
+from spoolctl.services.statements import reads
 from spoolctl.states import CatchUp, EventKind, Overlap
 
 UPCOMING = 3
@@ -225,13 +227,6 @@ def fire_times(conn: Connection) -> list[tuple[str, float, bool]]:
 
 
 def summary(conn: Connection) -> dict[str, Any]:
-    """For `status`: how many schedules, and the next one due."""
-    count = conn.execute(select(func.count()).select_from(schedules)).scalar() or 0
-    row = conn.execute(
-        select(schedules.c.name, schedules.c.next_fire_at)
-        .where(schedules.c.paused_at.is_(None))
-        .order_by(schedules.c.next_fire_at)
-        .limit(1)
-    ).first()
-    nxt = None if row is None else {"name": row.name, "at": row.next_fire_at}
-    return {"count": int(count), "next": nxt}
+    """For `status`: how many schedules, and the next one due (named
+    statements: `services/readings.py`)."""
+    return readings.schedule_summary(reads(conn))

@@ -32,6 +32,7 @@ from spoolctl.db.lean import (
     is_busy,
     revision_of,
 )
+from spoolctl.db.lean import peek_uri as peek_uri  # where the drivers' modules find it
 from spoolctl.errors import DiskFull, Locked, StorageFault
 
 if TYPE_CHECKING:
@@ -114,24 +115,6 @@ def check_header(db_path: Path) -> None:
         return  # missing or unreadable: the connection reports it
     if 0 < size < MIN_PAGE_SIZE:
         raise unusable_file("file is not a database", str(db_path))
-
-
-def peek_uri(db_path: Path) -> str:
-    """The `file:` URI of a read-only engine that creates, changes and removes
-    no file.
-
-    Without a `-wal` and `-shm` beside it the file is opened immutable: SQLite
-    takes no lock and makes no `-shm`/`-wal` even for a WAL-mode file, so a
-    file that is then refused is left exactly as it was found. With both
-    present (a queue in use) it is opened read-only, which sees committed WAL
-    content and, unlike a read-write connection, never checkpoints on close.
-    (An immutable read takes no lock: it could see a torn page of a file being
-    written in rollback-journal mode, which only `migrate` does, on a file it
-    creates or adopts, before switching it to WAL.)
-    """
-    side = [db_path.with_name(db_path.name + suffix).exists() for suffix in ("-wal", "-shm")]
-    options = "mode=ro" if all(side) else "mode=ro&immutable=1"
-    return f"file:{quote(str(db_path))}?{options}"
 
 
 def switch_to_wal(engine: Engine, timeout_s: float) -> None:

@@ -1,0 +1,138 @@
+"""The text of `status`, `list` and `show` for people. Light (no click, no
+SQLAlchemy): the click verbs (`cli/status.py`, `cli/inspect.py`) and the
+lean path (`cli/lean_read.py`) both write it, so both write the same bytes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from spoolctl.cli.look import age, style, table
+from spoolctl.text import shown, shown_argv
+
+STATE_COLORS = {
+    "done": "green",
+    "dead": "red",
+    "running": "cyan",
+    "canceled": "yellow",
+    "waiting": "blue",
+}
+
+
+def command_text(argv: list[str] | None, damaged: str = "(damaged)") -> str:
+    """A job's command as the shell would read it back, escaped (see
+    `spoolctl.text.shown_argv`)."""
+    return shown_argv(argv) if argv else damaged
+
+
+def status_text(data: dict[str, Any], now: float) -> str:
+    counts = data["counts"]
+    parts = [
+        f"{style(shown(k), fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"
+    ]
+    lines = ["jobs: " + "  ".join(parts) + f"  (scheduled {data['scheduled']})"]
+    if data["queues"]:
+        rows = [
+            [
+                shown(name) + (" (paused)" if q.get("paused") else ""),
+                str(q["counts"]["queued"]),
+                str(q["counts"]["running"]),
+                str(q["counts"].get("waiting", 0)),
+                str(q["scheduled"]),
+            ]
+            for name, q in sorted(data["queues"].items())
+        ]
+        lines += ["", table(["QUEUE", "QUEUED", "RUNNING", "WAITING", "SCHEDULED"], rows)]
+    if data["recent_dead"]:
+        rows = [
+            [
+                str(d["id"]),
+                command_text(d["argv"], "?")[:50],
+                shown(d["attempts"]),
+                shown(d["last_error"] or "")[:40],
+                age(d["finished_at"], now),
+            ]
+            for d in data["recent_dead"]
+        ]
+        lines += ["", table(["DEAD", "COMMAND", "FAILURES", "LAST ERROR", "FINISHED"], rows)]
+    plan = data.get("schedules") or {"count": 0, "next": None}
+    if plan["count"]:
+        nxt = plan["next"]
+        due = "all paused" if nxt is None else f"next: {shown(nxt['name'])} {age(nxt['at'], now)}"
+        lines += ["", f"schedules: {plan['count']} ({due})"]
+    workers = data["workers"]
+    lines += ["", f"workers: {len(workers)} live"]
+    if workers:
+        rows = [
+            [
+                shown(w["id"]),
+                shown(w["queue"]),
+                shown(w["pid"]),
+                ",".join(map(str, w["running_jobs"])) or "-",
+                "?" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f}s",
+            ]
+            for w in workers
+        ]
+        lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))
+    lines += orphans_text(data["orphans_unconfirmed"], now)
+    lines += paused_text(data.get("paused_lanes", []), now)
+    waiting = data.get("waiting_for_limits") or []
+    if waiting:
+        listed = ", ".join(map(str, waiting))
+        lines += ["", f"waiting for a worker that can enforce their limits: job(s) {listed}"]
+    return "\n".join(lines)
+
+
+def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
+    """Jobs kept running because their dead worker's process may still run."""
+    if not orphans:
+        return []
+    rows = [
+        [
+            str(o["job_id"]),
+            "?" if o["pid"] is None else str(o["pid"]),
+            shown(o["dead_worker"] or "?"),
+            age(o["since"], now),
+            shown(o["reason"] or "")[:60],
+        ]
+        for o in orphans
+    ]
+    heading = style(f"unconfirmed orphans: {len(orphans)} (kept running, not requeued)", fg="red")
+    return ["", heading, table(["JOB", "PID", "DEAD WORKER", "SINCE", "WHY"], rows)]
+
+
+def paused_text(paused: list[dict[str, Any]], now: float) -> list[str]:
+    if not paused:
+        return []
+    rows = [
+        [
+            shown(p["queue"]),
+            age(p["paused_at"], now),
+            shown(p["paused_by"]),
+            shown(p["reason"] or "")[:50],
+        ]
+        for p in paused
+    ]
+    heading = style(f"paused lanes: {len(paused)} (spoolctl resume QUEUE)", fg="yellow")
+    return ["", heading, table(["LANE", "SINCE", "BY", "REASON"], rows)]
+
+
+def list_text(jobs: list[dict[str, Any]]) -> str:
+    if not jobs:
+        return "no jobs"
+    now = time.time()
+    rows = [
+        [
+            str(j["id"]),
+            style(shown(j["state"]), fg=STATE_COLORS.get(j["state"])),
+            shown(j["queue"]),
+            shown(j["priority"]),
+            str(j["attempts_total"]),
+            shown(j["attempts"]),
+            age(j["created_at"], now),
+            command_text(j["argv"])[:60],
+        ]
+        for j in jobs
+    ]
+    headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
+    return table(headers, rows)
