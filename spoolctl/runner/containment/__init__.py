@@ -80,6 +80,10 @@ class Cell:
     def __init__(self, pairs: list[tuple[Site, str]]) -> None:
         self.pairs = pairs
         self.closed = False
+        self._emptied = False
+        """Seen with no process once its job had started: nothing can come
+        into it again (no process is left to fork, and nothing moves one in),
+        so closing it only removes its directories."""
 
     @property
     def primary(self) -> str:
@@ -141,13 +145,17 @@ class Cell:
         return True
 
     def populated(self) -> bool:
-        return cgroup.populated(self.primary)
+        found = cgroup.populated(self.primary)
+        self._emptied = self._emptied or not found
+        return found
 
     def signal(self, sig: int) -> bool:
         """sig to every process of the attempt; whether there was any."""
         import signal as signals
 
-        return cgroup.signal_all(self.primary, signals.Signals(sig))
+        found = cgroup.signal_all(self.primary, signals.Signals(sig))
+        self._emptied = self._emptied or not found
+        return found
 
     def kill(self) -> None:
         with suppress(OSError):
@@ -175,7 +183,10 @@ class Cell:
         if self.closed:
             return True
         self.closed = True
-        return end_dirs([d for _, d in self.pairs], wait_s)
+        directories = [d for _, d in self.pairs]
+        if self._emptied:
+            return all([cgroup.remove(d) for d in directories])
+        return end_dirs(directories, wait_s)
 
 
 def end_dirs(directories: list[str], wait_s: float) -> bool:
