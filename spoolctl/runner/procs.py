@@ -18,9 +18,15 @@ import time
 from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-import psutil
+from spoolctl.runner.starttime import boot_time as boot_time
+from spoolctl.runner.starttime import process_start_time as process_start_time
+
+if TYPE_CHECKING:
+    import psutil
+else:
+    from spoolctl.runner.starttime import PSUTIL_ON_FIRST_USE as psutil
 
 START_TIME_TOLERANCE_S = 1.0
 WORKER_MARKER = "spoolctl"
@@ -51,7 +57,7 @@ def hostname() -> str:
 def boot_id() -> str:
     """Identifies this boot of the machine: a different value means a restart
     (SPOOLCTL_TEST_BOOT_ID poses as another machine)."""
-    return os.environ.get("SPOOLCTL_TEST_BOOT_ID") or f"{psutil.boot_time():.0f}"
+    return os.environ.get("SPOOLCTL_TEST_BOOT_ID") or f"{boot_time():.0f}"
 
 
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
@@ -107,18 +113,6 @@ def _init_started() -> str:
             return handle.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return "?"
-
-
-def boot_time() -> float:
-    """When this machine booted: no process of ours can have locked anything before."""
-    return float(psutil.boot_time())
-
-
-def process_start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except (psutil.Error, OSError):
-        return None
 
 
 def self_identity() -> ProcessIdentity:

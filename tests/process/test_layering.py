@@ -64,6 +64,19 @@ def test_add_path_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
+def test_worker_start_imports_neither_alembic_nor_psutil(tmp_path: Path) -> None:
+    """A worker asks /proc for start times (its own, its jobs'): psutil is
+    imported only where a reap or a liveness check needs it."""
+    db = tmp_path / "q" / "queue.db"
+    modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)
+    envelope, loaded = modules_after(["work", "--drain", "--db", str(db), "--json"], tmp_path)
+    assert envelope["data"]["executed"] == 1, envelope
+    assert "spoolctl.worker" in loaded
+    assert not any(m.split(".")[0] == "alembic" for m in loaded)
+    assert "psutil" not in loaded
+
+
+@pytest.mark.subprocess
 def test_status_path_imports_neither_alembic_nor_postgresql(tmp_path: Path) -> None:
     db = tmp_path / "q" / "queue.db"
     modules_after(["add", "--db", str(db), "--json", "--", "true"], tmp_path)

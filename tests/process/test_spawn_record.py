@@ -181,3 +181,24 @@ def test_an_orphan_left_unconfirmed_is_logged_once(
     assert [t["event"] for t in told] == ["orphan_unconfirmed"], told
     assert events_of(db, job_id).count("orphan_unconfirmed") == 1
     assert job(db, job_id)["state"] == "running"
+
+
+def test_start_times_read_from_proc_are_psutils() -> None:
+    """The spawn record's start time is read from /proc without psutil; a
+    reaper confirms it with psutil's create_time: both must say the same for
+    a living job, a zombie, this process and PID 1, and nothing for a pid
+    that is gone."""
+    import psutil
+
+    child = subprocess.Popen(["sleep", "30"])
+    exited = subprocess.Popen(["true"])
+    try:
+        wait_for(lambda: psutil.Process(exited.pid).status() == psutil.STATUS_ZOMBIE)
+        for pid in (child.pid, exited.pid, os.getpid(), 1):
+            assert procs.process_start_time(pid) == psutil.Process(pid).create_time(), pid
+        assert procs.boot_time() == psutil.boot_time()
+    finally:
+        child.kill()
+        child.wait()
+        exited.wait()
+    assert procs.process_start_time(exited.pid) is None
