@@ -150,18 +150,8 @@ class LeanQueue:
     def open(cls, path: Path, busy_timeout_s: float) -> LeanQueue:
         """Opened as a write engine opens it; Unanswered where the file is
         missing, too short to be a database, or not at this code's revision."""
-        if lean_sql.HEAD_REVISION != HEAD_REVISION:
-            raise Unanswered("the lean statements were compiled for another revision")
+        conn = _connected(path, busy_timeout_s, peek_first=False)
         try:
-            if os.stat(path).st_size < MIN_PAGE_SIZE:
-                raise Unanswered("no queue in the file yet")
-            conn = sqlite3.connect(
-                f"file:{quote(str(path))}?mode=rw", uri=True, timeout=busy_timeout_s
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise Unanswered(str(exc)) from None
-        try:
-            conn.isolation_level = None
             if revision_of(conn.cursor()) != HEAD_REVISION:
                 raise Unanswered("not at this code's revision")
             for pragma in (
@@ -185,25 +175,8 @@ class LeanQueue:
         then the file opened as a read engine opens it. Unanswered where the
         file is missing, too short to be a database, or not at this code's
         revision (no queue yet: the full path answers NO_QUEUE)."""
-        if lean_sql.HEAD_REVISION != HEAD_REVISION:
-            raise Unanswered("the lean statements were compiled for another revision")
+        conn = _connected(path, busy_timeout_s, peek_first=True)
         try:
-            if os.stat(path).st_size < MIN_PAGE_SIZE:
-                raise Unanswered("no queue in the file yet")
-            peek = sqlite3.connect(peek_uri(path), uri=True, timeout=busy_timeout_s)
-            try:
-                found = revision_of(peek.cursor())
-            finally:
-                peek.close()
-            if found != HEAD_REVISION:
-                raise Unanswered("not at this code's revision")
-            conn = sqlite3.connect(
-                f"file:{quote(str(path))}?mode=rw", uri=True, timeout=busy_timeout_s
-            )
-        except (OSError, sqlite3.Error) as exc:
-            raise Unanswered(str(exc)) from None
-        try:
-            conn.isolation_level = None
             for pragma in ("foreign_keys=ON", "synchronous=NORMAL"):
                 conn.execute(f"PRAGMA {pragma}")
         except sqlite3.Error as exc:
@@ -270,3 +243,28 @@ class LeanQueue:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _connected(path: Path, busy_timeout_s: float, *, peek_first: bool) -> sqlite3.Connection:
+    """A connection to the queue file (`mode=rw`: never created by it), in
+    autocommit so that our BEGIN is the one sent; with peek_first, only once
+    a look that leaves no trace found the code's revision. Unanswered where
+    the lean statements, the file or its revision are not this code's."""
+    if lean_sql.HEAD_REVISION != HEAD_REVISION:
+        raise Unanswered("the lean statements were compiled for another revision")
+    try:
+        if os.stat(path).st_size < MIN_PAGE_SIZE:
+            raise Unanswered("no queue in the file yet")
+        if peek_first:
+            peek = sqlite3.connect(peek_uri(path), uri=True, timeout=busy_timeout_s)
+            try:
+                found = revision_of(peek.cursor())
+            finally:
+                peek.close()
+            if found != HEAD_REVISION:
+                raise Unanswered("not at this code's revision")
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True, timeout=busy_timeout_s)
+    except (OSError, sqlite3.Error) as exc:
+        raise Unanswered(str(exc)) from None
+    conn.isolation_level = None
+    return conn

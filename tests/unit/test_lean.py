@@ -108,15 +108,7 @@ def _run(
     path answered."""
     shutil.rmtree(path.parent, ignore_errors=True)
     shutil.copytree(seed.parent, path.parent)
-    line = ["add", "--db", str(path), *args]
-    capsys.readouterr()
-    answered = False
-    if full:
-        code = app.run(line)
-    else:
-        found = lean.answer(line)
-        answered = found is not None
-        code = found if found is not None else cli.run(line)
+    code, answered = _answer(["add", "--db", str(path), *args], capsys, full=full)
     out, err = capsys.readouterr()
     with sqlite3.connect(path) as conn:
         stored = [
@@ -373,15 +365,7 @@ def _dump(db: Path) -> list[Any]:
 def _read_run(
     db: Path, args: list[str], capsys: pytest.CaptureFixture[str], *, full: bool
 ) -> tuple[tuple[int, str, str], bool]:
-    line = [args[0], "--db", str(db), *args[1:]]
-    capsys.readouterr()
-    answered = False
-    if full:
-        code = app.run(line)
-    else:
-        found = lean.answer(line)
-        answered = found is not None
-        code = found if found is not None else cli.run(line)
+    code, answered = _answer([args[0], "--db", str(db), *args[1:]], capsys, full=full)
     out, err = capsys.readouterr()
     return (code, VARYING.sub(r'"\1": "?"', out), err), answered
 
@@ -507,3 +491,16 @@ def test_the_request_id_is_a_random_uuid() -> None:
         found = uuid.UUID(hex=random_uuid_hex())
         assert (found.version, found.variant) == (4, uuid.RFC_4122)
         assert found.hex == str(found).replace("-", "")
+
+
+def _answer(line: list[str], capsys: pytest.CaptureFixture[str], *, full: bool) -> tuple[int, bool]:
+    """Run one command line (output captured since a clean slate) by the
+    click verb alone (full) or as `spoolctl.cli.run` does (the lean path,
+    else the click verb): its exit code, and whether the lean path answered."""
+    capsys.readouterr()
+    if full:
+        return app.run(line), False
+    found = lean.answer(line)
+    if found is not None:
+        return found, True
+    return cli.run(line), False
