@@ -28,7 +28,19 @@ def run(args: list[str]) -> int:
     """Parse and run one command line; return the exit code. Never raises."""
     from spoolctl.cli.lean import answer
 
-    code = answer(args)
+    try:
+        code = answer(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # totality, as the click group's: no traceback reaches a user
+        from spoolctl.cli.reply import emit_error
+        from spoolctl.cli.verbs import verb_of, wants_json
+        from spoolctl.errors import Internal
+
+        error = Internal(f"unexpected {type(exc).__name__}: {exc}")
+        return emit_error(error, wants_json(args), verb_of(args))
     if code is not None:
         return code
     from spoolctl.cli.app import run as run_app

@@ -12,7 +12,7 @@ import click
 from spoolctl import __version__
 from spoolctl.cli.render import from_click, unknown_command
 from spoolctl.cli.reply import emit_error
-from spoolctl.cli.verbs import FAMILY_HELP, GROUPS, VERBS, available_verbs, verb_of
+from spoolctl.cli.verbs import FAMILY_HELP, GROUPS, VERBS, available_verbs, verb_of, wants_json
 from spoolctl.errors import Internal, InvalidInput, MissingRequired, SpoolError
 
 
@@ -133,14 +133,9 @@ def cli(ctx: click.Context) -> None:
         raise MissingRequired("no verb given; run `spoolctl --help`", verbs=available_verbs())
 
 
-def _wants_json(args: list[str]) -> bool:
-    head = args[: args.index("--")] if "--" in args else args
-    return "--json" in head
-
-
 def run(args: list[str]) -> int:
     """Parse and run one command line; return the exit code. Never raises."""
-    as_json = _wants_json(args)
+    as_json = wants_json(args)
     verb = verb_of(args)
     if args and all(a == "--json" for a in args):
         return emit_error(MissingRequired("no verb given; run `spoolctl --help`"), as_json)

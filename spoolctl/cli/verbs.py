@@ -70,3 +70,9 @@ def available_verbs() -> list[str]:
         if importlib.util.find_spec(module) is not None:
             found.append(name)
     return sorted(found)
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether a command line asks for JSON (`--json` before any `--`)."""
+    head = args[: args.index("--")] if "--" in args else args
+    return "--json" in head

@@ -22,6 +22,7 @@ from spoolctl import cli
 from spoolctl.cli import app, lean
 from spoolctl.db import lean_sql
 from spoolctl.db.backends import sqlite_at
+from spoolctl.db.lean import LeanQueue
 from spoolctl.db.revisions import HEAD_REVISION
 from spoolctl.services.statements import LEAN, lean_sql_module
 from tests.unit.test_add import REJECTED
@@ -504,3 +505,18 @@ def _answer(line: list[str], capsys: pytest.CaptureFixture[str], *, full: bool) 
     if found is not None:
         return found, True
     return cli.run(line), False
+
+
+def test_an_unexpected_error_on_the_lean_path_is_internal_not_a_traceback(
+    seeded: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def broken(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(LeanQueue, "write", broken)
+    code = cli.run(["add", "--db", str(seeded), "--json", "--", "true"])
+    out = capsys.readouterr().out
+    assert code == 3 and '"INTERNAL"' in out and "unexpected RuntimeError: a bug" in out
+    with sqlite3.connect(seeded) as conn:
+        assert conn.execute("SELECT count(*) FROM jobs").fetchone() == (1,)
+    conn.close()
