@@ -10,7 +10,6 @@ machine whose clock is wrong (what the knob cannot reach shows there).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import subprocess
@@ -192,9 +191,7 @@ def test_a_skewed_worker_reaps_a_dead_machines_job_when_its_lease_ends(
     # short job on a loaded machine, and the job must still be running at the kill
     spec = job_spec(runs, 2.0)
     first_waits = 'if [ "$SPOOLCTL_ATTEMPT" = 1 ]; then set -- "$1" 600; fi\n'
-    spec = dataclasses.replace(
-        spec, argv=[*spec.argv[:2], first_waits + spec.argv[2], *spec.argv[3:]]
-    )
+    spec = spec._replace(argv=[*spec.argv[:2], first_waits + spec.argv[2], *spec.argv[3:]])
     (job_id,) = submit_jobs(url, [spec])
     h = fleet.start("h")
     until(url, lambda: running_of(url, h.worker_id), timeout=30, what="h to run the job")
