@@ -25,24 +25,26 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: list[str]) -> int:
-    """Parse and run one command line; return the exit code. Never raises."""
+    """Parse and run one command line; return the exit code. Never raises:
+    the lean path answers, else the click group; whatever neither expected
+    is INTERNAL here, the one catch-all (no traceback reaches a user)."""
     from spoolctl.cli.lean import answer
 
     try:
         code = answer(args)
+        if code is not None:
+            return code
+        from spoolctl.cli.app import run as run_app
+
+        return run_app(args)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # totality, as the click group's: no traceback reaches a user
+    except Exception as exc:  # totality: no traceback ever reaches a user
         from spoolctl.cli.reply import emit_error
         from spoolctl.cli.verbs import verb_of, wants_json
         from spoolctl.errors import Internal
 
         error = Internal(f"unexpected {type(exc).__name__}: {exc}")
         return emit_error(error, wants_json(args), verb_of(args))
-    if code is not None:
-        return code
-    from spoolctl.cli.app import run as run_app
-
-    return run_app(args)

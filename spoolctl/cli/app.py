@@ -13,7 +13,7 @@ from spoolctl import __version__
 from spoolctl.cli.render import from_click, unknown_command
 from spoolctl.cli.reply import emit_error
 from spoolctl.cli.verbs import FAMILY_HELP, GROUPS, VERBS, available_verbs, verb_of, wants_json
-from spoolctl.errors import Internal, InvalidInput, MissingRequired, SpoolError
+from spoolctl.errors import InvalidInput, MissingRequired, SpoolError
 
 
 class LazyGroup(click.Group):
@@ -134,7 +134,9 @@ def cli(ctx: click.Context) -> None:
 
 
 def run(args: list[str]) -> int:
-    """Parse and run one command line; return the exit code. Never raises."""
+    """Parse and run one command line with the click group; return the exit
+    code. Raises only what no verb expected (`spoolctl.cli.run`, the one
+    catch-all, makes that INTERNAL)."""
     as_json = wants_json(args)
     verb = verb_of(args)
     if args and all(a == "--json" for a in args):
@@ -149,10 +151,4 @@ def run(args: list[str]) -> int:
         return emit_error(from_click(exc), as_json, verb)
     except SpoolError as exc:
         return emit_error(exc, as_json, verb)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
-    except Exception as exc:  # totality: no traceback ever reaches a user
-        return emit_error(Internal(f"unexpected {type(exc).__name__}: {exc}"), as_json, verb)
     return int(result) if isinstance(result, int) else 0

@@ -255,6 +255,10 @@ def _connected(path: Path, busy_timeout_s: float, *, peek_first: bool) -> sqlite
     try:
         if os.stat(path).st_size < MIN_PAGE_SIZE:
             raise Unanswered("no queue in the file yet")
+        if not peek_first and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)):
+            # a read-only file, folder or disk: the engine says which, in its words (and a
+            # failed open here would leave SQLite's per-process state of the file to it)
+            raise Unanswered("not writable here")
         if peek_first:
             peek = sqlite3.connect(peek_uri(path), uri=True, timeout=busy_timeout_s)
             try:

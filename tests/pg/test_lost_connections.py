@@ -51,7 +51,7 @@ def test_a_login_refused_stays_unusable() -> None:
 CHECK_IN_AFTER_A_TERMINATION = """
 import sys
 from sqlalchemy import create_engine
-import spoolctl.db  # what every spoolctl process that opens a queue imports
+import spoolctl.db.engine  # what every spoolctl process with an engine imports
 engine = create_engine(sys.argv[1])
 admin = create_engine(sys.argv[1], isolation_level="AUTOCOMMIT")
 raw = engine.raw_connection()

@@ -92,7 +92,16 @@ def test_a_read_only_disk_refuses_every_write_clearly_and_keeps_every_job(
     spool = tmp_path / "spool"
     tmpfs(spool, "8m")
     db = spool / "queue.db"
-    add(db, "true"), add(db, "true")  # through the CLI: its -wal and -shm stay, as in use
+    add(db, "true"), add(db, "true")
+    # as a queue in use leaves it (the last connection to close folds the log
+    # into the file and removes the -wal and -shm): a reader killed open
+    killed_open = (
+        "import os, signal, sqlite3, sys; "
+        "sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM jobs').fetchone(); "
+        "os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    subprocess.run([sys.executable, "-c", killed_open, str(db)], check=False, timeout=60)
+    assert db.with_name("queue.db-wal").exists() and db.with_name("queue.db-shm").exists()
     assert _mount("-o", "remount,ro", str(spool))
 
     failed_with(cli_json("add", "--", "true", db=db), "read_only", "read-only")
