@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import functools
+import signal
 from dataclasses import asdict
 
 import click
 
 from spoolctl.cli.database import no_job, open_existing_write, open_read, open_write
-from spoolctl.cli.options import JOB_ID, Duration, StateList, db_option, json_option, verb
+from spoolctl.cli.options import (
+    JOB_ID,
+    Duration,
+    StateList,
+    _Validated,
+    db_option,
+    json_option,
+    verb,
+)
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import SafetyBlock
+from spoolctl.runner.supervise import TERM_GRACE_S
 from spoolctl.services import prune as pruning
+from spoolctl.services.cancel import GRACEFUL, signal_number
 from spoolctl.services.cancel import cancel as cancel_job
 from spoolctl.services.deadletter import requeue
 from spoolctl.states import JobState
@@ -26,6 +37,26 @@ def existing_queue(db: str | None, job_id: int) -> Queue:
     if queue is None:
         raise no_job(job_id, db)
     return queue
+
+
+class SignalName(_Validated):
+    """A signal by name (TERM, SIGTERM) or number (15)."""
+
+    name = "signal"
+
+    def check(self, value: str) -> int:
+        return signal_number(value)
+
+
+def stop_async(first: int) -> str:
+    """What the owning worker does to a canceled running job, and when."""
+    if first == signal.SIGKILL:
+        return KILL_ASYNC
+    name = signal.Signals(first).name
+    return (
+        f"the owning worker sends {name} to the job's process group at its next heartbeat, "
+        f"then SIGKILL after {TERM_GRACE_S:g} s"
+    )
 
 
 @verb(
@@ -77,27 +108,57 @@ def retry(job_id: int, force: bool, with_dependents: bool, db: str | None, as_js
 
 @verb(
     "cancel",
+    exclusive=(("now", "signal_name"),),
     mutates=True,
     destructive="only with --running",
     idempotent=False,
-    examples=("spoolctl cancel 42", "spoolctl cancel 42 --running --yes"),
+    examples=(
+        "spoolctl cancel 42",
+        "spoolctl cancel 42 --running --yes",
+        "spoolctl cancel 42 --running --yes --now",
+    ),
 )
 @click.argument("job_id", type=JOB_ID)
 @click.option("--running", is_flag=True, help="Also cancel a running job (needs --yes).")
 @click.option("--yes", "-y", "yes", is_flag=True, help="Confirm stopping a running job.")
+@click.option(
+    "--signal",
+    "signal_name",
+    type=SignalName(),
+    default=None,
+    help="The first signal a running job's group gets (default TERM); KILL follows after 5 s.",
+)
+@click.option("--now", is_flag=True, help="SIGKILL a running job's group at once, no grace.")
 @db_option
 @json_option
-def cancel(job_id: int, running: bool, yes: bool, db: str | None, as_json: bool) -> int:
+def cancel(
+    job_id: int,
+    running: bool,
+    yes: bool,
+    signal_name: int | None,
+    now: bool,
+    db: str | None,
+    as_json: bool,
+) -> int:
     """Cancel a queued or waiting job; with --running --yes also a running one.
 
-    Jobs waiting for it are canceled too (failure reason dependency_failed).
+    A running job is stopped by its worker at its next heartbeat as a
+    timeout stops it: SIGTERM to the job's process group, up to 5 s of
+    grace, then SIGKILL. --signal chooses the first signal (a name such as
+    INT or HUP, or a number); --now sends SIGKILL at once. Jobs waiting for
+    it are canceled too (failure reason dependency_failed).
     """
+    first = signal.SIGKILL if now else signal_name or GRACEFUL
     queue = existing_queue(db, job_id)
-    now = queue.now()
-    done = queue.write(lambda conn: cancel_job(conn, job_id, running_ok=running and yes, now=now))
+    at = queue.now()
+    done = queue.write(
+        lambda conn: cancel_job(
+            conn, job_id, running_ok=running and yes, now=at, first_signal=first
+        )
+    )
     reply = Reply(asdict(done), text=f"Job {job_id} canceled")
     if done.was_running:
-        reply.warn("KILL_ASYNC", KILL_ASYNC)
+        reply.warn("KILL_ASYNC", stop_async(first))
     return emit(reply, as_json)
 
 

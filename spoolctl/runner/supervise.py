@@ -122,6 +122,9 @@ class Execution:
     """The attempt's cgroup, where the worker contains its jobs."""
     usage: containment.Usage | None = None
     """What the cgroup measured, once the attempt is over."""
+    lost: bool = False
+    """The database no longer gives this attempt to its worker (canceled
+    while running): it is being stopped, and its end changes nothing there."""
 
     def start(
         self,
@@ -242,13 +245,14 @@ class Execution:
         ):
             self.kill_now()
 
-    def terminate(self, now: float) -> None:
-        """SIGTERM the group; poll() SIGKILLs it after the grace period."""
+    def terminate(self, now: float, first: int = signal.SIGTERM) -> None:
+        """Send `first` (SIGTERM unless a cancel chose another) to the group;
+        poll() SIGKILLs it after the grace period."""
         if self.proc is not None and self.term_sent_at is None:
             self.term_sent_at = now
-            procs.signal_group(self.proc.pid, signal.SIGTERM)
+            procs.signal_group(self.proc.pid, signal.Signals(first))
             if self.cell is not None:
-                self.cell.signal(signal.SIGTERM)
+                self.cell.signal(first)
 
     def kill_now(self) -> None:
         """SIGKILL the group, and the whole cgroup where the attempt has one

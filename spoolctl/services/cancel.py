@@ -1,13 +1,25 @@
-"""Cancelling jobs: queued ones at once, running ones through their worker."""
+"""Cancelling jobs: queued ones at once, running ones through their worker.
+
+A running job is stopped by its worker, which learns of the cancel at its
+next heartbeat (the heartbeat matches nothing). The first signal it sends
+the job's process group is carried by the `canceled` event's detail
+(`signal`, a name such as `SIGTERM`): SIGTERM unless the canceller chose
+another (`--signal`) or SIGKILL (`--now`). After any signal but SIGKILL the
+worker waits the grace period a timeout waits (`TERM_GRACE_S` in
+runner/supervise.py), then SIGKILLs the group. A `canceled` event without
+the key (written before it existed) means SIGKILL."""
 
 from __future__ import annotations
 
+import json
+import signal as signals
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, update
+from sqlalchemy import Connection, select, update
 
-from spoolctl.db.tables import attempts, jobs
-from spoolctl.errors import Conflict, NotFound, SafetyBlock
+from spoolctl.db.tables import attempts, job_events, jobs
+from spoolctl.errors import Conflict, InvalidInput, NotFound, SafetyBlock
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.events import record_event
@@ -22,14 +34,47 @@ class Canceled:
     was_running: bool
 
 
+GRACEFUL = signals.SIGTERM
+"""The first signal a canceled running job gets unless the canceller chose."""
+
+
+def signal_number(raw: str) -> int:
+    """A signal named as the shell user names it (`TERM`, `SIGTERM`, `term`)
+    or by number (`15`): one this platform knows, never 0."""
+    text = raw.strip()
+    if text.isascii() and text.isdigit():
+        try:
+            return signals.Signals(int(text)).value
+        except ValueError:
+            pass
+    else:
+        name = text.upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        member = getattr(signals.Signals, name, None) if name.isascii() else None
+        if isinstance(member, signals.Signals):
+            return member.value
+    raise InvalidInput(
+        f"expected a signal name or number such as TERM, INT, HUP or 15, got {raw!r}",
+        value=raw,
+    )
+
+
 def cancel(
-    conn: Connection, job_id: int, *, running_ok: bool, now: float, actor: str | None = None
+    conn: Connection,
+    job_id: int,
+    *,
+    running_ok: bool,
+    now: float,
+    actor: str | None = None,
+    first_signal: int = GRACEFUL,
 ) -> Canceled:
     """Cancel a queued or waiting job; a running one only with running_ok (the
-    owning worker sees its heartbeat match nothing and kills the process
-    group). Jobs waiting for it are canceled with `dependency_failed`.
-    `actor` (who asked, when not the CLI: the web dashboard) is written into
-    the `canceled` event's detail as `by`."""
+    owning worker sees its heartbeat match nothing and sends `first_signal`
+    to the job's process group, then SIGKILL after the grace period unless
+    that was SIGKILL already). Jobs waiting for it are canceled with
+    `dependency_failed`. `actor` (who asked, when not the CLI: the web
+    dashboard) is written into the `canceled` event's detail as `by`; a
+    running job's first signal as `signal`."""
     job = get_job_row(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}", job_id=job_id)
@@ -62,8 +107,38 @@ def cancel(
         )
     )
     detail: dict[str, object] = {"was_running": was_running}
+    if was_running:
+        detail["signal"] = signals.Signals(first_signal).name
     if actor is not None:
         detail["by"] = actor
     record_event(conn, job_id, EventKind.CANCELED, now, detail=detail)
     cancel_dependents(conn, job_id, JobState.CANCELED.value, now)
     return Canceled(job_id=job_id, state=JobState.CANCELED.value, was_running=was_running)
+
+
+def first_signals(conn: Connection, job_ids: Iterable[int]) -> dict[int, int]:
+    """For the jobs a worker lost that were canceled while running, the
+    first signal the canceller chose (the newest `canceled` event's
+    `signal`; SIGKILL where it names none). Jobs lost otherwise (reaped,
+    force-retried) are not in the answer: their worker kills them at once."""
+    found: dict[int, int] = {}
+    for job_id in job_ids:
+        state = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar()
+        if state != JobState.CANCELED.value:
+            continue
+        detail = conn.execute(
+            select(job_events.c.detail)
+            .where(job_events.c.job_id == job_id, job_events.c.event == EventKind.CANCELED.value)
+            .order_by(job_events.c.id.desc())
+            .limit(1)
+        ).scalar()
+        found[job_id] = _signal_of(detail)
+    return found
+
+
+def _signal_of(detail: str | None) -> int:
+    try:
+        name = json.loads(detail or "{}").get("signal")
+        return signals.Signals[name].value
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return signals.SIGKILL.value

@@ -6,6 +6,7 @@ the lease fence, which only drives the jobs' processes, never does."""
 from __future__ import annotations
 
 import math
+import signal
 from typing import Protocol
 
 from sqlalchemy import Connection
@@ -13,7 +14,7 @@ from sqlalchemy import Connection
 from spoolctl.db.engine import write_quietly, write_tx
 from spoolctl.errors import StorageFault
 from spoolctl.runner import supervise
-from spoolctl.services import heartbeat, lease, reaper
+from spoolctl.services import cancel, heartbeat, lease, reaper
 from spoolctl.states import FailureReason
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, NEVER, TRANSIENT, Shift
@@ -28,8 +29,12 @@ class Duty(Protocol):
 class Heartbeat:
     """Beat the worker's row and its running jobs; a job the database no
     longer gives this worker (canceled, reaped, force-retried) has its group
-    killed. Also: the queue file must still be the one the worker opened, a
-    claim whose answer was lost is released, and workers that died idle are
+    killed, except a job canceled with a first signal other than SIGKILL
+    (`cancel`'s default SIGTERM): that one gets its signal now and SIGKILL
+    after the grace period, as on a timeout, while the worker goes on
+    (its end is recorded as any, and changes nothing: `Execution.lost`).
+    Also: the queue file must still be the one the worker opened, a claim
+    whose answer was lost is released, and workers that died idle are
     buried."""
 
     def __init__(self, shift: Shift, reaping: Reaping) -> None:
@@ -46,10 +51,11 @@ class Heartbeat:
         if now - shift.last_beat < shift.beat_every:
             return
         self._check_database_file()
-        pairs = [(job_id, e.claim.attempt_id) for job_id, e in shift.running.items()]
+        pairs = [(job_id, e.claim.attempt_id) for job_id, e in shift.running.items() if not e.lost]
         try:
             with shift.report.timings.db, write_tx(shift.engine, LOCK_SLICE_S) as conn:
                 lost = self._beat(conn, pairs, now)
+                first = cancel.first_signals(conn, lost) if lost else {}
         except TRANSIENT:
             shift.backoff.failed(now)
             return
@@ -62,6 +68,11 @@ class Heartbeat:
             self.reaping.bury_dead_workers(now, shift)
         for job_id in lost:
             execution = shift.running[job_id]
+            sig = first.get(job_id, signal.SIGKILL)
+            if sig != signal.SIGKILL and execution.leader_running:
+                execution.lost = True
+                execution.terminate(now, sig)
+                continue
             execution.kill_now()
             execution.wait_blocking()
             shift.finished_one(execution, None, None)

@@ -126,6 +126,11 @@ class Settler:
         """Spawn a claimed job (its claim committed first) in a place of the
         worker's capacity (released when its end is recorded)."""
         shift = self.shift
+        earlier = shift.running.get(claim.job_id)
+        if earlier is not None:  # canceled, in its grace period, and claimed again since
+            earlier.kill_now()
+            earlier.wait_blocking()
+            shift.finished_one(earlier, None, None)
         shift.report.claimed += 1
         execution = supervise.Execution(claim, shift.capacity.allocate(claim))
         with shift.report.timings.spawn:
