@@ -20,12 +20,15 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.outages import outage_notice
+from spoolctl.cli.read_text import command_text
 from spoolctl.cli.render import ProgressLine
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
 from spoolctl.db.outage import ONE_SHOT_WAIT_S
 from spoolctl.db.queue import diagnose, prepare
+from spoolctl.services.outcome import signal_name
+from spoolctl.text import shown
 from spoolctl.worker import AttemptResult, Mode, Worker, WorkerOptions, WorkReport
 
 MAX_CONCURRENCY = 256
@@ -33,7 +36,7 @@ MAX_CONCURRENCY = 256
 
 @verb(
     "work",
-    exclusive=(("once", "drain"),),
+    exclusive=(("once", "drain"), ("quiet", "verbose")),
     mutates=True,
     idempotent=False,
     examples=(
@@ -84,6 +87,16 @@ MAX_CONCURRENCY = 256
     show_default=True,
     help="json: one JSON object per line on stderr for each attempt's start and end and each reap.",
 )
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="No line per job start and end on a terminal (the report lists failures only).",
+)
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="A line per job start and end on stderr even when it is not a terminal.",
+)
 @db_option
 @json_option
 def work(
@@ -95,14 +108,25 @@ def work(
     poll_interval: float,
     concurrency: int,
     log_format: str,
+    quiet: bool,
+    verbose: bool,
     db: str | None,
     as_json: bool,
 ) -> int:
     """Claim and run jobs of one lane.
 
-    Without --once or --drain it runs until SIGINT/SIGTERM: the first signal
-    lets running jobs finish and be recorded, a second kills their process
-    groups. Before each claim the worker reaps jobs of workers that died.
+    Without --once or --drain it runs until SIGINT/SIGTERM (Ctrl-C): the
+    first signal lets running jobs finish and be recorded, and says on
+    stderr which jobs it waits for; a second kills their process groups and
+    requeues each job as a worker crash (counted against --max-crashes, not
+    its retries). Before each claim the worker reaps jobs of workers that
+    died.
+
+    When stderr is a terminal, the worker writes one line on stderr as each
+    job starts and one as it ends (its id, its exit or how it ended, the
+    time it took, and the job's state after); --quiet leaves them out,
+    --verbose writes them when stderr is not a terminal too (a pipe, a log
+    file). The report at the end lists the attempts that did not succeed.
 
     A PostgreSQL server that cannot be reached when the worker starts is
     waited for, trying again after 0.5 s, doubling to 10 s between tries:
@@ -122,7 +146,8 @@ def work(
         concurrency=concurrency,
         server_wait_s=None if mode == "loop" else ONE_SHOT_WAIT_S,
     )
-    progress = ProgressLine(as_json or mode != "drain" or log_format == "json")
+    text_log = log_format == "text" and (verbose or (not quiet and sys.stderr.isatty()))
+    progress = ProgressLine(as_json or mode != "drain" or log_format == "json" or text_log)
     worker = Worker(
         queue_file,
         options,
@@ -132,8 +157,9 @@ def work(
         else None,
         prepare=lambda: prepare(queue_file.driver),
         on_wait=outage_notice(),
-        on_log=json_lines if log_format == "json" else None,
-        on_containment=None if as_json else containment_notice,
+        on_log=json_lines if log_format == "json" else job_lines if text_log else None,
+        on_containment=None if as_json or log_format == "json" else containment_notice,
+        on_stopping=None if log_format == "json" else stopping_notice,
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()
@@ -153,6 +179,97 @@ def json_lines(record: dict[str, Any]) -> None:
     reads lines as they come)."""
     sys.stderr.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
     sys.stderr.flush()
+
+
+def job_lines(record: dict[str, Any]) -> None:
+    """A job's start or end (or a reap) as one line for people on stderr."""
+    line = job_line(record)
+    if line is not None:
+        click.echo(line, err=True)
+
+
+def job_line(record: dict[str, Any]) -> str | None:
+    """The text of one log record (`worker/report.py`'s LogSink): None for
+    what a person's log leaves out (containment is said once, by itself)."""
+    event, job_id = record.get("event"), record.get("job_id")
+    if event == "attempt_started":
+        where = f"attempt {record['attempt_no']}"
+        if record["error"] is not None:
+            return f"job {job_id} {where} could not start: {shown(record['error'])}"
+        return f"job {job_id} started ({where}, pid {record['pid']})"
+    if event == "attempt_ended":
+        took = elapsed(record["duration_s"])
+        return f"job {job_id} ended: {ended_how(record)}, after {took} -> {after(record)}"
+    if event == "reaped":
+        dead = shown(record["dead_worker"])
+        return f"job {job_id} reaped from dead worker {dead} -> {record['job_state']}"
+    return None
+
+
+def ended_how(record: dict[str, Any]) -> str:
+    """How an attempt ended, in a few words: its exit, or the signal that ended it."""
+    result, code, sig = record["result"], record["exit_code"], record["signal"]
+    killed = None if sig is None else signal_name(sig)
+    if result == "timeout":
+        return f"timed out ({killed})" if killed else "timed out"
+    if result == "worker_crash":
+        return f"stopped by its worker ({killed})" if killed else "stopped by its worker"
+    if result == "lost_ownership" and code is None and killed is None:
+        return "killed"
+    if killed is not None and code is not None and code < 0:
+        return f"killed by {killed}"
+    if code is not None:
+        return f"exit {code}"
+    return f"killed by {killed}" if killed else shown(result)
+
+
+def after(record: dict[str, Any]) -> str:
+    """The job's state after the attempt, and what it means for the job."""
+    state = record["job_state"]
+    if state is None:
+        return "taken from this worker (canceled, retried or reaped)"
+    if state == "queued" and record["result"] == "worker_crash":
+        return "queued (a worker crash: its retries are kept)"
+    if state == "queued":
+        return "queued for a retry"
+    return str(state)
+
+
+def elapsed(seconds: float | None) -> str:
+    """1.2s, 12s, 3m05s, 2h04m."""
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+SHOWN_COMMAND = 40
+"""How much of a job's command the stop notice shows."""
+
+
+def stopping_notice(waited: list[tuple[int, list[str]]]) -> None:
+    """At the first Ctrl-C (or SIGTERM): what the worker waits for, and how
+    to stop it now."""
+    jobs = ", ".join(f"{job_id} ({short_command(argv)})" for job_id, argv in waited)
+    what = "job" if len(waited) == 1 else f"{len(waited)} jobs"
+    them = "it" if len(waited) == 1 else "them"
+    click.echo(
+        f"stopping: waiting for the running {what} to end: {jobs}\n"
+        f"press Ctrl-C again (or send SIGTERM) to kill {them} now; "
+        "killed jobs are requeued as a worker crash, their retries kept",
+        err=True,
+    )
+
+
+def short_command(argv: list[str]) -> str:
+    text = command_text(argv)
+    return text if len(text) <= SHOWN_COMMAND else text[: SHOWN_COMMAND - 1] + "…"
 
 
 def containment_notice(status: Any) -> None:

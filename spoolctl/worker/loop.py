@@ -32,6 +32,12 @@ GUARD_FENCE_SHARE = 0.75
 threshold: a live worker has fenced itself at half of it already."""
 HARD_STOP_RECORD_S = 5.0
 """After a second signal, how long the worker tries to record its killed jobs."""
+HARD_STOP_ERROR = "worker stopped by a second signal"
+"""The error of an attempt a worker's forced stop killed: recorded as a
+worker crash (its `max_crashes` budget), never as the job's failure."""
+Stopping = Callable[[list[tuple[int, list[str]]]], None]
+"""Told once, at the first stop signal, the jobs the worker waits for (job
+id and command): `work` says so, and how to force the stop."""
 
 
 class Worker:
@@ -47,6 +53,7 @@ class Worker:
         on_wait: outage.OutageListener | None = None,
         on_log: LogSink | None = None,
         on_containment: Callable[[containment.Status], None] | None = None,
+        on_stopping: Stopping | None = None,
     ) -> None:
         worker_id = options.worker_id or default_worker_id()
         self.shift = shift = Shift(
@@ -66,7 +73,9 @@ class Worker:
         """Told when the worker starts waiting for the server, and when it got through."""
         self.on_containment = on_containment
         """Told once, as the worker starts to serve, which containment its jobs get
-        (with a log sink, the sink gets it as a `containment` record instead)."""
+        (without it, a log sink gets it as a `containment` record)."""
+        self.on_stopping = on_stopping
+        self._told_stopping = False
         self.signals = Signals()
         self.reaping = Reaping(
             shift.engine,
@@ -91,7 +100,9 @@ class Worker:
         self._watch: ChangeWatch | None = None
 
     def _tell_containment(self, status: containment.Status) -> None:
-        if self.shift.log is not None:
+        if self.on_containment is not None:
+            self.on_containment(status)
+        elif self.shift.log is not None:
             self.shift.log(
                 {
                     "event": "containment",
@@ -100,8 +111,6 @@ class Worker:
                     **status.as_dict(),
                 }
             )
-        elif self.on_containment is not None:
-            self.on_containment(status)
 
     @property
     def worker_id(self) -> str:
@@ -165,6 +174,8 @@ class Worker:
             if self.signals.count >= 2:
                 self._hard_stop(now)
                 return
+            if self.signals.count and not self._told_stopping:
+                self._tell_stopping()
             writable = not shift.backoff.blocks(now)
             if writable:
                 self.heartbeat.run(now)
@@ -219,10 +230,20 @@ class Worker:
             return settled or paused
         return False
 
+    def _tell_stopping(self) -> None:
+        """At the first stop signal: what the worker waits for, if anything."""
+        self._told_stopping = True
+        waited = [(job_id, e.claim.argv) for job_id, e in self.shift.running.items() if not e.lost]
+        if waited and self.on_stopping is not None:
+            self.on_stopping(waited)
+
     def _hard_stop(self, now: float) -> None:
+        """Kill every running job's group and record each as a worker crash:
+        requeued (unless its `max_crashes` is spent) with its retries kept,
+        for the job did not fail: its worker was stopped under it."""
         shift = self.shift
         for execution in shift.running.values():
-            execution.force_end(FailureReason.CANCELED, "worker stopped by a second signal")
+            execution.force_end(FailureReason.WORKER_CRASH, HARD_STOP_ERROR)
         for execution in shift.running.values():
             execution.wait_blocking()
         give_up_at = now + HARD_STOP_RECORD_S

@@ -70,7 +70,7 @@ def test_wait_draws_a_progress_line_on_a_tty_only(db: Path) -> None:
 def test_drain_draws_a_progress_line_on_a_tty_only(db: Path) -> None:
     for _ in range(3):
         add(db, "true")
-    argv = [sys.executable, "-m", "spoolctl", "work", "--drain", "--db", str(db)]
+    argv = [sys.executable, "-m", "spoolctl", "work", "--drain", "--quiet", "--db", str(db)]
     drawn = run_in_pty(argv, child_env(), until=b"drained:")
     assert b"\rdraining: 3 attempts (3 succeeded)" in drawn
     assert b"drained: 3 attempts, 3 succeeded" in drawn

@@ -135,7 +135,7 @@ def test_first_signal_lets_the_running_job_finish(db: Db, tmp_path: Path) -> Non
     assert row["stopped_at"] is not None
 
 
-def test_second_signal_kills_the_group_and_records_a_failure(db: Db, tmp_path: Path) -> None:
+def test_second_signal_kills_the_group_and_requeues_as_a_crash(db: Db, tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
     job_id = long_job(db, pidfile)
     worker = start_worker(db)
@@ -147,9 +147,10 @@ def test_second_signal_kills_the_group_and_records_a_failure(db: Db, tmp_path: P
 
     assert worker.returncode == 0 and json.loads(out)["data"]["stopped_by_signal"] is True
     (attempt,) = attempts_of(db, job_id)
-    assert attempt["state"] == "failed"
-    assert attempt["failure_reason"] == "canceled"
-    assert (job(db, job_id)["state"], job(db, job_id)["attempts"]) == ("queued", 1)
+    assert attempt["state"] == "abandoned"
+    assert attempt["failure_reason"] == "worker_crash"
+    row = job(db, job_id)
+    assert (row["state"], row["attempts"], row["crashes"]) == ("queued", 1, 1), "retries kept"
     assert events_of(db, job_id) == ["added", "claimed", "failed"]
     for pid in pids:
         wait_for(lambda pid=pid: not pid_alive(pid), 3, what=f"pid {pid} to die")
