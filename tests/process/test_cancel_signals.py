@@ -27,7 +27,7 @@ from tests.helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.subprocess]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends, pytest.mark.subprocess]
 
 FAST = {"SPOOLCTL_TEST_HEARTBEAT_INTERVAL": "0.2"}
 
