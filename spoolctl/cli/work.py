@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -159,7 +160,7 @@ def work(
         on_wait=outage_notice(),
         on_log=json_lines if log_format == "json" else job_lines if text_log else None,
         on_containment=None if as_json or log_format == "json" else containment_notice,
-        on_stopping=None if log_format == "json" else stopping_notice,
+        on_stopping=None if log_format == "json" else clearing(progress, stopping_notice),
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
     gc.freeze()
@@ -251,12 +252,29 @@ def elapsed(seconds: float | None) -> str:
 
 SHOWN_COMMAND = 40
 """How much of a job's command the stop notice shows."""
+SHOWN_JOBS = 10
+"""How many of the jobs it waits for the stop notice names."""
+
+
+def clearing(
+    progress: ProgressLine, tell: Callable[[list[tuple[int, list[str]]]], None]
+) -> Callable[[list[tuple[int, list[str]]]], None]:
+    """`tell`, on a line of its own: the progress line (if drawn) is cleared
+    first and drawn again at its next update."""
+
+    def told(waited: list[tuple[int, list[str]]]) -> None:
+        progress.done()
+        tell(waited)
+
+    return told
 
 
 def stopping_notice(waited: list[tuple[int, list[str]]]) -> None:
     """At the first Ctrl-C (or SIGTERM): what the worker waits for, and how
     to stop it now."""
-    jobs = ", ".join(f"{job_id} ({short_command(argv)})" for job_id, argv in waited)
+    jobs = ", ".join(f"{job_id} ({short_command(argv)})" for job_id, argv in waited[:SHOWN_JOBS])
+    if len(waited) > SHOWN_JOBS:
+        jobs += f" and {len(waited) - SHOWN_JOBS} more"
     what = "job" if len(waited) == 1 else f"{len(waited)} jobs"
     them = "it" if len(waited) == 1 else "them"
     click.echo(

@@ -181,3 +181,22 @@ def test_quiet_and_verbose_are_exclusive(db: Db) -> None:
     proc = drain_piped(db, "--quiet", "--verbose")
     assert proc.returncode == 1
     assert "cannot be used together" in proc.stderr
+
+
+def test_the_stop_notice_takes_a_line_of_its_own_under_a_progress_line(
+    db: Db, tmp_path: Path
+) -> None:
+    add_job(db, "true")
+    pid_file = tmp_path / "pid"
+    add_job(db, "sh", "-c", f"echo $$ > {pid_file}; exec sleep 60")
+    worker = Terminal(db, "--drain", "--quiet")
+    try:
+        worker.read_until(b"draining: 1 attempt")
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="job start")
+        signal_taken(worker.proc, signal.SIGINT)
+        drawn = worker.read_until(b"Ctrl-C again")
+        worker.proc.send_signal(signal.SIGINT)
+        assert worker.proc.wait(timeout=patience(20)) == 0
+    finally:
+        worker.close()
+    assert b"\rstopping: waiting for the running job to end: 2 (sh -c " in drawn, drawn
