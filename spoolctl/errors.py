@@ -212,7 +212,7 @@ WARNING_CODES: dict[str, str] = {
     "IDEMPOTENCY_METADATA_DIFFERS": (
         "an active job with this key was reused; only tags/note/schedule differ"
     ),
-    "KILL_ASYNC": "the owning worker kills the process group at its next heartbeat",
+    "KILL_ASYNC": "the owning worker stops the process group at its next heartbeat (TERM, then KILL after the grace)",
     "NO_ATTEMPTS_YET": "the job has not run yet",
     "OUTPUT_PATH_REFUSED": "an attempt's recorded output path is outside the spool: not read",
     "DEPENDENCY_FAILED": "add --after-job: a job it waits for already ended dead or canceled",

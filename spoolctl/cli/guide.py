@@ -78,7 +78,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "A dead job (budget exhausted) stays dead until spoolctl retry ID; a running job needs "
             "retry --force.",
             "spoolctl cancel ID stops a queued job; cancel ID --running --yes also stops a running "
-            "one (warning KILL_ASYNC: its worker kills it at the next heartbeat).",
+            "one (warning KILL_ASYNC: its worker stops it at the next heartbeat).",
             "spoolctl prune --older-than 7d --dry-run shows what prune --yes would delete.",
             "spoolctl pause QUEUE --reason TEXT stops claims from a lane (running jobs finish, add "
             "still queues); spoolctl resume QUEUE undoes it. Both are idempotent: read "
