@@ -178,15 +178,30 @@ def table(
     rows: list[list[str]],
     width: int | None = None,
     flexible: dict[int, int] | None = None,
+    droppable: tuple[int, ...] = (),
 ) -> str:
     """Aligned columns for people, padded by display width. Where `width`
     is given and a line would be wider, the `flexible` columns (index: the
-    narrowest each may get; their cells are never styled) are narrowed, see
-    `fitted`, and their cells cut with an ellipsis."""
+    narrowest each may get, never narrower than its heading; their cells are
+    never styled) are narrowed, see
+    `fitted`, and their cells cut with an ellipsis; where even that is too
+    wide, the `droppable` columns are left out, in that order, until it fits."""
     widths = [width_of(h) for h in headers]
     for row in rows:
         widths = [max(w, width_of(c)) for w, c in zip(widths, row, strict=True)]
-    cut = flexible or {}
+    cut = {i: max(low, width_of(headers[i])) for i, low in (flexible or {}).items()}
+    shown = list(range(len(headers)))
+    if width is not None:
+        for gone in droppable:
+            narrowest = sum(min(widths[i], cut.get(i, widths[i])) for i in shown)
+            if narrowest + len(GAP) * (len(shown) - 1) <= width:
+                break
+            shown.remove(gone)
+    if len(shown) < len(headers):
+        headers = [headers[i] for i in shown]
+        rows = [[row[i] for i in shown] for row in rows]
+        widths = [widths[i] for i in shown]
+        cut = {shown.index(i): low for i, low in cut.items() if i in shown}
     if width is not None and cut:
         widths = fitted(widths, width, cut)
     mark = ellipsis()

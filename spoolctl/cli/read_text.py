@@ -5,7 +5,9 @@ lean path (`cli/lean_read.py`) both write it, so both write the same bytes.
 Each view fits `width` columns (None: no limit; see `cli/look.py`'s
 `line_width`): the columns of free text (commands, errors, reasons, names)
 are narrowed and cut with an ellipsis, the others (ids, states, numbers,
-ages) never; `--wide` gives None, every cell uncut."""
+ages) never; where the terminal is too narrow even then, the least needed
+columns are left out (the last tuple given to `table`). `--wide` gives
+None: every cell uncut."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def status_text(data: dict[str, Any], now: float, width: int | None = None) -> s
             for name, q in sorted(data["queues"].items())
         ]
         headers = ["QUEUE", "QUEUED", "RUNNING", "WAITING", "SCHEDULED"]
-        lines += ["", table(headers, rows, width, {0: NAME_MIN})]
+        lines += ["", table(headers, rows, width, {0: NAME_MIN}, (4, 3))]
     if data["recent_dead"]:
         rows = [
             [
@@ -67,7 +69,7 @@ def status_text(data: dict[str, Any], now: float, width: int | None = None) -> s
             for d in data["recent_dead"]
         ]
         headers = ["DEAD", "COMMAND", "FAILURES", "LAST ERROR", "FINISHED"]
-        lines += ["", table(headers, rows, width, {1: TEXT_MIN, 3: TEXT_MIN})]
+        lines += ["", table(headers, rows, width, {1: TEXT_MIN, 3: TEXT_MIN}, (2, 4, 3))]
     plan = data.get("schedules") or {"count": 0, "next": None}
     if plan["count"]:
         nxt = plan["next"]
@@ -87,7 +89,8 @@ def status_text(data: dict[str, Any], now: float, width: int | None = None) -> s
             for w in workers
         ]
         headers = ["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"]
-        lines.append(table(headers, rows, width, {0: NAME_MIN, 1: NAME_MIN, 3: NAME_MIN}))
+        flexible = {0: NAME_MIN, 1: NAME_MIN, 3: NAME_MIN}
+        lines.append(table(headers, rows, width, flexible, (2, 4)))
     lines += orphans_text(data["orphans_unconfirmed"], now, width)
     lines += paused_text(data.get("paused_lanes", []), now, width)
     waiting = data.get("waiting_for_limits") or []
@@ -114,7 +117,7 @@ def orphans_text(orphans: list[dict[str, Any]], now: float, width: int | None = 
     ]
     heading = style(f"unconfirmed orphans: {len(orphans)} (kept running, not requeued)", fg="red")
     headers = ["JOB", "PID", "DEAD WORKER", "SINCE", "WHY"]
-    return ["", heading, table(headers, rows, width, {2: NAME_MIN, 4: TEXT_MIN})]
+    return ["", heading, table(headers, rows, width, {2: NAME_MIN, 4: TEXT_MIN}, (1, 3))]
 
 
 def paused_text(paused: list[dict[str, Any]], now: float, width: int | None = None) -> list[str]:
@@ -131,7 +134,7 @@ def paused_text(paused: list[dict[str, Any]], now: float, width: int | None = No
     ]
     heading = style(f"paused lanes: {len(paused)} (spoolctl resume QUEUE)", fg="yellow")
     flexible = {0: NAME_MIN, 2: NAME_MIN, 3: TEXT_MIN}
-    return ["", heading, table(["LANE", "SINCE", "BY", "REASON"], rows, width, flexible)]
+    return ["", heading, table(["LANE", "SINCE", "BY", "REASON"], rows, width, flexible, (1, 2))]
 
 
 def list_text(jobs: list[dict[str, Any]], width: int | None = None) -> str:
@@ -152,4 +155,4 @@ def list_text(jobs: list[dict[str, Any]], width: int | None = None) -> str:
         for j in jobs
     ]
     headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
-    return table(headers, rows, width, {2: NAME_MIN, 7: TEXT_MIN})
+    return table(headers, rows, width, {2: NAME_MIN, 7: TEXT_MIN}, (3, 5, 4, 6))

@@ -203,7 +203,7 @@ def listing_text(found: list[dict[str, Any]], width: int | None) -> str:
             ]
         )
     flexible = {0: NAME_MIN, 1: NAME_MIN, 2: NAME_MIN, 4: NAME_MIN}
-    return table(["NAME", "WHEN", "ZONE", "NEXT", "LAST"], rows, width, flexible)
+    return table(["NAME", "WHEN", "ZONE", "NEXT", "LAST"], rows, width, flexible, (2, 4))
 
 
 @verb("schedule show", examples=("spoolctl schedule show nightly --json",))

@@ -184,5 +184,5 @@ def workers_text(
     ]
     headers = ["WORKER", "HOST", "PID", "QUEUE", "SLOTS", "STATE", "JOBS", "STARTED", "HEARTBEAT"]
     flexible = {0: NAME_MIN, 1: NAME_MIN // 2, 3: NAME_MIN, 6: NAME_MIN // 2}
-    lines_ = table(headers, lines, width, flexible)
+    lines_ = table(headers, lines, width, flexible, (1, 4, 7, 2, 6))
     return "\n".join([lines_, *orphans_text(orphans or [], now, width)])
