@@ -119,9 +119,11 @@ def watch_status(db: str | None, limit: int, interval: float, wide: bool = False
 @db_option
 @json_option
 def workers(include_all: bool, wide: bool, db: str | None, as_json: bool) -> int:
-    """Workers and what they run: lane, lane cap (--slots), jobs, when each
-    started and its heartbeat's age. The text fits the terminal as `status`'s
-    does (--wide: uncut)."""
+    """Workers and what they run: lane, lane cap (--slots), jobs, start, heartbeat.
+
+    Times are shown as ages (the timestamps are in --json). The text fits
+    the terminal as `status`'s does (--wide: uncut).
+    """
     found = open_read(db)
     now = time.time() if found is None else found.now()
     rows, orphans, paused = (
