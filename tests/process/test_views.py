@@ -164,3 +164,17 @@ def test_show_prints_what_the_state_makes_meaningful(db: Path) -> None:
     queued = cli("show", "2", db=db, env={"NO_COLOR": "1"}).stdout
     assert "  next run  " in queued and "None" not in queued and "max_crashes" not in queued
     assert "  memory    512M" in queued and "  cpus      0.5" in queued
+
+
+def test_the_web_job_page_shows_limits_and_the_times_that_matter(db: Path) -> None:
+    from tests.process.test_web import client_for
+
+    assert cli("add", "--", "true", db=db).exit_code == 0
+    assert cli("work", "--drain", db=db).exit_code == 0
+    assert cli("add", "--memory", "512M", "--cpus", "0.5", "--", "true", db=db).exit_code == 0
+    with client_for(db) as client:
+        done = client.get("/jobs/1").text
+        queued = client.get("/jobs/2").text
+    assert "Next run" not in done and "<dt>Finished</dt>" in done
+    assert "<dt>memory</dt><dd>512M</dd>" in queued and "<dt>cpus</dt><dd>0.5</dd>" in queued
+    assert "Next run" in queued and "<dt>Finished</dt>" not in queued
