@@ -92,3 +92,18 @@ def shown_argv(argv: Iterable[str]) -> str:
     `shlex.join`) and escaped as `shown_word` does, so what is shown is what
     will run, `\\r` and all."""
     return " ".join(shown_word(word) for word in argv)
+
+
+SIZE_UNITS = (("P", 1 << 50), ("T", 1 << 40), ("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10))
+
+
+def size_text(size: object) -> str:
+    """A byte count as `--memory` reads it back, in the largest binary unit
+    it is a whole number of (512M, 2G, 1536M; bytes where none); a value that
+    is not a count (a damaged row's) as `str()` writes it."""
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        return str(size)
+    for unit, bytes_ in SIZE_UNITS:
+        if size % bytes_ == 0:
+            return f"{size // bytes_}{unit}"
+    return str(size)

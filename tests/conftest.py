@@ -88,6 +88,10 @@ from tests.load import Load, load_from_env
 
 pytest_plugins = ["tests.pg_fixtures"]
 
+os.environ.pop("COLUMNS", None)
+"""The views fit COLUMNS (cli/look.py), which pytest-xdist's workers export
+(80): a test's text is uncut unless the test sets a width itself."""
+
 BACKENDS = ("sqlite", "postgresql")
 
 

@@ -13,7 +13,7 @@ import click
 from spoolctl import validate
 from spoolctl.cli.database import no_job, open_read, warn_no_queue
 from spoolctl.cli.events import event_line
-from spoolctl.cli.look import local_time, style, table
+from spoolctl.cli.look import line_width, local_time, style, table
 from spoolctl.cli.options import (
     JOB_ID,
     TAG_FILTER,
@@ -25,13 +25,14 @@ from spoolctl.cli.options import (
     verb,
 )
 from spoolctl.cli.read_text import STATE_COLORS, command_text, list_text
+from spoolctl.cli.render import wide_option
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import NotFound
 from spoolctl.services import job_reads, job_spec, query
 from spoolctl.services.outcome import exit_label
 from spoolctl.services.statements import reads
 from spoolctl.states import JobState
-from spoolctl.text import shown
+from spoolctl.text import shown, size_text
 
 
 @verb("show", examples=("spoolctl show 42", "spoolctl show 42 --json"))
@@ -55,8 +56,9 @@ def detail_with_dependencies(conn: Any, job_id: int) -> dict[str, Any] | None:
 
 
 def show_text(detail: dict[str, Any]) -> str:
-    """Every column, the attempts (how many, and apart the failures) and the
-    events, each value shown escaped."""
+    """The job's columns that are set and mean something in its state, the
+    attempts (how many, and apart the failures) and the events, each value
+    shown escaped."""
     job = detail["job"]
     state = shown(job["state"])
     lines = [
@@ -64,10 +66,10 @@ def show_text(detail: dict[str, Any]) -> str:
         f"  queue {shown(job['queue'])}  priority {shown(job['priority'])}",
         f"  command   {command_text(job['argv'])}",
         f"  created   {local_time(job['created_at'])}",
-        f"  next run  {local_time(job['next_run_at'])}",
+        *when_text(job),
         f"  attempts  {len(detail['attempts'])}, failures {shown(job['attempts'])}"
-        f" (crashes {shown(job['crashes'])}) of max_retries {shown(job['max_retries'])},"
-        f" max_crashes {shown(job['max_crashes'])}",
+        f" (crashes {shown(job['crashes'])}) of max_retries {shown(job['max_retries'])}"
+        + ("" if job["max_crashes"] is None else f", max_crashes {shown(job['max_crashes'])}"),
         f"  timeout   {shown(job['timeout_seconds'])}s",
         *job_facts(job),
         *links_text(detail),
@@ -80,6 +82,23 @@ def show_text(detail: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+WAITS_TO_RUN = frozenset({"queued", "waiting"})
+"""The states in which a job's next run time is when it may run next."""
+
+
+def when_text(job: dict[str, Any]) -> list[str]:
+    """The time that matters in the job's state: when it may run next
+    (queued or waiting), when it started (running), when it ended (done,
+    dead, canceled); a column not set is left out."""
+    if job["state"] in WAITS_TO_RUN:
+        label, at = "next run", job.get("next_run_at")
+    elif job["state"] == "running":
+        label, at = "started", job.get("started_at")
+    else:
+        label, at = "finished", job.get("finished_at")
+    return [] if at is None else [f"  {label:<9} {local_time(at)}"]
+
+
 def job_facts(job: dict[str, Any]) -> list[str]:
     """The optional columns, the labelled attributes (`services/job_spec.py`),
     env and tags as K=V, and what is damaged."""
@@ -88,7 +107,10 @@ def job_facts(job: dict[str, Any]) -> list[str]:
         for label in ("cwd", "idempotency_key", "note", "last_error")
         if job.get(label)
     ]
-    lines += [f"  {label:<9} {shown(value)}" for label, value in job_spec.labelled(job)]
+    lines += [
+        f"  {label:<9} {shown(size_text(value) if label == 'memory' else value)}"
+        for label, value in job_spec.labelled(job)
+    ]
     for label in ("env", "tags"):
         if job.get(label):
             pairs = " ".join(f"{shown(k)}={shown(v)}" for k, v in job[label].items())
@@ -126,7 +148,11 @@ def attempts_table(attempts: list[dict[str, Any]]) -> str:
 
 @verb(
     "list",
-    examples=("spoolctl list --state dead", "spoolctl list --queue gpu --tag team=ml --json"),
+    examples=(
+        "spoolctl list --state dead",
+        "spoolctl list --queue gpu --tag team=ml --json",
+        "spoolctl list --wide | grep backup",
+    ),
 )
 @click.option(
     "--state",
@@ -164,6 +190,7 @@ def attempts_table(attempts: list[dict[str, Any]]) -> str:
     show_default=True,
     help="Most jobs shown (0: all).",
 )
+@wide_option
 @db_option
 @json_option
 def list_jobs(
@@ -174,10 +201,16 @@ def list_jobs(
     schedule: str | None,
     priority_min: int | None,
     limit: int,
+    wide: bool,
     db: str | None,
     as_json: bool,
 ) -> int:
-    """Jobs, newest first; env values are never shown here (see `show`)."""
+    """Jobs, newest first; env values are never shown here (see `show`).
+
+    The text fits the terminal (COLUMNS, else its width; a pipe or a file:
+    no limit): the command (and a long lane name) is cut with an ellipsis
+    (…); --wide shows it whole.
+    """
     if waiting:
         state = (JobState.WAITING.value,)
     if schedule is not None:
@@ -189,7 +222,8 @@ def list_jobs(
         ([], empty) if found is None else found.read(lambda conn: page_with_waits(conn, where))
     )
     data = {"count": len(jobs), "jobs": jobs}
-    reply = Reply(data, text=lambda: list_text(jobs), meta={"pagination": pagination})
+    width = line_width(wide)
+    reply = Reply(data, text=lambda: list_text(jobs, width), meta={"pagination": pagination})
     return emit(reply if found is not None else warn_no_queue(reply, db), as_json)
 
 

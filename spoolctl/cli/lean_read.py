@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from spoolctl import validate
+from spoolctl.cli.look import line_width
 from spoolctl.cli.read_text import list_text, status_text
 from spoolctl.cli.reply import Reply, emit, emit_error
 from spoolctl.config import auto_migrate, busy_timeout_s, local_clock
@@ -90,7 +91,7 @@ Answer = tuple[Reply | SpoolError, bool]
 
 
 def status(args: list[str]) -> Answer | None:
-    found = read_line(args, frozenset({"--json"}), frozenset({"--limit", "--db"}))
+    found = read_line(args, frozenset({"--json", "--wide"}), frozenset({"--limit", "--db"}))
     if found is None:
         return None
     flags, _ = found
@@ -98,13 +99,14 @@ def status(args: list[str]) -> Answer | None:
     shown_at = time.time()
     data = _read(flags.get("--db"), lambda run, now: readings.status_data(run, now, limit))
     as_json = "--json" in flags
-    return Reply(data, text=None if as_json else status_text(data, shown_at)), as_json
+    text = None if as_json else status_text(data, shown_at, line_width("--wide" in flags))
+    return Reply(data, text=text), as_json
 
 
 def list_jobs(args: list[str]) -> Answer | None:
     found = read_line(
         args,
-        frozenset({"--json", "--waiting"}),
+        frozenset({"--json", "--waiting", "--wide"}),
         frozenset({"--state", "--queue", "--priority-min", "--limit", "--db"}),
     )
     if found is None:
@@ -126,7 +128,7 @@ def list_jobs(args: list[str]) -> Answer | None:
     )
     data = {"count": len(jobs), "jobs": jobs}
     as_json = "--json" in flags
-    text = None if as_json else list_text(jobs)
+    text = None if as_json else list_text(jobs, line_width("--wide" in flags))
     return Reply(data, text=text, meta={"pagination": pagination}), as_json
 
 

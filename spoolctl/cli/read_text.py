@@ -1,13 +1,20 @@
-"""The text of `status`, `list` and `show` for people. Light (no click, no
+"""The text of `status` and `list` for people. Light (no click, no
 SQLAlchemy): the click verbs (`cli/status.py`, `cli/inspect.py`) and the
-lean path (`cli/lean_read.py`) both write it, so both write the same bytes."""
+lean path (`cli/lean_read.py`) both write it, so both write the same bytes.
+
+Each view fits `width` columns (None: no limit; see `cli/look.py`'s
+`line_width`): the columns of free text (commands, errors, reasons, names)
+are narrowed and cut with an ellipsis, the others (ids, states, numbers,
+ages) never; where the terminal is too narrow even then, the least needed
+columns are left out (the last tuple given to `table`). `--wide` gives
+None: every cell uncut."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from spoolctl.cli.look import age, style, table
+from spoolctl.cli.look import age, fit_line, style, table, wrapped
 from spoolctl.text import shown, shown_argv
 
 STATE_COLORS = {
@@ -25,12 +32,18 @@ def command_text(argv: list[str] | None, damaged: str = "(damaged)") -> str:
     return shown_argv(argv) if argv else damaged
 
 
-def status_text(data: dict[str, Any], now: float) -> str:
+NAME_MIN = 8
+"""The narrowest a column of names (lanes, workers, hosts) gets."""
+TEXT_MIN = 12
+"""The narrowest a column of free text (a command, an error) gets."""
+
+
+def status_text(data: dict[str, Any], now: float, width: int | None = None) -> str:
     counts = data["counts"]
     parts = [
         f"{style(shown(k), fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"
     ]
-    lines = ["jobs: " + "  ".join(parts) + f"  (scheduled {data['scheduled']})"]
+    lines = wrapped([*parts, f"(scheduled {data['scheduled']})"], width, "jobs: ", " " * 6)
     if data["queues"]:
         rows = [
             [
@@ -42,24 +55,26 @@ def status_text(data: dict[str, Any], now: float) -> str:
             ]
             for name, q in sorted(data["queues"].items())
         ]
-        lines += ["", table(["QUEUE", "QUEUED", "RUNNING", "WAITING", "SCHEDULED"], rows)]
+        headers = ["QUEUE", "QUEUED", "RUNNING", "WAITING", "SCHEDULED"]
+        lines += ["", table(headers, rows, width, {0: NAME_MIN}, (4, 3))]
     if data["recent_dead"]:
         rows = [
             [
                 str(d["id"]),
-                command_text(d["argv"], "?")[:50],
+                command_text(d["argv"], "?"),
                 shown(d["attempts"]),
-                shown(d["last_error"] or "")[:40],
+                shown(d["last_error"] or ""),
                 age(d["finished_at"], now),
             ]
             for d in data["recent_dead"]
         ]
-        lines += ["", table(["DEAD", "COMMAND", "FAILURES", "LAST ERROR", "FINISHED"], rows)]
+        headers = ["DEAD", "COMMAND", "FAILURES", "LAST ERROR", "FINISHED"]
+        lines += ["", table(headers, rows, width, {1: TEXT_MIN, 3: TEXT_MIN}, (2, 4, 3))]
     plan = data.get("schedules") or {"count": 0, "next": None}
     if plan["count"]:
         nxt = plan["next"]
         due = "all paused" if nxt is None else f"next: {shown(nxt['name'])} {age(nxt['at'], now)}"
-        lines += ["", f"schedules: {plan['count']} ({due})"]
+        lines += ["", fit_line(f"schedules: {plan['count']} ({due})", width)]
     workers = data["workers"]
     lines += ["", f"workers: {len(workers)} live"]
     if workers:
@@ -73,17 +88,20 @@ def status_text(data: dict[str, Any], now: float) -> str:
             ]
             for w in workers
         ]
-        lines.append(table(["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"], rows))
-    lines += orphans_text(data["orphans_unconfirmed"], now)
-    lines += paused_text(data.get("paused_lanes", []), now)
+        headers = ["WORKER", "QUEUE", "PID", "JOBS", "HEARTBEAT"]
+        flexible = {0: NAME_MIN, 1: NAME_MIN, 3: NAME_MIN}
+        lines.append(table(headers, rows, width, flexible, (2, 4)))
+    lines += orphans_text(data["orphans_unconfirmed"], now, width)
+    lines += paused_text(data.get("paused_lanes", []), now, width)
     waiting = data.get("waiting_for_limits") or []
     if waiting:
         listed = ", ".join(map(str, waiting))
-        lines += ["", f"waiting for a worker that can enforce their limits: job(s) {listed}"]
+        waits = f"waiting for a worker that can enforce their limits: job(s) {listed}"
+        lines += ["", fit_line(waits, width)]
     return "\n".join(lines)
 
 
-def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
+def orphans_text(orphans: list[dict[str, Any]], now: float, width: int | None = None) -> list[str]:
     """Jobs kept running because their dead worker's process may still run."""
     if not orphans:
         return []
@@ -93,15 +111,16 @@ def orphans_text(orphans: list[dict[str, Any]], now: float) -> list[str]:
             "?" if o["pid"] is None else str(o["pid"]),
             shown(o["dead_worker"] or "?"),
             age(o["since"], now),
-            shown(o["reason"] or "")[:60],
+            shown(o["reason"] or ""),
         ]
         for o in orphans
     ]
     heading = style(f"unconfirmed orphans: {len(orphans)} (kept running, not requeued)", fg="red")
-    return ["", heading, table(["JOB", "PID", "DEAD WORKER", "SINCE", "WHY"], rows)]
+    headers = ["JOB", "PID", "DEAD WORKER", "SINCE", "WHY"]
+    return ["", heading, table(headers, rows, width, {2: NAME_MIN, 4: TEXT_MIN}, (1, 3))]
 
 
-def paused_text(paused: list[dict[str, Any]], now: float) -> list[str]:
+def paused_text(paused: list[dict[str, Any]], now: float, width: int | None = None) -> list[str]:
     if not paused:
         return []
     rows = [
@@ -109,15 +128,16 @@ def paused_text(paused: list[dict[str, Any]], now: float) -> list[str]:
             shown(p["queue"]),
             age(p["paused_at"], now),
             shown(p["paused_by"]),
-            shown(p["reason"] or "")[:50],
+            shown(p["reason"] or ""),
         ]
         for p in paused
     ]
     heading = style(f"paused lanes: {len(paused)} (spoolctl resume QUEUE)", fg="yellow")
-    return ["", heading, table(["LANE", "SINCE", "BY", "REASON"], rows)]
+    flexible = {0: NAME_MIN, 2: NAME_MIN, 3: TEXT_MIN}
+    return ["", heading, table(["LANE", "SINCE", "BY", "REASON"], rows, width, flexible, (1, 2))]
 
 
-def list_text(jobs: list[dict[str, Any]]) -> str:
+def list_text(jobs: list[dict[str, Any]], width: int | None = None) -> str:
     if not jobs:
         return "no jobs"
     now = time.time()
@@ -130,9 +150,9 @@ def list_text(jobs: list[dict[str, Any]]) -> str:
             str(j["attempts_total"]),
             shown(j["attempts"]),
             age(j["created_at"], now),
-            command_text(j["argv"])[:60],
+            command_text(j["argv"]),
         ]
         for j in jobs
     ]
     headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
-    return table(headers, rows)
+    return table(headers, rows, width, {2: NAME_MIN, 7: TEXT_MIN}, (3, 5, 4, 6))

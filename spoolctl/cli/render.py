@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from spoolctl.cli.look import age, local_time, style, table, use_color
+from spoolctl.cli.look import age, line_width, local_time, style, table, use_color
 from spoolctl.errors import (
     InvalidInput,
     MissingRequired,
@@ -23,11 +23,13 @@ __all__ = [
     "SpoolUsage",
     "age",
     "from_click",
+    "line_width",
     "local_time",
     "style",
     "table",
     "unknown_command",
     "use_color",
+    "wide_option",
 ]
 
 NUMBER = re.compile(r"^-[0-9.]")  # a negative number where click looked for a flag
@@ -68,6 +70,15 @@ def unknown_command(name: str, choices: list[str]) -> UnknownCommand:
         detail["did_you_mean"] = close[0]
         hint = f" (did you mean {close[0]!r}?)"
     return UnknownCommand(f"no such command {name!r}{hint}", **detail)
+
+
+wide_option = click.option(
+    "--wide",
+    is_flag=True,
+    help="Every cell uncut. Default: fit the width of COLUMNS, else of the terminal"
+    " (cells of free text cut with …); no limit where stdout is not a terminal.",
+)
+"""The views' --wide (`cli/look.py`'s `line_width` reads it)."""
 
 
 class ProgressLine:

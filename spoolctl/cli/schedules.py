@@ -20,6 +20,7 @@ from spoolctl.cli.database import (
 from spoolctl.cli.job_flags import job_flags, spec_values
 from spoolctl.cli.jobs import command_argv
 from spoolctl.cli.lanes import REASON_MAX
+from spoolctl.cli.look import line_width, table
 from spoolctl.cli.options import (
     BoundedText,
     Duration,
@@ -29,6 +30,8 @@ from spoolctl.cli.options import (
     json_option,
     verb,
 )
+from spoolctl.cli.read_text import NAME_MIN
+from spoolctl.cli.render import wide_option
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import InvalidInput, MissingRequired, NotFound
@@ -162,17 +165,45 @@ def schedule_add(
 
 
 @verb("schedule list", examples=("spoolctl schedule list", "spoolctl schedule list --json"))
+@wide_option
 @db_option
 @json_option
-def schedule_list(db: str | None, as_json: bool) -> int:
-    """The schedules: expression, zone, next fire times, last occurrence, paused."""
+def schedule_list(wide: bool, db: str | None, as_json: bool) -> int:
+    """The schedules: expression, zone, next fire time (or paused), last job.
+
+    The text fits the terminal as `list`'s does (--wide: uncut); every
+    upcoming fire time and the last occurrence's are in `schedule show`
+    and --json.
+    """
     queue = open_read(db)
     if queue is None:
         return emit(warn_no_queue(Reply({"count": 0, "schedules": []}, text=""), db), as_json)
     now = queue.now()
     found = queue.read(lambda conn: schedules.listing(conn, now))
-    text = "\n".join(line_of(s) for s in found) or "no schedules"
+    text = listing_text(found, line_width(wide)) if found else "no schedules"
     return emit(Reply({"count": len(found), "schedules": found}, text=text), as_json)
+
+
+def listing_text(found: list[dict[str, Any]], width: int | None) -> str:
+    """`schedule list`'s table: one row a schedule, its times in its zone."""
+    rows = []
+    for s in found:
+        upcoming = s["upcoming"]
+        nxt = "paused" if s["paused"] else when(upcoming[0] if upcoming else None, s["timezone"])
+        last = s["last"]
+        rows.append(
+            [
+                shown(s["name"]),
+                shown(s["expression"]),
+                shown(s["timezone"]),
+                nxt.replace("T", " ")[:19],
+                "-"
+                if last is None or last["job_id"] is None
+                else f"job {last['job_id']} ({shown(last['state'] or '-')})",
+            ]
+        )
+    flexible = {0: NAME_MIN, 1: NAME_MIN, 2: NAME_MIN, 4: NAME_MIN}
+    return table(["NAME", "WHEN", "ZONE", "NEXT", "LAST"], rows, width, flexible, (2, 4))
 
 
 @verb("schedule show", examples=("spoolctl schedule show nightly --json",))

@@ -13,10 +13,11 @@ from typing import Any
 import click
 
 from spoolctl.cli.database import open_read, warn_no_queue
-from spoolctl.cli.look import age, local_time, table
+from spoolctl.cli.look import age, line_width, local_time, table
 from spoolctl.cli.options import BoundedInt, Seconds, db_option, json_option, verb
 from spoolctl.cli.outages import waits_text
-from spoolctl.cli.read_text import orphans_text, paused_text, status_text
+from spoolctl.cli.read_text import NAME_MIN, orphans_text, paused_text, status_text
+from spoolctl.cli.render import wide_option
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.services import lanes, query, readings
 from spoolctl.services.statements import reads
@@ -41,7 +42,12 @@ def empty_status() -> dict[str, Any]:
 @verb(
     "status",
     exclusive=(("watch", "as_json"),),
-    examples=("spoolctl status", "spoolctl status --json", "spoolctl status --watch"),
+    examples=(
+        "spoolctl status",
+        "spoolctl status --json",
+        "spoolctl status --watch",
+        "spoolctl status --wide",
+    ),
 )
 @click.option(
     "--limit",
@@ -58,15 +64,24 @@ def empty_status() -> dict[str, Any]:
     show_default=True,
     help="Seconds between refreshes with --watch.",
 )
+@wide_option
 @db_option
 @json_option
-def status(limit: int, watch: bool, interval: float, db: str | None, as_json: bool) -> int:
-    """Counts per state and lane, dead jobs, live workers."""
+def status(
+    limit: int, watch: bool, interval: float, wide: bool, db: str | None, as_json: bool
+) -> int:
+    """Counts per state and lane, dead jobs, live workers.
+
+    The text fits the terminal (COLUMNS, else its width; a pipe or a file:
+    no limit): commands, errors and names are cut with an ellipsis (…),
+    never ids, states or numbers; --wide shows every cell uncut. Colour only
+    on a terminal, and never where NO_COLOR is set (non-empty).
+    """
     if watch:
-        return watch_status(db, limit, interval)
+        return watch_status(db, limit, interval, wide)
     now = time.time()
     data = status_data(db, limit, now)
-    reply = Reply(data, text=lambda: status_text(data, now))
+    reply = Reply(data, text=lambda: status_text(data, now, line_width(wide)))
     return emit(reply if data is not EMPTY_STATUS else warn_no_queue(reply, db), as_json)
 
 
@@ -83,12 +98,13 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
     return queue.read(lambda conn: readings.status_data(reads(conn), now, limit))
 
 
-def watch_status(db: str | None, limit: int, interval: float) -> int:
-    """Redraw the status every `interval` seconds until Ctrl-C (exit 0)."""
+def watch_status(db: str | None, limit: int, interval: float, wide: bool = False) -> int:
+    """Redraw the status every `interval` seconds until Ctrl-C (exit 0), each
+    time as wide as the terminal is then."""
     try:
         while True:
             now = time.time()
-            view = status_text(status_data(db, limit, now), now)
+            view = status_text(status_data(db, limit, now), now, line_width(wide))
             if sys.stdout.isatty():
                 click.clear()
             click.echo(f"{local_time(now)}  (every {interval:g}s, Ctrl-C to stop)\n{view}\n")
@@ -99,10 +115,15 @@ def watch_status(db: str | None, limit: int, interval: float) -> int:
 
 @verb("workers", examples=("spoolctl workers", "spoolctl workers --all --json"))
 @click.option("--all", "include_all", is_flag=True, help="Include stopped and dead workers.")
+@wide_option
 @db_option
 @json_option
-def workers(include_all: bool, db: str | None, as_json: bool) -> int:
-    """Workers and what they run: lane, lane cap (--slots), jobs, heartbeat age."""
+def workers(include_all: bool, wide: bool, db: str | None, as_json: bool) -> int:
+    """Workers and what they run: lane, lane cap (--slots), jobs, start, heartbeat.
+
+    Times are shown as ages (the timestamps are in --json). The text fits
+    the terminal as `status`'s does (--wide: uncut).
+    """
     found = open_read(db)
     now = time.time() if found is None else found.now()
     rows, orphans, paused = (
@@ -125,20 +146,30 @@ def workers(include_all: bool, db: str | None, as_json: bool) -> int:
         "orphans_unconfirmed": orphans,
         "paused_lanes": paused,
     }
+    width = line_width(wide)
     reply = Reply(
         data,
         text=lambda: "\n".join(
-            [workers_text(rows, now, orphans), *waits_text(rows), *paused_text(paused, now)]
+            [
+                workers_text(rows, now, orphans, width),
+                *waits_text(rows),
+                *paused_text(paused, now, width),
+            ]
         ),
     )
     return emit(reply if found is not None else warn_no_queue(reply, db), as_json)
 
 
 def workers_text(
-    rows: list[dict[str, Any]], now: float, orphans: list[dict[str, Any]] | None = None
+    rows: list[dict[str, Any]],
+    now: float,
+    orphans: list[dict[str, Any]] | None = None,
+    width: int | None = None,
 ) -> str:
+    """The workers' table (their start and heartbeat as ages; the times
+    themselves are in --json) and the orphans kept running."""
     if not rows:
-        return "\n".join(["no workers", *orphans_text(orphans or [], now)])
+        return "\n".join(["no workers", *orphans_text(orphans or [], now, width)])
     lines = [
         [
             shown(w["id"]),
@@ -148,10 +179,12 @@ def workers_text(
             shown(w["slots"] or "-"),
             shown(w["state"]),
             ",".join(map(str, w["running_jobs"])) or "-",
-            local_time(w["started_at"]),
+            age(w["started_at"], now),
             age(w["heartbeat_at"], now),
         ]
         for w in rows
     ]
     headers = ["WORKER", "HOST", "PID", "QUEUE", "SLOTS", "STATE", "JOBS", "STARTED", "HEARTBEAT"]
-    return "\n".join([table(headers, lines), *orphans_text(orphans or [], now)])
+    flexible = {0: NAME_MIN, 1: NAME_MIN // 2, 3: NAME_MIN, 6: NAME_MIN // 2}
+    lines_ = table(headers, lines, width, flexible, (1, 4, 7, 2, 6))
+    return "\n".join([lines_, *orphans_text(orphans or [], now, width)])

@@ -241,6 +241,7 @@ FIELDS: tuple[JobField, ...] = (
         Checked("size", validate.memory_size, validate.LIMITS["memory_bytes"], True),
         flag="--memory",
         help="Memory limit of each attempt (512M, 2G) through its cgroup; over it, OOM-killed.",
+        label="memory",
     ),
     JobField(
         "cpus",
@@ -248,6 +249,7 @@ FIELDS: tuple[JobField, ...] = (
         json="number",
         flag="--cpus",
         help="CPU limit of each attempt (0.5, 2) through its cgroup.",
+        label="cpus",
     ),
     JobField(
         "require_limits",

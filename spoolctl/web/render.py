@@ -19,7 +19,7 @@ from markupsafe import Markup, escape
 from spoolctl import __version__
 from spoolctl.services.outcome import exit_label
 from spoolctl.states import EventKind, JobState
-from spoolctl.text import shown, shown_argv
+from spoolctl.text import shown, shown_argv, size_text
 
 STATE_CLASSES = {state.value: f"state-{state.value}" for state in JobState}
 ATTEMPT_CLASSES = {
@@ -134,6 +134,7 @@ def make_environment() -> Environment:
         event_class=event_class,
         exit_label=attempt_exit,
         output=output,
+        size=size_text,
     )
     env.globals.update(version=__version__, states=list(STATE_CLASSES), shown_states=SHOWN_STATES)
     return env

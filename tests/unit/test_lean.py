@@ -218,6 +218,9 @@ READ_ANSWERED: list[list[str]] = [
     ["list", "--state", "done", "--priority-min", "0"],
     ["show", "999"],
     ["show", " 3 "],
+    ["status", "--wide"],
+    ["list", "--wide"],
+    ["list", "--state", "queued", "--wide"],
 ]
 """Read verbs the lean path answers itself (both as text and with --json;
 `show` in full below)."""
@@ -246,6 +249,8 @@ READ_LEFT: list[list[str]] = [
     ["list", "--queue", "bad name!"],
     ["list", "--queue", "--json"],
     ["list", "--waiting=1"],
+    ["list", "--wide=1"],
+    ["list", "--wide", "--wide"],
     ["list", "extra"],
     ["list", "--", "x"],
     ["show"],
@@ -395,6 +400,22 @@ def test_the_lean_path_reads_as_the_click_verb(
         assert lean_run == full
     if args[0] != "show":
         assert full[0] == 0 and full[1], full
+
+
+@pytest.mark.parametrize("columns", ["30", "40", "80", "200", "0", "x"])
+@pytest.mark.parametrize("args", [["status"], ["list"], ["list", "--wide"]], ids=_ids)
+def test_the_lean_path_fits_the_width_as_the_click_verb(
+    busy_queue: Path,
+    frozen: None,
+    args: list[str],
+    columns: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """COLUMNS (a bad value: no limit) cuts the same cells on both paths."""
+    monkeypatch.setenv("COLUMNS", columns)
+    for full, lean_run, answered in _read_both(busy_queue, args, capsys):
+        assert answered and lean_run == full
 
 
 @pytest.mark.parametrize("args", READ_LEFT, ids=_ids)
