@@ -132,3 +132,15 @@ def test_remove_cancels_what_waited_for_it(q: Populated) -> None:
     )
     assert gone[0][0] == 0
     assert run_json("retry", "--db", str(q.db), str(child)).exit_code == 0
+
+
+def test_resume_of_a_lane_nothing_named_says_so(q: Populated) -> None:
+    text = run_quiet(*q.args("resume", "nope"))
+    assert text.exit_code == 0
+    assert "not paused" in text.stdout and "no job or worker has used this lane" in text.stdout
+    assert "already running" not in text.stdout
+    data = q.json("resume", "nope").envelope["data"]
+    assert (data["changed"], data["unknown_queues"]) == (False, ["nope"])
+    assert q.json("resume", "other").envelope["data"]["unknown_queues"] == []
+    paused = q.json("pause", "typo").envelope["data"]
+    assert (paused["changed"], paused["unknown_queues"]) == (True, ["typo"])
