@@ -77,11 +77,17 @@ def remove(conn: Connection, job_ids: Sequence[int], *, now: float) -> Removed:
     # Ended first (so that --after-job-any children count them as met), then
     # their dependents judged, then the rows deleted.
     for job_id in wanted:
-        conn.execute(
+        ended = conn.execute(
             update(jobs)
             .where(jobs.c.id == job_id, jobs.c.state == found[job_id].state)
             .values(state=JobState.CANCELED.value, finished_at=now)
         )
+        if ended.rowcount != 1:  # a worker claimed it meanwhile (PostgreSQL): nothing is kept
+            raise Conflict(
+                f"job {job_id} changed while it was being removed (a worker claimed it?); "
+                "nothing was removed",
+                job_id=job_id,
+            )
     canceled: list[int] = []
     for job_id in wanted:
         canceled += cancel_dependents(conn, job_id, REMOVED_PARENT_STATE, now)
