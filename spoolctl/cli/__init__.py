@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     SQLAlchemy nor interpreter shutdown pays for scanning its objects.
     """
     gc.disable()
-    if argv is None and "_SPOOLCTL_COMPLETE" in os.environ:  # a shell's TAB, not a verb
+    if argv is None and os.environ.get("_SPOOLCTL_COMPLETE"):  # a shell's TAB, not a verb
         from spoolctl.cli.app import complete
 
         code = complete(os.environ["_SPOOLCTL_COMPLETE"])

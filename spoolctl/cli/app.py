@@ -37,7 +37,7 @@ class LazyGroup(click.Group):
                 return None
             raise
         command: click.Command = getattr(module, attr)
-        if COMPLETE_VAR in os.environ:  # a shell's TAB: offer what the queue holds
+        if os.environ.get(COMPLETE_VAR):  # a shell's TAB: offer what the queue holds
             attach(cmd_name, command)
         return command
 

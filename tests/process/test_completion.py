@@ -130,3 +130,17 @@ def test_the_scripts_of_each_shell_are_printed() -> None:
         )
         assert (proc.returncode, proc.stderr) == (0, "")
         assert marker in proc.stdout and "_SPOOLCTL_COMPLETE" in proc.stdout
+
+
+def test_an_empty_completion_variable_is_no_completion(tmp_path: Path) -> None:
+    """As click reads it: a stray empty `_SPOOLCTL_COMPLETE` runs the verb."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "spoolctl", "--version"],
+        env=child_env({"_SPOOLCTL_COMPLETE": ""}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert (proc.returncode, "spoolctl" in proc.stdout) == (0, True)
