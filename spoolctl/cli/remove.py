@@ -13,7 +13,7 @@ from spoolctl.services.remove import remove as remove_jobs
 @verb(
     "remove",
     mutates=True,
-    destructive="the job rows (jobs that never ran); the ledger keeps a removed event",
+    destructive="of jobs that never ran (the ledger keeps a removed event for each)",
     idempotent=False,
     examples=("spoolctl remove 42", "spoolctl remove 42 43 --json"),
 )

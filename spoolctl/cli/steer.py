@@ -50,7 +50,8 @@ def existing_queue(db: str | None, job_id: int) -> Queue:
 @click.option(
     "--again",
     is_flag=True,
-    help="Also re-run a done job, as a new attempt of the same job.",
+    help="Also re-run a done job, as a new attempt of the same job (without it, retry of a "
+    "done job is CONFLICT, as in 0.4.11).",
 )
 @db_option
 @json_option
