@@ -88,6 +88,10 @@ class EventKind(StrEnum):
     """A job with --memory or --cpus was claimed by a worker that cannot
     enforce them (no cgroup, or no such controller): it runs without them;
     detail names the attempt, the limits and why."""
+    REMOVED = "removed"
+    """A queued or waiting job that never ran was removed (`spoolctl remove`):
+    its row is gone, so job_id is null and detail names the job (`job_id`,
+    `from`, `queue`, `created_at`, `argv`)."""
 
 
 class Overlap(StrEnum):

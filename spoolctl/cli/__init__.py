@@ -7,6 +7,7 @@ as the group would (it has written nothing by then)."""
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 
@@ -19,7 +20,12 @@ def main(argv: list[str] | None = None) -> None:
     SQLAlchemy nor interpreter shutdown pays for scanning its objects.
     """
     gc.disable()
-    code = run(sys.argv[1:] if argv is None else argv)
+    if argv is None and os.environ.get("_SPOOLCTL_COMPLETE"):  # a shell's TAB, not a verb
+        from spoolctl.cli.app import complete
+
+        code = complete(os.environ["_SPOOLCTL_COMPLETE"])
+    else:
+        code = run(sys.argv[1:] if argv is None else argv)
     gc.freeze()
     sys.exit(code)
 

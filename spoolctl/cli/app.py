@@ -5,11 +5,16 @@ command line the lean path (`cli/lean.py`) does not answer itself."""
 from __future__ import annotations
 
 import importlib
+import io
+import os
+from contextlib import redirect_stderr
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
 from spoolctl import __version__
+from spoolctl.cli.completion import COMPLETE_VAR, attach, completing_bash
 from spoolctl.cli.render import from_click, unknown_command
 from spoolctl.cli.reply import emit_error
 from spoolctl.cli.verbs import FAMILY_HELP, GROUPS, VERBS, available_verbs, verb_of, wants_json
@@ -32,7 +37,27 @@ class LazyGroup(click.Group):
                 return None
             raise
         command: click.Command = getattr(module, attr)
+        if os.environ.get(COMPLETE_VAR):  # a shell's TAB: offer what the queue holds
+            attach(cmd_name, command)
         return command
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """A verb's first word: a family of two-word verbs is offered once, as
+        its family's name (`schedule`), never as `schedule add` with a space
+        in it; the next TAB offers its sub-verbs."""
+        items: list[CompletionItem] = []
+        for name in self.list_commands(ctx):
+            word = name.split(" ")[0]
+            if not word.startswith(incomplete) or any(i.value == word for i in items):
+                continue
+            if completing_bash():
+                items.append(CompletionItem(word))
+            elif word in GROUPS:
+                items.append(CompletionItem(word, help=FAMILY_HELP.get(word)))
+            else:
+                command = self.get_command(ctx, name)
+                items.append(CompletionItem(word, help=short_help(command)))
+        return items + click.Command.shell_complete(self, ctx, incomplete)
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -48,6 +73,10 @@ class LazyGroup(click.Group):
         if command is None:
             raise unknown_command(name, self.list_commands(ctx))
         return name, command, args[1 if args[0] == name else 2 :]
+
+
+def short_help(command: click.Command | None) -> str | None:
+    return None if command is None else command.get_short_help_str()
 
 
 class VerbFamily(click.Command):
@@ -92,13 +121,15 @@ class VerbFamily(click.Command):
                 formatter.write_dl([(w, c.get_short_help_str(limit)) for w, c in commands])
         super().format_options(ctx, formatter)
 
-    def shell_complete(
-        self, ctx: click.Context, incomplete: str
-    ) -> list[click.shell_completion.CompletionItem]:
-        words = [v.split(" ", 1)[1] for v in self.verbs]
-        return [
-            click.shell_completion.CompletionItem(w) for w in words if w.startswith(incomplete)
-        ] + super().shell_complete(ctx, incomplete)
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        items = []
+        for verb_name in self.verbs:
+            word = verb_name.split(" ", 1)[1]
+            if not word.startswith(incomplete):
+                continue
+            command = None if completing_bash() else self.group.get_command(ctx, verb_name)
+            items.append(CompletionItem(word, help=short_help(command)))
+        return items + super().shell_complete(ctx, incomplete)
 
     def invoke(self, ctx: click.Context) -> int:
         if ctx.params["as_json"]:
@@ -152,3 +183,16 @@ def run(args: list[str]) -> int:
     except SpoolError as exc:
         return emit_error(exc, as_json, verb)
     return int(result) if isinstance(result, int) else 0
+
+
+def complete(instruction: str) -> int:
+    """Answer one shell's completion request (`cli/completion.py`): exit 0
+    whatever happens inside, with no candidates where anything failed, so
+    that no error reaches the prompt; 1 for a shell click does not know."""
+    from click.shell_completion import shell_complete
+
+    try:
+        with redirect_stderr(io.StringIO()):
+            return shell_complete(cli, {}, "spoolctl", COMPLETE_VAR, instruction)
+    except Exception:  # a completion never shows an error: no candidates
+        return 0

@@ -60,6 +60,7 @@ EXTRA_EXIT_CODES: dict[str, tuple[int, ...]] = {
     "wait": (4, 6),
     "retry": (2, 4, 5),
     "cancel": (2, 4, 5),
+    "remove": (4, 5),
     "prune": (2, 4),
     "migrate": (2, 4),
     "events": (4,),
@@ -352,7 +353,7 @@ def scheduling() -> dict[str, Any]:
             "beyond this go dead",
             "max_crashes": "worker crashes beyond this go dead; null is unbounded",
             "manual_retry": "retry ID requeues dead/failed/canceled with a fresh budget; "
-            "running needs --force",
+            "running needs --force; done needs --again (a new attempt of the same job)",
         },
         "heartbeat_interval_s": DEFAULT_HEARTBEAT_INTERVAL_S,
         "reap_threshold": f"max(4 * heartbeat_interval, {MIN_REAP_THRESHOLD_S:g}) seconds",

@@ -262,7 +262,10 @@ def event_line(event: dict[str, Any]) -> str:
     when = local_time(event["at"])
     detail = detail_text(event["detail"])
     kind = shown(event["event"])
-    if event["job_id"] is None:  # a lane event: paused, resumed
+    gone = event["detail"].get("job_id") if isinstance(event["detail"], dict) else None
+    if event["job_id"] is None and isinstance(gone, int):  # a removed job: its row is gone
+        head = f"{event['id']:>6}  {when}  job {gone:<6} {kind}{worker}"
+    elif event["job_id"] is None:  # a lane event: paused, resumed
         lane = event["detail"].get("queue") if isinstance(event["detail"], dict) else None
         head = f"{event['id']:>6}  {when}  lane {shown(lane or '?'):<5} {kind}{worker}"
     else:

@@ -84,6 +84,9 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "still queues); spoolctl resume QUEUE undoes it. Both are idempotent: read "
             "data.changed.",
             "retry ID --with-dependents also restores the jobs canceled because ID failed.",
+            "A done job runs again only with spoolctl retry ID --again (plain retry of a done job "
+            "is CONFLICT, exit 5); spoolctl remove ID... deletes queued or waiting jobs that never "
+            "ran (a removed event in the ledger; bad ids change nothing).",
         ),
     ),
     (

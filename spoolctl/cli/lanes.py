@@ -26,8 +26,18 @@ def lanes_named(lane: str | None, every: bool, verb_name: str) -> list[str] | No
     return None if every else [lane] if lane is not None else None
 
 
-def change_reply(change: lanes.LaneChange, lane: str | None, paused: list[dict[str, Any]]) -> Reply:
-    data = {
+def change_reply(
+    change: lanes.LaneChange,
+    lane: str | None,
+    paused: list[dict[str, Any]],
+    known: list[str] | None = None,
+) -> Reply:
+    """`known`: the lanes the queue knew before the change (a job, a live
+    worker or a pause named them); a named lane outside them is reported in
+    `unknown_queues` and said so in the text (a typo pauses or resumes nothing
+    that exists)."""
+    unknown = [] if known is None else [n for n in change.named if n not in known]
+    data: dict[str, Any] = {
         "queue": lane,
         "queues": change.named,
         "paused": change.paused,
@@ -35,6 +45,8 @@ def change_reply(change: lanes.LaneChange, lane: str | None, paused: list[dict[s
         "changed_queues": change.changed,
         "paused_lanes": paused,
     }
+    if known is not None:
+        data["unknown_queues"] = unknown
     verb_word = "paused" if change.paused else "resumed"
     if not change.named:
         text = f"no lane to {verb_word[:-1]}"
@@ -42,11 +54,14 @@ def change_reply(change: lanes.LaneChange, lane: str | None, paused: list[dict[s
         lines = []
         for name in change.named:
             if name in change.changed:
-                lines.append(f"lane '{shown(name)}' {verb_word}")
+                line = f"lane '{shown(name)}' {verb_word}"
+            elif change.paused:
+                line = f"lane '{shown(name)}' was already paused"
             else:
-                lines.append(
-                    f"lane '{shown(name)}' was already {'paused' if change.paused else 'running'}"
-                )
+                line = f"lane '{shown(name)}' is not paused: nothing to resume"
+            if name in unknown:
+                line += " (no job or worker has used this lane)"
+            lines.append(line)
         text = "\n".join(lines)
     return Reply(data, text=text)
 
@@ -71,19 +86,21 @@ def pause(queue: str | None, every: bool, reason: str | None, db: str | None, as
     """Stop workers claiming from a lane; running jobs finish, `add` still queues.
 
     Recorded in the queue with who paused it, when and why; pausing a paused
-    lane changes nothing (reported, exit 0). Undo with `resume`.
+    lane changes nothing (reported, exit 0). Undo with `resume`. A lane may be
+    paused before any job uses it; one that no job or live worker has named
+    yet is listed in `unknown_queues` and the text says so.
     """
     named = lanes_named(queue, every, "pause")
     by = lanes.operator_identity()
     found = open_write(db)
     now = found.now()
-    change, paused = found.write(
-        lambda conn: (
-            lanes.pause_lanes(conn, named, by=by, reason=reason, now=now),
-            lanes.paused_lanes(conn),
-        )
-    )
-    return emit(change_reply(change, queue, paused), as_json)
+
+    def change(conn: Any) -> Reply:
+        known = lanes.known_lanes(conn)
+        done = lanes.pause_lanes(conn, named, by=by, reason=reason, now=now)
+        return change_reply(done, queue, lanes.paused_lanes(conn), known)
+
+    return emit(found.write(change), as_json)
 
 
 @verb(
@@ -97,15 +114,20 @@ def pause(queue: str | None, every: bool, reason: str | None, db: str | None, as
 @db_option
 @json_option
 def resume(queue: str | None, every: bool, db: str | None, as_json: bool) -> int:
-    """Let workers claim from a paused lane again (idle workers notice at once).
+    """Unpause a lane: workers claim from it again (idle ones notice at once).
 
-    Resuming a lane that is not paused changes nothing (reported, exit 0).
+    Resuming a lane that is not paused changes nothing (reported, exit 0); a
+    lane no job, live worker or pause has named (a typo, say) is listed in
+    `unknown_queues` and the text says so.
     """
     named = lanes_named(queue, every, "resume")
     by = lanes.operator_identity()
     found = open_write(db)
     now = found.now()
-    change, paused = found.write(
-        lambda conn: (lanes.resume_lanes(conn, named, by=by, now=now), lanes.paused_lanes(conn))
-    )
-    return emit(change_reply(change, queue, paused), as_json)
+
+    def change(conn: Any) -> Reply:
+        known = lanes.known_lanes(conn)
+        done = lanes.resume_lanes(conn, named, by=by, now=now)
+        return change_reply(done, queue, lanes.paused_lanes(conn), known)
+
+    return emit(found.write(change), as_json)

@@ -164,6 +164,8 @@ HINTS: dict[str, tuple[str, ...]] = {
         "run 'spoolctl --help' for the verbs, 'spoolctl VERB --help' for one verb",
     ),
     NotFound.code: (
+        "run 'spoolctl schedule list' for the schedules in this queue{name:.0}; "
+        "'spoolctl config-show' says which queue file is used",
         "run 'spoolctl list' for the jobs in this queue; "
         "'spoolctl config-show' says which queue file is used",
     ),

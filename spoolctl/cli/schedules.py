@@ -81,7 +81,12 @@ def line_of(s: dict[str, Any]) -> str:
 @click.argument("name", type=QueueName())
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 @click.option("-c", "--command", "command", default=None, help="A shell string, run as sh -c.")
-@click.option("--cron", default=None, help="A five-field cron expression (minute resolution).")
+@click.option(
+    "--cron",
+    default=None,
+    help="A five-field cron expression (minute resolution), or @hourly, @daily, @weekly, "
+    "@monthly, @yearly.",
+)
 @click.option("--every", type=Duration(), default=None, help="An interval (>= 1s).")
 @click.option(
     "--timezone",

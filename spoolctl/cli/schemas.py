@@ -188,7 +188,8 @@ LANE_CHANGE = obj(
         "changed": BOOL,
         "changed_queues": STR_LIST,
         "paused_lanes": arr(PAUSED_LANE),
-    }
+    },
+    {"unknown_queues": STR_LIST},
 )
 WAITS_FOR = arr(obj({"job_id": INT, "state": JOB_STATE}))
 
@@ -451,6 +452,7 @@ DATA_SCHEMAS: dict[str, Schema] = {
         {"job_id": INT, "state": JOB_STATE}, {"previous_state": STR, "restored": arr(INT)}
     ),
     "cancel": obj({"job_id": INT, "state": JOB_STATE, "was_running": BOOL}),
+    "remove": obj({"removed": arr(INT), "count": INT, "dependents_canceled": arr(INT)}),
     "prune": obj(
         {
             "matched": INT,

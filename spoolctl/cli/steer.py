@@ -68,6 +68,7 @@ def stop_async(first: int) -> str:
         "spoolctl retry 42",
         "spoolctl retry 42 --force",
         "spoolctl retry 42 --with-dependents",
+        "spoolctl retry 42 --again",
     ),
 )
 @click.argument("job_id", type=JOB_ID)
@@ -77,18 +78,35 @@ def stop_async(first: int) -> str:
     is_flag=True,
     help="Also restore the jobs canceled because this one failed (transitively).",
 )
+@click.option(
+    "--again",
+    is_flag=True,
+    help="Also re-run a done job, as a new attempt of the same job (without it, retry of a "
+    "done job is CONFLICT, as in 0.4.11).",
+)
 @db_option
 @json_option
-def retry(job_id: int, force: bool, with_dependents: bool, db: str | None, as_json: bool) -> int:
+def retry(
+    job_id: int, force: bool, with_dependents: bool, again: bool, db: str | None, as_json: bool
+) -> int:
     """Requeue an ended job (dead, failed or canceled) with a fresh budget, history kept.
 
     A job submitted with --after-job goes back to waiting while a job it waits
     for is not done yet.
+
+    A done job runs again only with --again (without it, CONFLICT, exit 5, as
+    in 0.4.11, which scripts may rely on): it is queued as a new attempt of the
+    same job, with a fresh budget. Its earlier attempts, their output and its
+    events stay; `show`, `output --attempt N` and `events` show every run,
+    and the `retried` event's detail says `again`. Jobs that waited for it
+    have already run and are left as they are.
     """
     queue = existing_queue(db, job_id)
     now = queue.now()
     done = queue.write(
-        lambda conn: requeue(conn, job_id, force=force, now=now, with_dependents=with_dependents)
+        lambda conn: requeue(
+            conn, job_id, force=force, now=now, with_dependents=with_dependents, again=again
+        )
     )
     previous = done.previous_state
     data = {"job_id": job_id, "state": done.state, "previous_state": previous}

@@ -18,6 +18,7 @@ VERBS: dict[str, str] = {
     "workers": "spoolctl.cli.status:workers",
     "retry": "spoolctl.cli.steer:retry",
     "cancel": "spoolctl.cli.steer:cancel",
+    "remove": "spoolctl.cli.remove:remove",
     "prune": "spoolctl.cli.steer:prune",
     "pause": "spoolctl.cli.lanes:pause",
     "resume": "spoolctl.cli.lanes:resume",

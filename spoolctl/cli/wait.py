@@ -49,7 +49,9 @@ def wait(
     """Block until every job is done, dead or canceled.
 
     Exit 0 when all are done, 6 when any ended otherwise, 4 (TIMEOUT) when the
-    time runs out first.
+    time runs out first. A TIMEOUT's message names the first 10 unfinished
+    jobs and how many more; `detail.pending` lists them all and
+    `detail.pending_count` counts them.
     """
     ids = sorted(set(job_ids))
     started = time.monotonic()
@@ -72,12 +74,26 @@ def wait(
                 return emit(wait_reply(summary), as_json)
             if time.monotonic() >= deadline:
                 raise WaitTimeout(
-                    f"jobs still unfinished after {timeout:g}s: {pending}", pending=pending
+                    f"jobs still unfinished after {timeout:g}s: {some_ids(pending)}",
+                    pending=pending,
+                    pending_count=len(pending),
                 )
             progress.update(wait_progress(summary, time.monotonic() - started))
             time.sleep(min(poll_interval, max(0.0, deadline - time.monotonic())))
     finally:
         progress.done()
+
+
+SHOWN_IDS = 10
+"""A message names at most this many ids; `detail` keeps them all."""
+
+
+def some_ids(ids: list[int]) -> str:
+    """The first ids, and how many more: one line a person can read, whatever
+    the count (`detail.pending` has every id)."""
+    shown_ids = ", ".join(map(str, ids[:SHOWN_IDS]))
+    more = len(ids) - SHOWN_IDS
+    return f"{shown_ids} and {more:,} more" if more > 0 else shown_ids
 
 
 def wait_progress(summary: dict[int, dict[str, Any]], elapsed: float) -> str:

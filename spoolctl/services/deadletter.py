@@ -105,6 +105,7 @@ def requeue(
     now: float,
     with_dependents: bool = False,
     actor: str | None = None,
+    again: bool = False,
 ) -> Retried:
     """Manual retry: dead, failed or canceled jobs go back to queued with a fresh
     budget (attempts and crashes from zero; history kept). A running job needs
@@ -113,7 +114,12 @@ def requeue(
     one of them is not done (CONFLICT while one is dead or canceled). With
     `with_dependents`, the jobs canceled because this one failed are restored
     too. `actor` (who asked, when not the CLI: the web dashboard) is written
-    into the `retried` event's detail as `by`."""
+    into the `retried` event's detail as `by`.
+
+    A `done` job is re-run only with `again` (`retry --again`): 0.4.11
+    answered CONFLICT for it, and scripts may rely on that. It runs again as
+    a new attempt of the same job (fresh budget; its earlier attempts, their
+    output and its events stay), and the `retried` event says `again`."""
     job = get_job_row(conn, job_id)
     if job is None:
         raise NotFound(f"no job {job_id}", job_id=job_id)
@@ -125,7 +131,13 @@ def requeue(
                 job_id=job_id,
             )
         _cancel_running_attempt(conn, job_id, now)
-    elif state not in RETRYABLE:
+    elif state == JobState.DONE and not again:
+        raise Conflict(
+            f"job {job_id} is done; re-run it with: spoolctl retry {job_id} --again",
+            job_id=job_id,
+            state=state,
+        )
+    elif state not in RETRYABLE and state != JobState.DONE:
         raise Conflict(
             f"job {job_id} is {state}; only dead, failed, canceled or running "
             "(with --force) jobs can be retried",
@@ -146,6 +158,8 @@ def requeue(
         )
     )
     detail: dict[str, Any] = {"from": state, "force": force}
+    if state == JobState.DONE:
+        detail["again"] = True
     if actor is not None:
         detail["by"] = actor
     record_event(conn, job_id, EventKind.RETRIED, now, detail=detail)

@@ -92,12 +92,30 @@ class Recurrence:
         return self.cron
 
 
+NICKNAMES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+"""cron's nicknames, as Debian's cron reads them (in the schedule's zone);
+kept as written in the schedule, read as these five fields."""
+
+
+def cron_fields(expr: str) -> str:
+    """The five fields an expression means (a nickname's, in any case)."""
+    return NICKNAMES.get(expr.lower(), expr)
+
+
 def _cron_fire_times(expr: str, tz: ZoneInfo, t: float, *, reverse: bool) -> Iterator[float]:
     from cronsim import CronSim, CronSimError
 
     start = datetime.fromtimestamp(t, tz)
     try:
-        matches = CronSim(expr, start, reverse=reverse)
+        matches = CronSim(cron_fields(expr), start, reverse=reverse)
     except CronSimError as exc:
         raise InvalidInput(f"bad cron expression {expr!r}: {exc}", cron=expr) from None
     for n, moment in enumerate(matches):
@@ -129,10 +147,20 @@ def zone(name: str) -> ZoneInfo:
 
 
 def check_cron(expr: str) -> str:
-    """A cron expression cronsim accepts, of five fields (or an @alias)."""
+    """A cron expression cronsim accepts, of five fields, or one of cron's
+    nicknames (`@daily`, `@hourly`, `@weekly`, `@monthly`, `@yearly`,
+    `@annually`, `@midnight`), kept as written, in lower case."""
     from cronsim import CronSim, CronSimError
 
     expr = " ".join(expr.split())
+    if expr.lower() in NICKNAMES:
+        expr = expr.lower()
+    elif expr.startswith("@"):
+        raise InvalidInput(
+            f"unknown cron nickname {expr!r}: give one of {', '.join(NICKNAMES)} "
+            "(a schedule fires at times; @reboot has none), or five fields",
+            cron=expr,
+        )
     fields = expr.split(" ")
     if not expr.startswith("@") and len(fields) != CRON_FIELDS:
         raise InvalidInput(
@@ -141,7 +169,7 @@ def check_cron(expr: str) -> str:
             cron=expr,
         )
     try:
-        CronSim(expr, datetime.now().astimezone())
+        CronSim(cron_fields(expr), datetime.now().astimezone())
     except CronSimError as exc:
         raise InvalidInput(f"bad cron expression {expr!r}: {exc}", cron=expr) from None
     return expr

@@ -32,6 +32,7 @@ def script(q: Populated, tmp: Path, pg_url: str) -> list[tuple[str, list[str], i
     d = str(q.done)
     return [
         ("add", ["add", "--key", "k1", "--", "true"], 0),
+        ("remove", ["remove", str(q.canceled + 1)], 0),  # the job just added
         ("add", ["add", "--batch", str(batch)], 0),
         ("add", ["add", "--after-job", str(q.scheduled), "--", "true"], 0),
         ("add", ["add", "--after-job", d, "--after-job", str(q.dead), "--", "true"], 0),
