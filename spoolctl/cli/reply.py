@@ -11,6 +11,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from spoolctl import __version__
@@ -263,6 +264,13 @@ def emit_error(exc: SpoolError, as_json: bool, verb: str | None = None) -> int:
 
 
 ANSI_STYLE = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")
+
+
+def note_created(path: Path | None) -> None:
+    """The one stderr line of an `add` that made a new queue where nothing
+    named one (no --db, SPOOLCTL_DB or db_path), so it is not a surprise."""
+    if path is not None and path.exists():
+        echo(f"spoolctl: created a new queue at {path}", err=True)
 
 
 def echo(text: str, *, err: bool = False) -> None:
