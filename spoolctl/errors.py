@@ -166,7 +166,9 @@ class ExtraMissing(SpoolError):
     exit_code = EXIT_TOOL
 
     def __init__(self, message: str, *, extra: str, **detail: Any) -> None:
-        install = f"pip install 'spoolctl[{extra}]'"
+        from spoolctl.config import install_command
+
+        install = install_command(extra)
         super().__init__(f"{message}: {install}", extra=extra, install=install, **detail)
 
 

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from spoolctl.cli.database import driver_of, open_read, open_write
+from spoolctl.config import install_command
 from spoolctl.db.backends.sqlite import make_engine
 from spoolctl.services import metrics
 from spoolctl.services.totals import EndedTotals, full_count
@@ -219,7 +220,7 @@ def test_without_the_extra_the_verb_and_the_page_name_the_install(
     assert result.exit_code == 3
     error = result.envelope["errors"][0]
     assert error["code"] == "EXTRA_MISSING"
-    assert error["detail"]["install"] == "pip install 'spoolctl[metrics]'"
+    assert error["detail"]["install"] == install_command("metrics")
     with client_for(db, Guard.loopback(8765)) as client:
         page = client.get("/metrics")
     assert page.status_code == 501 and "spoolctl[metrics]" in page.text
