@@ -42,6 +42,18 @@ class ConfigFile(NamedTuple):
         return sorted(k for k in self.data if k not in CONFIG_KEYS)
 
 
+CONFIG_UNKNOWN_KEY = "CONFIG_UNKNOWN_KEY"
+
+
+def unknown_keys_message(path: Path, keys: list[str]) -> str:
+    """The warning of a verb that read a config file with keys it does not
+    know: it answers as without them (0.4.11 ignored them silently)."""
+    return (
+        f"{path}: unknown config key(s) {', '.join(keys)} ignored (`spoolctl config-validate` "
+        f"refuses them); supported keys are {', '.join(CONFIG_KEYS)}"
+    )
+
+
 def read_config(path: Path) -> ConfigFile:
     """Parse a config file without raising: problems are reported, not thrown."""
     if not path.exists():
@@ -245,25 +257,3 @@ ENV_VARS: dict[str, dict[str, Any]] = {
     },
     "NO_COLOR": {"description": "disables colour in text output", "type": "flag"},
 }
-
-
-def install_command(extra: str) -> str:
-    """The command that installs an extra into the environment spoolctl runs
-    from (EXTRA_MISSING's hint): `scripts/setup --extra NAME` where that is
-    this checkout's own `.venv` (as `./scripts/demo` and `./scripts/setup`
-    make it, perhaps without pip), else this interpreter's pip (bootstrapped
-    by ensurepip first where the environment has none)."""
-    import importlib.util
-    import shlex
-    import sys
-
-    checkout = Path(__file__).resolve().parent.parent
-    setup = checkout / "scripts" / "setup"
-    if setup.is_file() and Path(sys.prefix).resolve() == (checkout / ".venv").resolve():
-        here = Path.cwd().resolve() == checkout
-        return f"{'./scripts/setup' if here else shlex.quote(str(setup))} --extra {extra}"
-    python = shlex.quote(sys.executable)
-    install = f"{python} -m pip install 'spoolctl[{extra}]'"
-    if importlib.util.find_spec("pip") is None:
-        return f"{python} -m ensurepip --default-pip && {install}"
-    return install

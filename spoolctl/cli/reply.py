@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from spoolctl import __version__
+from spoolctl.config import CONFIG_UNKNOWN_KEY, unknown_keys_message
 from spoolctl.db.codec import json_text
+from spoolctl.db.where import take_unknown_keys
 from spoolctl.errors import (
     Conflict,
     ExtraMissing,
@@ -122,6 +124,8 @@ def write_json(obj: Any) -> None:
 
 
 def emit(reply: Reply, as_json: bool) -> int:
+    for path, keys in take_unknown_keys():
+        reply.warn(CONFIG_UNKNOWN_KEY, unknown_keys_message(path, keys))
     if as_json:
         write_json(envelope(reply.data, warnings=reply.warnings, meta=reply.meta))
         return reply.exit_code
@@ -253,6 +257,7 @@ def emit_error(exc: SpoolError, as_json: bool, verb: str | None = None) -> int:
     """JSON: one envelope. Text: `spoolctl: CODE: message` on one line, then
     an indented `hint:` line with what to do next (naming `verb`'s help where
     that helps), when there is one."""
+    take_unknown_keys()  # the error is the answer
     if as_json:
         write_json(envelope(None, errors=[error_object(exc, verb)]))
         return exc.exit_code

@@ -104,6 +104,20 @@ def project_config(cwd: Path | None = None) -> ConfigFile:
     return read_config((find_project(base) or base) / CONFIG_RELPATH)
 
 
+UNKNOWN_KEYS_SEEN: dict[Path, list[str]] = {}
+"""The valid config files read by this process that hold keys spoolctl does
+not know, with those keys: `config-validate` refuses such a file, and every
+other verb answers as it would without them, with the warning
+CONFIG_UNKNOWN_KEY (`cli/reply.py` takes them into the answer)."""
+
+
+def take_unknown_keys() -> list[tuple[Path, list[str]]]:
+    """The config files with unknown keys read since the last call, once."""
+    seen = list(UNKNOWN_KEYS_SEEN.items())
+    UNKNOWN_KEYS_SEEN.clear()
+    return seen
+
+
 def named_db(flag: str | None, cwd: Path | None = None) -> Named:
     """The value by the precedence; an invalid config file, or a bad
     SPOOLCTL_DB, is INVALID_INPUT (reported even when --db decides). A
@@ -116,6 +130,8 @@ def named_db(flag: str | None, cwd: Path | None = None) -> Named:
             f"config file {config.path} is invalid: {'; '.join(config.problems)}",
             config_path=str(config.path),
         )
+    if config.unknown_keys:
+        UNKNOWN_KEYS_SEEN[config.path] = config.unknown_keys
     if flag is not None:
         return Named(flag, base, "flag", "--db", config, "flag", project)
     env = os.environ.get("SPOOLCTL_DB")

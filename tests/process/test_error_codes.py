@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 import spoolctl
 from spoolctl import errors
-from spoolctl.config import install_command
+from spoolctl.errors import install_command
 from tests.helpers import REPO, Result, add, child_env, cli_json
 
 pytestmark = pytest.mark.subprocess

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from spoolctl.cli.database import driver_of, open_read, open_write
-from spoolctl.config import install_command
 from spoolctl.db.backends.sqlite import make_engine
+from spoolctl.errors import install_command
 from spoolctl.services import metrics
 from spoolctl.services.totals import EndedTotals, full_count
 from spoolctl.web.access import QueueAccess

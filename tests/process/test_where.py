@@ -83,3 +83,38 @@ def test_no_project_anywhere_makes_one_in_the_current_folder(tmp_path: Path) -> 
     named = run_in(tmp_path, "add", "--json", "--db", "x.db", "--", "true")
     assert data(named)["job_id"] == 1 and named.stderr == ""  # --db named it: no note
     assert not (tmp_path / ".spoolctl").exists()
+
+
+def test_an_unknown_config_key_is_a_warning_of_every_verb_that_reads_it(
+    tmp_path: Path,
+) -> None:
+    """`config-validate` refuses the file (INVALID_INPUT); every other verb
+    answers as without the key (0.4.11's exit codes), with the warning
+    CONFIG_UNKNOWN_KEY: the lean path and the click verbs alike."""
+    project = tmp_path / "proj"
+    sub = project / "sub"
+    sub.mkdir(parents=True)
+    (project / ".spoolctl").mkdir()
+    config = project / ".spoolctl" / "config.json"
+    config.write_text(json.dumps({"version": 1, "db_pth": "typo.db"}))
+    for args in (
+        ["add", "--json", "--", "true"],  # creates the queue: the click verb
+        ["add", "--json", "--", "true"],  # the lean path
+        ["add", "--json", "--tag", "k=v", "--", "true"],  # the click verb
+        ["status", "--json"],  # the lean path
+        ["list", "--json", "--tag", "k=v"],  # the click verb
+        ["workers", "--json"],
+        ["config-show", "--json"],
+    ):
+        proc = run_in(sub, *args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        warnings = json.loads(proc.stdout)["warnings"]
+        assert [w["code"] for w in warnings] == ["CONFIG_UNKNOWN_KEY"], (args, warnings)
+        assert str(config) in warnings[0]["message"] and "db_pth" in warnings[0]["message"]
+    text = run_in(sub, "status")
+    assert text.returncode == 0
+    assert f"spoolctl: warning: CONFIG_UNKNOWN_KEY: {config}" in text.stderr
+    refused = run_in(sub, "config-validate", "--json")
+    assert refused.returncode == 1
+    assert json.loads(refused.stdout)["errors"][0]["code"] == "INVALID_INPUT"
+    assert not (project / ".spoolctl" / "typo.db").exists()

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 import spoolctl
-from spoolctl.config import install_command
-from spoolctl.errors import ExtraMissing
+from spoolctl.errors import ExtraMissing, install_command
 
 CHECKOUT = Path(spoolctl.__file__).resolve().parent.parent
 
