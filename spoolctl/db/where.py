@@ -62,31 +62,28 @@ RULES: dict[str, str] = {
 
 PROJECT_DIR = ".spoolctl"
 
-Stat = Callable[[Path], os.stat_result]
+Stat = Callable[[str], os.stat_result]
 
 
-def _stat(path: Path) -> os.stat_result:
-    return os.stat(path)
-
-
-def find_project(start: Path, stat: Stat = _stat) -> Path | None:
+def find_project(start: Path, stat: Stat = os.stat) -> Path | None:
     """The nearest folder, `start` or one above it, that holds a `.spoolctl`
     folder; None where none does. The search stops at the file system's
     root and never crosses a mount point: a parent on another device
     (`st_dev`) is not looked in, as git does without
-    GIT_DISCOVERY_ACROSS_FILESYSTEM. `stat` is injectable for tests."""
-    here = start
+    GIT_DISCOVERY_ACROSS_FILESYSTEM. `stat` is injectable for tests. (Plain
+    strings, not pathlib: it runs on every verb, the lean path's too.)"""
+    here = str(start)
     try:
         device = stat(here).st_dev
     except OSError:
         return None
     while True:
         try:
-            if mode.S_ISDIR(stat(here / PROJECT_DIR).st_mode):
-                return here
+            if mode.S_ISDIR(stat(os.path.join(here, PROJECT_DIR)).st_mode):
+                return Path(here)
         except OSError:
             pass
-        parent = here.parent
+        parent = os.path.dirname(here)
         if parent == here:
             return None
         try:

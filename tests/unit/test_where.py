@@ -22,11 +22,11 @@ def no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SPOOLCTL_DB", raising=False)
 
 
-def _fake_stat(folders: dict[str, int]) -> Callable[[Path], os.stat_result]:
+def _fake_stat(folders: dict[str, int]) -> Callable[[str], os.stat_result]:
     """A stat over a made-up tree: {folder: device}; `.spoolctl` entries are
     folders on their parent's device."""
 
-    def fake(path: Path) -> os.stat_result:
+    def fake(path: str) -> os.stat_result:
         text = str(path)
         if text not in folders:
             raise FileNotFoundError(text)
