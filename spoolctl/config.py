@@ -167,6 +167,11 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "min": 1,
         "max": 4096,
     },
+    "SPOOLCTL_CEILING_DIRECTORIES": {
+        "description": "absolute folders, colon-separated, that the search for the nearest "
+        ".spoolctl folder never climbs into (as GIT_CEILING_DIRECTORIES)",
+        "type": "text",
+    },
     "SPOOLCTL_BUSY_TIMEOUT": {
         "description": "seconds to wait for SQLite's write lock before LOCKED",
         "type": "seconds",

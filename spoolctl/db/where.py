@@ -62,7 +62,17 @@ RULES: dict[str, str] = {
 
 PROJECT_DIR = ".spoolctl"
 
+CEILING_ENV = "SPOOLCTL_CEILING_DIRECTORIES"
+"""Absolute folders, `:`-separated, the search never climbs into (as git's
+GIT_CEILING_DIRECTORIES): the tests keep a stray `/tmp/.spoolctl` out."""
+
 Stat = Callable[[str], os.stat_result]
+
+
+def ceilings() -> frozenset[str]:
+    """SPOOLCTL_CEILING_DIRECTORIES' folders; a relative entry is ignored, as git does."""
+    raw = os.environ.get(CEILING_ENV, "")
+    return frozenset(os.path.normpath(p) for p in raw.split(":") if os.path.isabs(p))
 
 
 def find_project(start: Path, stat: Stat = os.stat) -> Path | None:
@@ -70,9 +80,11 @@ def find_project(start: Path, stat: Stat = os.stat) -> Path | None:
     folder; None where none does. The search stops at the file system's
     root and never crosses a mount point: a parent on another device
     (`st_dev`) is not looked in, as git does without
-    GIT_DISCOVERY_ACROSS_FILESYSTEM. `stat` is injectable for tests. (Plain
+    GIT_DISCOVERY_ACROSS_FILESYSTEM; nor is a parent named in
+    SPOOLCTL_CEILING_DIRECTORIES. `stat` is injectable for tests. (Plain
     strings, not pathlib: it runs on every verb, the lean path's too.)"""
     here = str(start)
+    stop = ceilings()
     try:
         device = stat(here).st_dev
     except OSError:
@@ -84,7 +96,7 @@ def find_project(start: Path, stat: Stat = os.stat) -> Path | None:
         except OSError:
             pass
         parent = os.path.dirname(here)
-        if parent == here:
+        if parent == here or parent in stop:
             return None
         try:
             if stat(parent).st_dev != device:

@@ -109,3 +109,19 @@ def test_an_invalid_config_found_above_is_refused_from_a_subfolder(tmp_path: Pat
     sub.mkdir()
     with pytest.raises(InvalidInput, match="is invalid"):
         named_db(None, sub)
+
+
+def test_a_ceiling_folder_is_never_climbed_into(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPOOLCTL_CEILING_DIRECTORIES, as GIT_CEILING_DIRECTORIES: the search
+    looks in a folder below the ceiling, never in the ceiling or above it
+    (a relative entry is ignored)."""
+    (tmp_path / ".spoolctl").mkdir()
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("SPOOLCTL_CEILING_DIRECTORIES", f"relative:{tmp_path}")
+    assert find_project(deep) is None
+    assert find_project(tmp_path) == tmp_path  # the start is looked in
+    monkeypatch.setenv("SPOOLCTL_CEILING_DIRECTORIES", f"{tmp_path.parent}:relative")
+    assert find_project(deep) == tmp_path
