@@ -42,6 +42,18 @@ class ConfigFile(NamedTuple):
         return sorted(k for k in self.data if k not in CONFIG_KEYS)
 
 
+CONFIG_UNKNOWN_KEY = "CONFIG_UNKNOWN_KEY"
+
+
+def unknown_keys_message(path: Path, keys: list[str]) -> str:
+    """The warning of a verb that read a config file with keys it does not
+    know: it answers as without them (0.4.11 ignored them silently)."""
+    return (
+        f"{path}: unknown config key(s) {', '.join(keys)} ignored (`spoolctl config-validate` "
+        f"refuses them); supported keys are {', '.join(CONFIG_KEYS)}"
+    )
+
+
 def read_config(path: Path) -> ConfigFile:
     """Parse a config file without raising: problems are reported, not thrown."""
     if not path.exists():
@@ -154,6 +166,11 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "default": str(DEFAULT_DB_RELPATH),
         "min": 1,
         "max": 4096,
+    },
+    "SPOOLCTL_CEILING_DIRECTORIES": {
+        "description": "absolute folders, colon-separated, that the search for the nearest "
+        ".spoolctl folder never climbs into (as GIT_CEILING_DIRECTORIES)",
+        "type": "text",
     },
     "SPOOLCTL_BUSY_TIMEOUT": {
         "description": "seconds to wait for SQLite's write lock before LOCKED",

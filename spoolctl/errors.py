@@ -166,8 +166,31 @@ class ExtraMissing(SpoolError):
     exit_code = EXIT_TOOL
 
     def __init__(self, message: str, *, extra: str, **detail: Any) -> None:
-        install = f"pip install 'spoolctl[{extra}]'"
+        install = install_command(extra)
         super().__init__(f"{message}: {install}", extra=extra, install=install, **detail)
+
+
+def install_command(extra: str) -> str:
+    """The command that installs an extra into the environment spoolctl runs
+    from (EXTRA_MISSING's hint): `scripts/setup --extra NAME` where that is
+    this checkout's own `.venv` (as `./scripts/demo` and `./scripts/setup`
+    make it, perhaps without pip), else this interpreter's pip (bootstrapped
+    by ensurepip first where the environment has none)."""
+    import importlib.util
+    import shlex
+    import sys
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parent.parent
+    setup = checkout / "scripts" / "setup"
+    if setup.is_file() and Path(sys.prefix).resolve() == (checkout / ".venv").resolve():
+        here = Path.cwd().resolve() == checkout
+        return f"{'./scripts/setup' if here else shlex.quote(str(setup))} --extra {extra}"
+    python = shlex.quote(sys.executable)
+    install = f"{python} -m pip install 'spoolctl[{extra}]'"
+    if importlib.util.find_spec("pip") is None:
+        return f"{python} -m ensurepip --default-pip && {install}"
+    return install
 
 
 class WaitTimeout(SpoolError):
@@ -217,4 +240,5 @@ WARNING_CODES: dict[str, str] = {
     "OUTPUT_PATH_REFUSED": "an attempt's recorded output path is outside the spool: not read",
     "DEPENDENCY_FAILED": "add --after-job: a job it waits for already ended dead or canceled",
     "NO_QUEUE": "no queue exists where --db points yet: a read verb's answer is empty",
+    "CONFIG_UNKNOWN_KEY": "the config file holds keys this version does not know: ignored",
 }

@@ -75,6 +75,7 @@ import re
 import secrets
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -96,6 +97,8 @@ BACKENDS = ("sqlite", "postgresql")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # a stray .spoolctl in the temp folder or above must not decide where tests' queues are
+    os.environ.setdefault("SPOOLCTL_CEILING_DIRECTORIES", tempfile.gettempdir())
     for line in (
         "both_backends: run the test on SQLite and on PostgreSQL ([sqlite] / [postgresql]):"
         " parametrizes the backend fixture, and with it db and module_db",

@@ -17,7 +17,6 @@ from spoolctl.cli.render import style, table
 from spoolctl.cli.reply import CONTRACT_VERSION, Reply, emit
 from spoolctl.config import (
     CONFIG_KEYS,
-    CONFIG_RELPATH,
     CONFIG_VERSION,
     PRECEDENCE,
     ConfigFile,
@@ -31,6 +30,7 @@ from spoolctl.db.backends.base import Check, Driver
 from spoolctl.db.legacy import LEGACY_VERSIONS
 from spoolctl.db.location import DbLocation, config_location, locate_db, resolve_db
 from spoolctl.db.queue import open_for_read
+from spoolctl.db.where import RULES, project_config
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
 
@@ -79,7 +79,7 @@ def doctor(db: str | None, as_json: bool) -> int:
 def doctor_config(location: DbLocation | None) -> dict[str, Any]:
     """Which config file and database path the checks judged (nulls when the
     path could not be resolved)."""
-    config = read_config(Path.cwd() / CONFIG_RELPATH) if location is None else location.config
+    config = project_config() if location is None else location.config
     return {
         "config_path": str(config.path),
         "config_exists": config.exists,
@@ -91,7 +91,7 @@ def doctor_config(location: DbLocation | None) -> dict[str, Any]:
 
 
 def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
-    config = read_config(Path.cwd() / CONFIG_RELPATH)
+    config = project_config()
     checks = [config_check(config), env_check()]
     try:
         location: DbLocation | None = locate_db(db)
@@ -213,11 +213,18 @@ def doctor_text(data: dict[str, Any]) -> str:
 @db_option
 @json_option
 def config_show(db: str | None, as_json: bool) -> int:
-    """Where the database is and why; opens nothing."""
-    config = read_config(Path.cwd() / CONFIG_RELPATH)
+    """Where the database is and why; opens nothing.
+
+    Which rule chose it: --db, else SPOOLCTL_DB, else db_path in the config
+    file, else the nearest .spoolctl folder in the current folder or above
+    it (never across a mount point), else a new one in the current folder
+    (data.chosen_by: rule, folder, says).
+    """
+    config = project_config()
     refuse_invalid(config)
     location = resolve_db(db)
     db_path, source = location.display, location.source
+    chosen = chosen_by(location)
     data = {
         "config_path": str(config.path),
         "config_exists": config.exists,
@@ -227,11 +234,31 @@ def config_show(db: str | None, as_json: bool) -> int:
         "precedence": list(PRECEDENCE),
         "ignored_keys": config.unknown_keys,
         "problems": list(config.problems),
+        "chosen_by": chosen,
     }
-    text = f"db_path  {db_path}\nsource   {source}\nconfig   {config.path}" + (
-        "" if config.exists else " (absent)"
+    text = (
+        f"db_path  {db_path}\nsource   {source}\nchosen   {chosen['says']}\n"
+        f"config   {config.path}" + ("" if config.exists else " (absent)")
     )
     return emit(Reply(data, text=text), as_json)
+
+
+def chosen_by(location: DbLocation) -> dict[str, Any]:
+    """Which rule chose the queue (`db/where.py`'s RULES), the folder it
+    found or made it in (null for --db and SPOOLCTL_DB), and in words."""
+    rule = location.rule
+    folder: Path | None = None
+    says = RULES[rule]
+    if rule == "config":
+        folder = location.config.path.parent.parent
+        says = f"db_path in {location.config.path}"
+    elif rule in ("found_here", "found_above") and location.project is not None:
+        folder = location.project
+        says = f"found {'in the current folder' if rule == 'found_here' else 'above in'} {folder}"
+    elif rule == "new_here":
+        folder = Path.cwd()
+        says = f"new in the current folder {folder} (no .spoolctl folder here or above)"
+    return {"rule": rule, "folder": None if folder is None else str(folder), "says": says}
 
 
 @verb(
@@ -244,14 +271,16 @@ def config_show(db: str | None, as_json: bool) -> int:
 @click.argument("path", required=False, type=BoundedText("path", 4096))
 @json_option
 def config_validate(path: str | None, as_json: bool) -> int:
-    """Check a config file (default: ./.spoolctl/config.json).
+    """Check a config file (default: the one every verb reads: .spoolctl/config.json
+    in the nearest folder, the current one or one above, that has a
+    .spoolctl folder).
 
     A file that cannot be read, is not valid JSON, breaks a rule or holds an
     unknown key is INVALID_INPUT (exit 1, ok:false), and so is a db_path that
     every other verb would refuse (the same check: a URL that is not one, a
     folder, a NUL). No file at all is valid: the defaults apply (exists: false).
     """
-    target = Path(path) if path is not None else Path.cwd() / CONFIG_RELPATH
+    target = Path(path) if path is not None else project_config().path
     config = read_config(target)
     refuse_invalid(config)
     config_location(config)

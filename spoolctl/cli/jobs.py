@@ -15,7 +15,8 @@ from spoolctl.cli.batch import batch_defaults, read_batch
 from spoolctl.cli.database import open_write
 from spoolctl.cli.job_flags import job_flags, spec_values
 from spoolctl.cli.options import db_option, json_option, verb
-from spoolctl.cli.reply import Reply, emit
+from spoolctl.cli.reply import Reply, emit, note_created
+from spoolctl.db.location import unnamed_new_queue
 from spoolctl.errors import InvalidInput, MissingRequired
 from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.submit import submit, submit_batch
@@ -71,10 +72,12 @@ def add(
         run_at = None if after is None and at is None else (at if at is not None else local + after)  # type: ignore[operator]
         defaults = batch_defaults(options, run_at, tags, env)
         specs = read_batch(batch, local, defaults)
+        fresh = unnamed_new_queue(db)
         queue = open_write(db, synchronous="FULL")
         now = queue.now()  # the server's clock on PostgreSQL: a submitter's may be off
         rebased = [rebase(s, local, now) for s in specs]
         ids = queue.write(lambda conn: submit_batch(conn, rebased, now))
+        note_created(fresh)
         return emit(
             Reply({"count": len(ids), "job_ids": ids}, text=f"Added {len(ids)} jobs"), as_json
         )
@@ -85,10 +88,12 @@ def add(
         env=validate.env_map(dict(env)),
         **spec_values(options),
     )
+    fresh = unnamed_new_queue(db)
     queue = open_write(db, synchronous="FULL")
     now = queue.now()  # the server's clock on PostgreSQL: a submitter's may be off
     spec = rebase(spec, local, now)
     result = queue.write(lambda conn: submit(conn, spec, now))
+    note_created(fresh)
     return emit(added_reply(result, spec), as_json)
 
 

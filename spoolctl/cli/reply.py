@@ -11,10 +11,13 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from spoolctl import __version__
+from spoolctl.config import CONFIG_UNKNOWN_KEY, unknown_keys_message
 from spoolctl.db.codec import json_text
+from spoolctl.db.where import take_unknown_keys
 from spoolctl.errors import (
     Conflict,
     ExtraMissing,
@@ -121,6 +124,8 @@ def write_json(obj: Any) -> None:
 
 
 def emit(reply: Reply, as_json: bool) -> int:
+    for path, keys in take_unknown_keys():
+        reply.warn(CONFIG_UNKNOWN_KEY, unknown_keys_message(path, keys))
     if as_json:
         write_json(envelope(reply.data, warnings=reply.warnings, meta=reply.meta))
         return reply.exit_code
@@ -254,6 +259,7 @@ def emit_error(exc: SpoolError, as_json: bool, verb: str | None = None) -> int:
     """JSON: one envelope. Text: `spoolctl: CODE: message` on one line, then
     an indented `hint:` line with what to do next (naming `verb`'s help where
     that helps), when there is one."""
+    take_unknown_keys()  # the error is the answer
     if as_json:
         write_json(envelope(None, errors=[error_object(exc, verb)]))
         return exc.exit_code
@@ -265,6 +271,13 @@ def emit_error(exc: SpoolError, as_json: bool, verb: str | None = None) -> int:
 
 
 ANSI_STYLE = re.compile(r"\033\[[;?0-9]*[a-zA-Z]")
+
+
+def note_created(path: Path | None) -> None:
+    """The one stderr line of an `add` that made a new queue where nothing
+    named one (no --db, SPOOLCTL_DB or db_path), so it is not a surprise."""
+    if path is not None and path.exists():
+        echo(f"spoolctl: created a new queue at {path}", err=True)
 
 
 def echo(text: str, *, err: bool = False) -> None:

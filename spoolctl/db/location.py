@@ -21,6 +21,10 @@ class DbLocation:
     driver: Driver
     source: str
     config: ConfigFile
+    rule: str = "new_here"
+    """Which rule chose it (`db/where.py`'s RULES)."""
+    project: Path | None = None
+    """The folder whose `.spoolctl/` was found; None: none was found."""
 
     @property
     def display(self) -> str:
@@ -55,6 +59,18 @@ def _located(named: Named) -> DbLocation:
     """The driver the value names (`backends.locate`: a URL is never taken
     for a file name); a relative path is relative to its base."""
     if named.given is None:
-        return DbLocation(sqlite_at(named.base / DEFAULT_DB_RELPATH), named.source, named.config)
-    driver = locate(named.given, named.base, named.named)
-    return DbLocation(driver, named.source, named.config)
+        driver = sqlite_at(named.base / DEFAULT_DB_RELPATH)
+    else:
+        driver = locate(named.given, named.base, named.named)
+    return DbLocation(driver, named.source, named.config, named.rule, named.project)
+
+
+def unnamed_new_queue(flag: str | None) -> Path | None:
+    """The file `add` is about to create where nothing named the queue (no
+    --db, SPOOLCTL_DB or db_path: a found or a new `.spoolctl/`), so that it
+    can say where; None where the queue exists or was named."""
+    named = named_db(flag)
+    path = named.plain_file()
+    if named.source != "default" or path is None or path.exists():
+        return None
+    return path

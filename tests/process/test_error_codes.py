@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 import spoolctl
 from spoolctl import errors
+from spoolctl.errors import install_command
 from tests.helpers import REPO, Result, add, child_env, cli_json
 
 pytestmark = pytest.mark.subprocess
@@ -231,7 +232,7 @@ def test_doctor_without_the_postgresql_extra_and_a_url_names_the_install(tmp_pat
         )
         (error,) = Result(proc.returncode, proc.stdout, proc.stderr).envelope["errors"]
         assert (proc.returncode, error["code"]) == (3, "EXTRA_MISSING"), error
-        assert error["detail"]["install"] == f"pip install 'spoolctl[{extra}]'"
+        assert error["detail"]["install"] == install_command(extra)  # this environment's
         assert f"spoolctl[{extra}]" in error["message"]
 
 

@@ -21,6 +21,7 @@ from starlette.testclient import TestClient
 
 from spoolctl.cli.database import driver_of, open_read, open_write
 from spoolctl.db.backends.sqlite import make_engine
+from spoolctl.errors import install_command
 from spoolctl.services import metrics
 from spoolctl.services.totals import EndedTotals, full_count
 from spoolctl.web.access import QueueAccess
@@ -219,7 +220,7 @@ def test_without_the_extra_the_verb_and_the_page_name_the_install(
     assert result.exit_code == 3
     error = result.envelope["errors"][0]
     assert error["code"] == "EXTRA_MISSING"
-    assert error["detail"]["install"] == "pip install 'spoolctl[metrics]'"
+    assert error["detail"]["install"] == install_command("metrics")
     with client_for(db, Guard.loopback(8765)) as client:
         page = client.get("/metrics")
     assert page.status_code == 501 and "spoolctl[metrics]" in page.text
