@@ -34,7 +34,9 @@ def usage(name: str, command: SpoolCommand) -> str:
     flags = [
         flag_of(command, p.name or "")
         for p in command.params
-        if isinstance(p, click.Option) and p.name not in COMMON_FLAGS
+        if isinstance(p, click.Option)
+        and p.name not in COMMON_FLAGS
+        and p.name not in command.for_people
     ]
     if len(flags) == 1:
         parts.append(f"[{flags[0]}]")

@@ -148,6 +148,7 @@ def attempts_table(attempts: list[dict[str, Any]]) -> str:
 
 @verb(
     "list",
+    for_people=("wide",),
     examples=(
         "spoolctl list --state dead",
         "spoolctl list --queue gpu --tag team=ml --json",

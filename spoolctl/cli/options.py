@@ -29,6 +29,9 @@ class SpoolCommand(click.Command):
     traits: mutates / destructive / idempotent; a string says when (e.g. destructive
     "only with --running"), as 0.4.11 published it.
     examples: command lines shown in --help and the docs.
+    for_people: the options that only shape what a person reads on a terminal
+    (the width, a live view, the worker's job lines): `brief`, written for
+    programs that read --json, leaves them out.
     """
 
     def __init__(
@@ -37,6 +40,7 @@ class SpoolCommand(click.Command):
         exclusive: tuple[tuple[str, str], ...] = (),
         traits: dict[str, bool | str] | None = None,
         examples: tuple[str, ...] = (),
+        for_people: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("context_settings", {}).setdefault("help_option_names", ["-h", "--help"])
@@ -44,6 +48,7 @@ class SpoolCommand(click.Command):
         self.exclusive = exclusive
         self.traits = traits or {"mutates": False, "destructive": False, "idempotent": True}
         self.examples = examples
+        self.for_people = for_people
         if examples and self.help is not None:
             lines = "\n".join(f"  {e}" for e in examples)
             self.help = inspect.cleandoc(self.help) + "\n\n\b\nExamples:\n" + lines
@@ -85,6 +90,7 @@ def verb(
     destructive: bool | str = False,
     idempotent: bool | str = True,
     examples: tuple[str, ...] = (),
+    for_people: tuple[str, ...] = (),
     **kwargs: Any,
 ) -> Callable[[F], SpoolCommand]:
     """Declare a verb with its contract annotations."""
@@ -94,6 +100,7 @@ def verb(
         exclusive=exclusive,
         traits={"mutates": mutates, "destructive": destructive, "idempotent": idempotent},
         examples=examples,
+        for_people=for_people,
         **kwargs,
     )
 

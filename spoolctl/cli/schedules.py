@@ -169,7 +169,11 @@ def schedule_add(
     return emit(Reply(data, text=f"Schedule {line_of(data)}"), as_json)
 
 
-@verb("schedule list", examples=("spoolctl schedule list", "spoolctl schedule list --json"))
+@verb(
+    "schedule list",
+    for_people=("wide",),
+    examples=("spoolctl schedule list", "spoolctl schedule list --json"),
+)
 @wide_option
 @db_option
 @json_option

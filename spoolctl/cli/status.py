@@ -41,6 +41,7 @@ def empty_status() -> dict[str, Any]:
 
 @verb(
     "status",
+    for_people=("watch", "interval", "wide"),
     exclusive=(("watch", "as_json"),),
     examples=(
         "spoolctl status",
@@ -113,7 +114,11 @@ def watch_status(db: str | None, limit: int, interval: float, wide: bool = False
         return 0
 
 
-@verb("workers", examples=("spoolctl workers", "spoolctl workers --all --json"))
+@verb(
+    "workers",
+    for_people=("wide",),
+    examples=("spoolctl workers", "spoolctl workers --all --json"),
+)
 @click.option("--all", "include_all", is_flag=True, help="Include stopped and dead workers.")
 @wide_option
 @db_option

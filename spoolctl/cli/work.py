@@ -37,6 +37,7 @@ MAX_CONCURRENCY = 256
 
 @verb(
     "work",
+    for_people=("quiet", "verbose"),
     exclusive=(("once", "drain"), ("quiet", "verbose")),
     mutates=True,
     idempotent=False,
