@@ -68,7 +68,7 @@ def show_text(detail: dict[str, Any]) -> str:
         f"  attempts  {len(detail['attempts'])}, failures {shown(job['attempts'])}"
         f" (crashes {shown(job['crashes'])}) of max_retries {shown(job['max_retries'])},"
         f" max_crashes {shown(job['max_crashes'])}",
-        f"  timeout   {shown(job['timeout_seconds'])}s",
+        f"  timeout   {job_spec.timeout_shown(job['timeout_seconds'])}",
         *job_facts(job),
         *links_text(detail),
     ]
