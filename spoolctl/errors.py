@@ -217,4 +217,5 @@ WARNING_CODES: dict[str, str] = {
     "OUTPUT_PATH_REFUSED": "an attempt's recorded output path is outside the spool: not read",
     "DEPENDENCY_FAILED": "add --after-job: a job it waits for already ended dead or canceled",
     "NO_QUEUE": "no queue exists where --db points yet: a read verb's answer is empty",
+    "HERE_ENV_SKIPPED": "add --here left out variables a job's env cannot hold",
 }
