@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from spoolctl.cli.reply import Reply
-from spoolctl.services.job_spec import JobSpec, timeout_words
+from spoolctl.services.job_defaults import timeout_words
+from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.submission import Submitted
 from spoolctl.states import JobState
 

@@ -140,13 +140,7 @@ CODE_NOTES: dict[str, tuple[str, bool | None, str]] = {
         None,
         "spoolctl add --after-job 1 --json -- true when job 1 is dead",
     ),
-    "HERE_ENV_SKIPPED": (
-        "add --here left out variables of the submitter's environment that a job's env "
-        "cannot hold (a name over 128 or a value over 4,096 characters, or not UTF-8); "
-        "the job was added without them.",
-        None,
-        "spoolctl add --here --json -- true with a variable of 5,000 characters set",
-    ),
+    "HERE_ENV_SKIPPED": ("add --here skipped variables an env cannot hold.", None, "add --here"),
 }
 
 # Codes 0.4.11 published that this version never emits (appears_in is empty).

@@ -17,7 +17,8 @@ from spoolctl.db.where import named_db
 from spoolctl.errors import InvalidInput
 from spoolctl.services.attempt_output import STREAMS, AttemptOutput, confine, find_attempt
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
-from spoolctl.services.job_spec import DEFAULT_TIMEOUT_S, queue_defaults, timeout_words
+from spoolctl.services.job_defaults import queue_defaults, timeout_words
+from spoolctl.services.job_spec import DEFAULT_TIMEOUT_S
 from spoolctl.services.query import decode_job, get_job_row
 from spoolctl.states import TERMINAL_JOB_STATES, FailureReason, JobState
 from spoolctl.text import shown

@@ -23,8 +23,9 @@ from spoolctl.cli.reply import Reply, emit
 from spoolctl.config import defaults_table
 from spoolctl.db.where import named_db
 from spoolctl.errors import InvalidInput, MissingRequired
-from spoolctl.services.job_spec import BY_NAME, FIELDS, JobSpec, queue_defaults
-from spoolctl.services.job_spec import here_environment as here_env
+from spoolctl.services.job_defaults import here_environment as here_env
+from spoolctl.services.job_defaults import queue_defaults
+from spoolctl.services.job_spec import BY_NAME, FIELDS, JobSpec
 from spoolctl.services.submit import submit, submit_batch
 
 

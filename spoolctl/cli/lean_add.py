@@ -27,6 +27,7 @@ from spoolctl.config import auto_migrate, busy_timeout_s, defaults_table, local_
 from spoolctl.db.lean import LeanQueue, Unanswered
 from spoolctl.db.where import named_db
 from spoolctl.errors import SpoolError
+from spoolctl.services.job_defaults import queue_defaults
 from spoolctl.services.job_spec import (
     FLAGGED,
     Checked,
@@ -35,7 +36,6 @@ from spoolctl.services.job_spec import (
     LaneText,
     Switch,
     Whole,
-    queue_defaults,
 )
 from spoolctl.services.submission import submit_alone
 

@@ -40,7 +40,7 @@ from spoolctl.runner import contained, containment, procs, spawn
 from spoolctl.runner.capacity import Place
 from spoolctl.services import spawn_record
 from spoolctl.services.claim import Claim
-from spoolctl.services.job_spec import HERE_ENV
+from spoolctl.services.job_defaults import HERE_ENV
 from spoolctl.services.outcome import Outcome, signal_name, signal_of
 from spoolctl.states import FailureReason
 

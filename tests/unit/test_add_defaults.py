@@ -21,13 +21,13 @@ from spoolctl.cli import lean
 from spoolctl.cli.add_reply import added_reply, defaulted
 from spoolctl.cli.feedback import timeout_note
 from spoolctl.errors import InvalidInput
-from spoolctl.services.job_spec import (
+from spoolctl.services.job_defaults import (
     HERE_ENV,
-    JobSpec,
     here_environment,
     queue_defaults,
     timeout_words,
 )
+from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.submission import Submitted
 from tests.helpers import Db, Result, has_queue, inproc, rows
 
