@@ -59,7 +59,11 @@ from spoolctl.services.submit import submit, submit_batch
 )
 @job_flags()
 @click.option(
-    "-q", "--quiet", "quiet", is_flag=True, help="Print only the job's id (ids, one a line)."
+    "-q",
+    "--quiet",
+    "quiet",
+    is_flag=True,
+    help="Print only the job's id (with --batch, the ids, one a line); --json wins.",
 )
 @db_option
 @json_option
