@@ -11,13 +11,12 @@ from spoolctl.cli.options import JOB_ID, BoundedInt, db_option, json_option, ver
 from spoolctl.cli.output import STREAM_CHOICE, open_existing, refuse_outside, selected
 from spoolctl.cli.render import style
 from spoolctl.cli.reply import Reply, emit
-from spoolctl.config import defaults_table
 from spoolctl.db.queue import Queue
 from spoolctl.db.where import named_db
 from spoolctl.errors import InvalidInput
 from spoolctl.services.attempt_output import STREAMS, AttemptOutput, confine, find_attempt
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
-from spoolctl.services.job_defaults import queue_defaults, timeout_words
+from spoolctl.services.job_defaults import config_defaults, timeout_words
 from spoolctl.services.job_spec import DEFAULT_TIMEOUT_S
 from spoolctl.services.query import decode_job, get_job_row
 from spoolctl.states import TERMINAL_JOB_STATES, FailureReason, JobState
@@ -69,7 +68,7 @@ def queue_fields(db: str | None) -> dict[str, Any] | None:
     `add` says what is wrong with it; a verdict does not need it)."""
     named = named_db(db)
     try:
-        return queue_defaults(defaults_table(named.config), str(named.config.path)).fields
+        return config_defaults(named.config).fields
     except InvalidInput:
         return None
 

@@ -20,11 +20,10 @@ from spoolctl.cli.database import open_write
 from spoolctl.cli.job_flags import job_flags, spec_values
 from spoolctl.cli.options import db_option, json_option, verb
 from spoolctl.cli.reply import Reply, emit
-from spoolctl.config import defaults_table
 from spoolctl.db.where import named_db
 from spoolctl.errors import InvalidInput, MissingRequired
+from spoolctl.services.job_defaults import config_defaults
 from spoolctl.services.job_defaults import here_environment as here_env
-from spoolctl.services.job_defaults import queue_defaults
 from spoolctl.services.job_spec import BY_NAME, FIELDS, JobSpec
 from spoolctl.services.submit import submit, submit_batch
 
@@ -99,7 +98,7 @@ def add(
     """
     local = time.time()
     named = named_db(db)
-    queue_wide = queue_defaults(defaults_table(named.config), str(named.config.path))
+    queue_wide = config_defaults(named.config)
     given = {name for name in options if _given(name)}
     for name, value in queue_wide.fields.items():
         if BY_NAME[name].key not in given:

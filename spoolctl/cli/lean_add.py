@@ -23,11 +23,11 @@ from typing import Any
 from spoolctl import validate
 from spoolctl.cli.add_reply import added_reply, defaulted
 from spoolctl.cli.reply import emit
-from spoolctl.config import auto_migrate, busy_timeout_s, defaults_table, local_clock
+from spoolctl.config import auto_migrate, busy_timeout_s, local_clock
 from spoolctl.db.lean import LeanQueue, Unanswered
 from spoolctl.db.where import named_db
 from spoolctl.errors import SpoolError
-from spoolctl.services.job_defaults import queue_defaults
+from spoolctl.services.job_defaults import config_defaults
 from spoolctl.services.job_spec import (
     FLAGGED,
     Checked,
@@ -60,7 +60,7 @@ def answer(args: list[str]) -> int | None:
         path = named.plain_file()
         if path is None:
             return None
-        queue_wide = queue_defaults(defaults_table(named.config), str(named.config.path))
+        queue_wide = config_defaults(named.config)
         if queue_wide.here:
             return None  # the environment is captured by the full way
         given = set(values)

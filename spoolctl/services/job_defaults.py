@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from spoolctl import validate
+from spoolctl.config import ConfigFile, defaults_table
 from spoolctl.errors import InvalidInput
 from spoolctl.services.job_spec import DEFAULT_TIMEOUT_S, FLAGGED
 from spoolctl.text import shown
@@ -58,6 +59,11 @@ def queue_defaults(table: Any, source: str = "config file") -> QueueDefaults:
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc.message}", field=f"defaults.{key}") from None
     return QueueDefaults(fields, here)
+
+
+def config_defaults(config: ConfigFile) -> QueueDefaults:
+    """The `defaults` of a config file (none where it has no table), read."""
+    return queue_defaults(defaults_table(config), str(config.path))
 
 
 HERE_ENV = "SPOOLCTL_HERE"

@@ -344,3 +344,16 @@ def test_feedback_names_the_default_timeout() -> None:
     assert timeout_note({**job, "timeout_seconds": 1200}, "timeout", queue_wide) == (
         "killed by the queue's default 20 min timeout; use --timeout (e.g. --timeout 1h or none)"
     )
+
+
+def test_config_validate_reads_the_defaults_as_add_does(
+    tmp_path: Path, capsys: Capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = config(tmp_path, {"timeout": "1h30m", "here": True})
+    good = inproc("config-validate", str(path), "--json", capsys=capsys)
+    assert good.exit_code == 0 and good.envelope["data"]["valid"] is True
+    config(tmp_path, {"timeout": "soon"})
+    bad = inproc("config-validate", str(path), "--json", capsys=capsys)
+    assert bad.exit_code == 1
+    assert bad.envelope["errors"][0]["detail"]["field"] == "defaults.timeout"
