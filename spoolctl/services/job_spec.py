@@ -228,7 +228,7 @@ FIELDS: tuple[JobField, ...] = (
         Checked("path", validate.cwd, validate.LIMITS["cwd"]),
         json="string",
         flag="--cwd",
-        help="Working directory of the job.",
+        help="Working directory of the job (`add` checks it exists where the queue is SQLite).",
         identity=True,
         listed=True,
     ),
