@@ -109,7 +109,7 @@ def add(
         snapshot, skipped = here_env(os.environ)
         env_pairs = {**snapshot, **env_pairs}  # an explicit --env wins
         if "cwd" not in given:
-            options["cwd"] = os.getcwd()
+            options["cwd"] = here_folder()
     check_cwd = named.plain_file() is not None  # a queue on this machine: SQLite
     if batch is not None:
         if argv or command is not None:
@@ -156,6 +156,14 @@ def add(
 
 def _given(name: str) -> bool:
     return click.get_current_context().get_parameter_source(name) is ParameterSource.COMMANDLINE
+
+
+def here_folder() -> str:
+    """The submitter's folder for --here, by the rule of --cwd."""
+    try:
+        return validate.cwd(os.getcwd())
+    except FileNotFoundError:
+        raise InvalidInput("--here: the current folder no longer exists", field="cwd") from None
 
 
 def warn_skipped(reply: Reply, skipped: list[str]) -> Reply:

@@ -357,3 +357,4 @@ def test_config_validate_reads_the_defaults_as_add_does(
     bad = inproc("config-validate", str(path), "--json", capsys=capsys)
     assert bad.exit_code == 1
     assert bad.envelope["errors"][0]["detail"]["field"] == "defaults.timeout"
+
