@@ -357,4 +357,3 @@ def test_config_validate_reads_the_defaults_as_add_does(
     bad = inproc("config-validate", str(path), "--json", capsys=capsys)
     assert bad.exit_code == 1
     assert bad.envelope["errors"][0]["detail"]["field"] == "defaults.timeout"
-
