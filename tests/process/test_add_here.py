@@ -2,12 +2,16 @@
 `--timeout none` outlives a short timeout the queue's config file makes the
 default (and the job killed by that default says so in `feedback`), and a
 job added `--here` runs in the submitter's folder with the submitter's
-environment alone, not the worker's. `add` runs as a process of its own in
-the folder it is given, so it reads that folder's config file."""
+environment alone, not the worker's; on a terminal, `add` (the lean path and
+the click verb alike) says the timeout and retries a job got. `add` runs as
+a process of its own in the folder it is given, so it reads that folder's
+config file."""
 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +85,40 @@ def test_here_runs_in_the_submitters_folder_with_its_environment(db: Db, tmp_pat
     assert lines[1:] == [str(proj), "S=yes W=unset"]  # under a header line
     worker_side = run_in(tmp_path, db, "output", str(plain), "--stream", "stdout").splitlines()
     assert worker_side[1:] == [str(tmp_path), "S= W=1"]  # without --here: the worker's
+
+
+def on_a_terminal(folder: Path, db: Db, *args: str) -> str:
+    """`spoolctl add --db DB ARGS` with its stdout a terminal: what it printed."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spoolctl", "add", "--db", str(db), *args],
+        cwd=folder,
+        env=child_env({"NO_COLOR": "1"}),
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal's far end closed: the process ended
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_add_on_a_terminal_says_the_default_timeout_on_both_paths(db: Db, tmp_path: Path) -> None:
+    first = on_a_terminal(tmp_path, db, "--", "true")  # creates the queue: the full way
+    lean = on_a_terminal(tmp_path, db, "--", "true")  # the lean path answers
+    given = on_a_terminal(tmp_path, db, "--timeout", "90m", "--max-retries", "0", "--", "true")
+    hint = "(the default; --timeout none: no limit)"
+    assert first == f"Added job 1\n  timeout 5 min {hint}, max retries 3 (the default)\n"
+    assert lean == first.replace("job 1", "job 2")
+    assert given == "Added job 3\n  timeout 1 h 30 min, max retries 0\n"
+    assert on_a_terminal(tmp_path, db, "-q", "--", "true") == "4\n"
