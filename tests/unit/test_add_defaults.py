@@ -357,3 +357,23 @@ def test_config_validate_reads_the_defaults_as_add_does(
     bad = inproc("config-validate", str(path), "--json", capsys=capsys)
     assert bad.exit_code == 1
     assert bad.envelope["errors"][0]["detail"]["field"] == "defaults.timeout"
+
+
+def test_schedule_add_takes_timeout_none_and_a_compound_interval(db: Db, capsys: Capsys) -> None:
+    made = inproc(
+        "schedule",
+        "add",
+        "--db",
+        str(db),
+        "--every",
+        "1h30m",
+        "--timeout",
+        "none",
+        "nightly",
+        "--",
+        "true",
+        capsys=capsys,
+    )
+    assert made.exit_code == 0, made.stderr
+    shown = inproc("schedule", "show", "--db", str(db), "nightly", "--json", capsys=capsys)
+    assert '"timeout_seconds": 0' in shown.stdout and '"every_s": 5400.0' in shown.stdout
