@@ -18,7 +18,7 @@ from spoolctl.validate import bounded_text
 CONFIG_RELPATH = Path(".spoolctl") / "config.json"
 DEFAULT_DB_RELPATH = Path(".spoolctl") / "queue.db"
 CONFIG_VERSION = 1
-CONFIG_KEYS = ("version", "db_path")
+CONFIG_KEYS = ("version", "db_path", "defaults")
 PRECEDENCE = ("flag --db", "env SPOOLCTL_DB", "config file db_path", "default")
 
 DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
@@ -262,3 +262,14 @@ ENV_VARS: dict[str, dict[str, Any]] = {
     },
     "NO_COLOR": {"description": "disables colour in text output", "type": "flag"},
 }
+
+
+# The queue's own defaults of `add`'s flags: the `defaults` table of the
+# config file. Its values are read by the rules of the flags they stand for
+# (`services/job_spec.py`, `queue_defaults`) where a job is submitted.
+DEFAULTS_KEY = "defaults"
+
+
+def defaults_table(config: ConfigFile) -> Any:
+    """The config file's `defaults` table as written (None where it has none)."""
+    return config.data.get(DEFAULTS_KEY) if config.exists and config.valid else None

@@ -235,10 +235,11 @@ WARNING_CODES: dict[str, str] = {
     "IDEMPOTENCY_METADATA_DIFFERS": (
         "an active job with this key was reused; only tags/note/schedule differ"
     ),
-    "KILL_ASYNC": "the owning worker stops the process group at its next heartbeat (TERM, then KILL after the grace)",
+    "KILL_ASYNC": "the owning worker stops the process group at its next heartbeat",
     "NO_ATTEMPTS_YET": "the job has not run yet",
     "OUTPUT_PATH_REFUSED": "an attempt's recorded output path is outside the spool: not read",
     "DEPENDENCY_FAILED": "add --after-job: a job it waits for already ended dead or canceled",
     "NO_QUEUE": "no queue exists where --db points yet: a read verb's answer is empty",
     "CONFIG_UNKNOWN_KEY": "the config file holds keys this version does not know: ignored",
+    "HERE_ENV_SKIPPED": "add --here left out variables a job's env cannot hold",
 }

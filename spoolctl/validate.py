@@ -34,12 +34,21 @@ KEY_MAX = 256
 CWD_MAX = 4096
 WORKER_ID_MAX = 256
 DURATION_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([smhd]?)\s*$")
+COMPOUND_RE = re.compile(r"^\s*((?:[0-9]+[dhms])+)\s*$")
+"""A duration in whole parts, largest unit first: 1h30m, 2d12h, 1m30s."""
+COMPOUND_PART_RE = re.compile(r"([0-9]+)([dhms])")
 UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+UNIT_ORDER = "dhms"
+NO_TIMEOUT = 0
+"""A job's timeout_seconds that means no timeout at all (`--timeout none` or 0):
+the column stays a whole number, as contract 2 publishes it."""
+CPUS_MIN = 0.01
+"""The smallest CPU quota a cgroup is given (1 ms of every 100 ms)."""
 
 LIMITS: dict[str, Any] = {
     "duration_seconds": {"min": 0, "max": MAX_DURATION_S},
     "priority": {"min": INT32_MIN, "max": INT32_MAX},
-    "timeout_seconds": {"min": 1, "max": MAX_TIMEOUT_S},
+    "timeout_seconds": {"min": 0, "max": MAX_TIMEOUT_S},
     "max_retries": {"min": 0, "max": INT64_MAX},
     "max_crashes": {"min": 0, "max": INT64_MAX},
     "id": {"min": 1, "max": INT64_MAX},
@@ -57,7 +66,7 @@ LIMITS: dict[str, Any] = {
     "wait_seconds": {"min": 0, "max": MAX_WAIT_S},
     "poll_interval_seconds": {"min_exclusive": 0, "max": 3600},
     "memory_bytes": {"min": 1 << 20, "max": 1 << 50},
-    "cpus": {"min_exclusive": 0, "max": 1024},
+    "cpus": {"min": CPUS_MIN, "max": 1024},
 }
 
 
@@ -78,14 +87,25 @@ def utf8_text(raw: str, what: str) -> str:
 
 
 def duration(raw: str, *, what: str = "duration", maximum: float = MAX_DURATION_S) -> float:
-    """`<number>[s|m|h|d]` or bare seconds; finite, 0 .. maximum."""
+    """`<number>[s|m|h|d]`, bare seconds, or whole parts largest unit first
+    (`1h30m`, `2d12h`, `1m30s`); finite, 0 .. maximum."""
     match = DURATION_RE.fullmatch(raw)
-    if not match:
-        raise InvalidInput(f"{what} must look like 30, 30s, 5m, 2h or 1d, got {raw!r}", value=raw)
-    value = float(match.group(1)) * UNIT_S[match.group(2)]
+    value = float(match.group(1)) * UNIT_S[match.group(2)] if match else _compound(raw, what)
     if not math.isfinite(value) or value > maximum:
         raise InvalidInput(f"{what} must be between 0 and {maximum:g} seconds, got {raw!r}")
     return value
+
+
+def _compound(raw: str, what: str) -> float:
+    """`1h30m`: whole numbers, each with its unit, each unit once, largest first."""
+    match = COMPOUND_RE.fullmatch(raw)
+    parts = COMPOUND_PART_RE.findall(match.group(1)) if match else []
+    order = [UNIT_ORDER.index(unit) for _, unit in parts]
+    if not parts or order != sorted(set(order)):
+        raise InvalidInput(
+            f"{what} must look like 30, 30s, 5m, 2h, 1d or 1h30m, got {raw!r}", value=raw
+        )
+    return float(sum(int(number) * UNIT_S[unit] for number, unit in parts))
 
 
 def timestamp(raw: str, *, now: float | None = None) -> float:
@@ -138,11 +158,14 @@ def int_in_range(value: Any, what: str, low: int | None = None, high: int | None
 
 
 def timeout_seconds(raw: str) -> int:
-    """Whole seconds 1 .. 2**63-1, or a duration with its unit like 5m (rounded up)."""
+    """Whole seconds 1 .. 2**63-1, or a duration with its unit like 5m or
+    1h30m (rounded up); `none` or 0: no timeout (stored as 0, NO_TIMEOUT)."""
+    if raw.strip() == "none":
+        return NO_TIMEOUT
     if not raw.strip()[-1:].isalpha():
-        return int_in_range(raw, "timeout", 1, MAX_TIMEOUT_S)
+        return int_in_range(raw, "timeout", 0, MAX_TIMEOUT_S)
     seconds = math.ceil(duration(raw, what="timeout"))
-    return int_in_range(seconds, "timeout", 1, MAX_TIMEOUT_S)
+    return int_in_range(seconds, "timeout", 0, MAX_TIMEOUT_S)
 
 
 SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
@@ -170,6 +193,11 @@ def cpus(raw: str) -> float:
         raise InvalidInput(f"cpus must be a number like 0.5 or 2, got {raw!r}") from None
     if not (math.isfinite(value) and 0 < value <= 1024):
         raise InvalidInput(f"cpus must be > 0 and at most 1024, got {raw!r}", value=raw)
+    if value < CPUS_MIN:
+        raise InvalidInput(
+            f"cpus must be at least {CPUS_MIN} (a cgroup's smallest CPU quota), got {raw!r}",
+            value=raw,
+        )
     return value
 
 
@@ -256,6 +284,15 @@ def cwd(raw: str) -> str:
     """Made absolute at submit time, without collapsing symlinks."""
     bounded_text(raw, "cwd", CWD_MAX)
     return os.path.abspath(raw)
+
+
+def existing_dir(path: str) -> str:
+    """A job's working directory as submitted: a folder that exists on this
+    machine (`add` checks it where the queue is a file here, SQLite)."""
+    if not os.path.isdir(path):
+        why = "is not a folder" if os.path.exists(path) else "does not exist"
+        raise InvalidInput(f"cwd {path!r} {why} on this machine", field="cwd", value=path)
+    return path
 
 
 def argv(value: Any) -> list[str]:

@@ -33,6 +33,7 @@ from spoolctl.db.queue import open_for_read
 from spoolctl.db.where import RULES, project_config
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
+from spoolctl.services.job_defaults import config_defaults
 
 SOURCE_NAMES = {
     "flag": "flag",
@@ -284,6 +285,7 @@ def config_validate(path: str | None, as_json: bool) -> int:
     config = read_config(target)
     refuse_invalid(config)
     config_location(config)
+    config_defaults(config)  # the `defaults` table, read as `add` reads it
     if config.unknown_keys:
         raise InvalidInput(
             f"{target}: unknown config key(s): {', '.join(config.unknown_keys)}; "

@@ -141,6 +141,7 @@ CODE_NOTES: dict[str, tuple[str, bool | None, str]] = {
         "spoolctl add --after-job 1 --json -- true when job 1 is dead",
     ),
     "CONFIG_UNKNOWN_KEY": ("Unknown config file key: ignored.", None, "spoolctl status --json"),
+    "HERE_ENV_SKIPPED": ("add --here skipped variables an env cannot hold.", None, "add --here"),
 }
 
 # Codes 0.4.11 published that this version never emits (appears_in is empty).

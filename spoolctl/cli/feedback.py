@@ -12,8 +12,12 @@ from spoolctl.cli.output import STREAM_CHOICE, open_existing, refuse_outside, se
 from spoolctl.cli.render import style
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.queue import Queue
+from spoolctl.db.where import named_db
+from spoolctl.errors import InvalidInput
 from spoolctl.services.attempt_output import STREAMS, AttemptOutput, confine, find_attempt
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
+from spoolctl.services.job_defaults import config_defaults, timeout_words
+from spoolctl.services.job_spec import DEFAULT_TIMEOUT_S
 from spoolctl.services.query import decode_job, get_job_row
 from spoolctl.states import TERMINAL_JOB_STATES, FailureReason, JobState
 from spoolctl.text import shown
@@ -51,11 +55,44 @@ def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json:
     # JSON always carries both streams (as 0.4.11 did); --stream picks what text shows
     data["streams"] = tails(queue, ref, tail_bytes)
     picked = selected(stream)
-    reply = Reply(data, text=lambda: feedback_text(data, picked))
+    note = timeout_note(job, data["failure_reason"], queue_fields(db))
+    reply = Reply(data, text=lambda: feedback_text(data, picked, note))
     refuse_outside(queue, reply, ref, data["streams"])
     if ref.attempt_no is None:
         reply.warn("NO_ATTEMPTS_YET", f"job {job_id} has no attempt yet")
     return emit(reply, as_json)
+
+
+def queue_fields(db: str | None) -> dict[str, Any] | None:
+    """The queue's `defaults` from its config file (None where it has a bad one:
+    `add` says what is wrong with it; a verdict does not need it)."""
+    named = named_db(db)
+    try:
+        return config_defaults(named.config).fields
+    except InvalidInput:
+        return None
+
+
+def timeout_note(
+    job: dict[str, Any], reason: str | None, queue_wide: dict[str, Any] | None
+) -> str | None:
+    """For a job killed by the timeout it was given by default (the queue's
+    `defaults`, else 300 s): say so, and how to give another. Judged by the
+    value: a job that asked for exactly that timeout reads the same advice."""
+    seconds = job.get("timeout_seconds")
+    if reason != FailureReason.TIMEOUT or not isinstance(seconds, int):
+        return None
+    configured = (queue_wide or {}).get("timeout_seconds")
+    if configured is not None and seconds == configured:
+        whose = "the queue's default"
+    elif configured is None and seconds == DEFAULT_TIMEOUT_S:
+        whose = "the default"
+    else:
+        return None
+    return (
+        f"killed by {whose} {timeout_words(seconds)} timeout; "
+        "use --timeout (e.g. --timeout 1h or none)"
+    )
 
 
 def tails(queue: Queue, ref: AttemptOutput, budget: int) -> dict[str, dict[str, Any]]:
@@ -124,7 +161,11 @@ NOT_RUN_TAIL: dict[str, Any] = {
 }
 
 
-def feedback_text(data: dict[str, Any], picked: tuple[str, ...] = ("stdout", "stderr")) -> str:
+def feedback_text(
+    data: dict[str, Any],
+    picked: tuple[str, ...] = ("stdout", "stderr"),
+    note: str | None = None,
+) -> str:
     verdict_word = {True: "succeeded", False: "did not succeed", None: "not finished"}
     lines = [
         f"job {data['job_id']}: {shown(data['state'])} ({verdict_word[data['succeeded']]})",
@@ -135,6 +176,8 @@ def feedback_text(data: dict[str, Any], picked: tuple[str, ...] = ("stdout", "st
     ]
     if data["last_error"]:
         lines.append(f"  last error: {shown(data['last_error'])}")
+    if note:
+        lines.append(f"  {note}")
     if data.get("after_jobs"):
         waits = ", ".join(f"{p['job_id']} ({shown(p['state'])})" for p in data["after_jobs"])
         lines.append(f"  after jobs: {waits}")

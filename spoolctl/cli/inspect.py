@@ -28,7 +28,7 @@ from spoolctl.cli.read_text import STATE_COLORS, command_text, list_text
 from spoolctl.cli.render import wide_option
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import NotFound
-from spoolctl.services import job_reads, job_spec, query
+from spoolctl.services import job_defaults, job_reads, job_spec, query
 from spoolctl.services.outcome import exit_label
 from spoolctl.services.statements import reads
 from spoolctl.states import JobState
@@ -70,7 +70,7 @@ def show_text(detail: dict[str, Any]) -> str:
         f"  attempts  {len(detail['attempts'])}, failures {shown(job['attempts'])}"
         f" (crashes {shown(job['crashes'])}) of max_retries {shown(job['max_retries'])}"
         + ("" if job["max_crashes"] is None else f", max_crashes {shown(job['max_crashes'])}"),
-        f"  timeout   {shown(job['timeout_seconds'])}s",
+        f"  timeout   {job_defaults.timeout_shown(job['timeout_seconds'])}",
         *job_facts(job),
         *links_text(detail),
     ]

@@ -17,15 +17,17 @@ compares the rows, the events and the envelopes."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from spoolctl import validate
-from spoolctl.cli.add_reply import added_reply
+from spoolctl.cli.add_reply import added_reply, defaulted
 from spoolctl.cli.reply import emit
 from spoolctl.config import auto_migrate, busy_timeout_s, local_clock
 from spoolctl.db.lean import LeanQueue, Unanswered
 from spoolctl.db.where import named_db
 from spoolctl.errors import SpoolError
+from spoolctl.services.job_defaults import config_defaults
 from spoolctl.services.job_spec import (
     FLAGGED,
     Checked,
@@ -39,6 +41,7 @@ from spoolctl.services.submission import submit_alone
 
 BY_FLAG: dict[str, JobField] = {f.flag: f for f in FLAGGED if not isinstance(f.reading, Switch)}
 """The job flags that take a value, by flag."""
+QUIET = {"-q", "--quiet"}
 DB_TEXT_MAX: int = validate.LIMITS["db"]["max_length"]
 """The longest --db value (as the click verb's `db_option` reads it)."""
 
@@ -51,12 +54,19 @@ def answer(args: list[str]) -> int | None:
         found = _read(args[1:])
         if found is None:
             return None
-        spec, db, as_json = found
+        values, argv, db, as_json, quiet = found
         auto_migrate()  # the knobs every verb that opens a queue checks first
         named = named_db(db)
         path = named.plain_file()
         if path is None:
             return None
+        queue_wide = config_defaults(named.config)
+        if queue_wide.here:
+            return None  # the environment is captured by the full way
+        given = set(values)
+        spec = JobSpec(argv=argv, **{**queue_wide.fields, **values})
+        if spec.cwd is not None:
+            validate.existing_dir(spec.cwd)
         queue = LeanQueue.open(path, busy_timeout_s())
         try:
             now = local_clock()()
@@ -65,15 +75,25 @@ def answer(args: list[str]) -> int | None:
             queue.close()
     except (SpoolError, Unanswered):
         return None  # the full way says it in the contract's words
+    reply = added_reply(
+        result,
+        spec,
+        quiet=quiet,
+        terminal=sys.stdout.isatty(),
+        defaulted=defaulted(given, queue_wide.fields),
+    )
     try:
-        return emit(added_reply(result, spec), as_json)
+        return emit(reply, as_json)
     except BrokenPipeError:
         return 0
 
 
-def _read(args: list[str]) -> tuple[JobSpec, str | None, bool] | None:
-    """The job, --db and --json of `add [FLAGS] -- PROGRAM ARGS...`; None for
-    any other shape. A value a flag's rule refuses raises its InvalidInput."""
+def _read(
+    args: list[str],
+) -> tuple[dict[str, Any], list[str], str | None, bool, bool] | None:
+    """The job's flags (JobSpec attribute -> value), its command, --db,
+    --json and --quiet of `add [FLAGS] -- PROGRAM ARGS...`; None for any
+    other shape. A value a flag's rule refuses raises its InvalidInput."""
     if "--" not in args:
         return None
     boundary = args.index("--")
@@ -82,7 +102,7 @@ def _read(args: list[str]) -> tuple[JobSpec, str | None, bool] | None:
         return None
     values: dict[str, Any] = {}
     db: str | None = None
-    as_json = False
+    as_json = quiet = False
     seen: set[str] = set()
     i = 0
     while i < len(flags):
@@ -92,6 +112,12 @@ def _read(args: list[str]) -> tuple[JobSpec, str | None, bool] | None:
         seen.add(flag)
         if flags[i] == "--json":
             as_json = True
+            i += 1
+            continue
+        if flags[i] in QUIET:
+            if QUIET & seen - {flags[i]}:
+                return None
+            quiet = True
             i += 1
             continue
         if flag != "--db" and flag not in BY_FLAG:
@@ -107,7 +133,7 @@ def _read(args: list[str]) -> tuple[JobSpec, str | None, bool] | None:
             continue
         field = BY_FLAG[flag]
         values[field.name] = _value(field, text)
-    return JobSpec(argv=validate.argv(argv), **values), db, as_json
+    return values, validate.argv(argv), db, as_json, quiet
 
 
 def _value(field: JobField, text: str) -> Any:

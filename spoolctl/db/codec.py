@@ -35,9 +35,9 @@ def load_argv(raw: str | None) -> list[str]:
 
 
 def load_timeout(raw: object) -> int:
-    """A stored timeout must be a whole number of seconds >= 1."""
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
-        raise DamagedValue(f"timeout_seconds is not a whole number >= 1: {raw!r:.40}")
+    """A stored timeout must be a whole number of seconds >= 0 (0: no timeout)."""
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise DamagedValue(f"timeout_seconds is not a whole number >= 0: {raw!r:.40}")
     return raw
 
 

@@ -40,6 +40,7 @@ from spoolctl.runner import contained, containment, procs, spawn
 from spoolctl.runner.capacity import Place
 from spoolctl.services import spawn_record
 from spoolctl.services.claim import Claim
+from spoolctl.services.job_defaults import HERE_ENV
 from spoolctl.services.outcome import Outcome, signal_name, signal_of
 from spoolctl.states import FailureReason
 
@@ -74,8 +75,9 @@ def encoded_environment() -> dict[bytes, bytes]:
 def job_environment(
     base: Mapping[bytes, bytes], claim: Claim, worker_id: str, place: Place
 ) -> dict[bytes, bytes]:
-    """The worker's environment, then the job's --env, then spoolctl's own."""
-    env = dict(base)
+    """The worker's environment, then the job's --env, then spoolctl's own; a
+    job added with --here gets the submitter's environment alone instead."""
+    env = {} if claim.env.get(HERE_ENV) == "1" else dict(base)
     encode = os.fsencode
     for name, value in claim.env.items():
         env[encode(name)] = encode(value)
@@ -139,7 +141,8 @@ class Execution:
         spawner: the process's own (`spawn.shared`) unless given; cells: the
         worker's containment (None: process groups only)."""
         self.started_at = now
-        self.deadline = now + self.claim.timeout_seconds
+        timeout = self.claim.timeout_seconds
+        self.deadline = now + timeout if timeout else math.inf  # 0: no timeout
         starter = spawner if spawner is not None else spawn.shared()
         cell = None if cells is None else cells.cell(self.claim.attempt_id, self.claim.limits)
         try:

@@ -160,12 +160,11 @@ FIELDS: tuple[JobField, ...] = (
     JobField("argv", Custom(), json="array", identity=True, listed=True, stored=codec.dumps),
     JobField(
         "timeout_seconds",
-        Checked(
-            "timeout", validate.timeout_seconds, {"min": 1, "max": validate.MAX_TIMEOUT_S}, True
-        ),
+        Checked("timeout", validate.timeout_seconds, validate.LIMITS["timeout_seconds"], True),
         DEFAULT_TIMEOUT_S,
         flag="--timeout",
-        help="Seconds (or a duration) before the job's process group is killed.",
+        help="Seconds (or a duration: 90m, 1h30m) before the job's process group is killed; "
+        "none or 0: never.",
         identity=True,
         listed=True,
     ),
@@ -229,7 +228,7 @@ FIELDS: tuple[JobField, ...] = (
         Checked("path", validate.cwd, validate.LIMITS["cwd"]),
         json="string",
         flag="--cwd",
-        help="Working directory of the job.",
+        help="Working directory of the job (`add` checks it exists where the queue is SQLite).",
         identity=True,
         listed=True,
     ),

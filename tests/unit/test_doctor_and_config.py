@@ -106,7 +106,7 @@ def test_config_validate(tmp_path: Path) -> None:
     ok = run_json("config-validate", str(good))
     assert ok.exit_code == 0
     assert ok.envelope["data"]["valid"] is True and ok.envelope["data"]["unknown_keys"] == []
-    assert ok.envelope["data"]["recognized_keys"] == ["db_path"]
+    assert ok.envelope["data"]["recognized_keys"] == ["db_path", "defaults"]
     for name, text in (
         ("extra", '{"db_path": "a.db", "extra": 1}'),
         ("bad", "[1, 2"),

@@ -38,7 +38,10 @@ ANSWERED: list[list[str]] = [
     ["--priority=-7", "--timeout", "90", "--", "sleep", "1"],
     ["--timeout", "1h", "--max-retries", "0", "--max-crashes", "2", "--", "x"],
     ["--note", "a note", "--cwd", "/tmp", "--", "pwd"],
-    ["--cwd", "rel/dir", "--", "pwd"],
+    ["--cwd", ".", "--", "pwd"],
+    ["--timeout", "none", "--", "true"],
+    ["--timeout", "1h30m", "-q", "--", "true"],
+    ["--quiet", "--timeout", "0", "--", "true"],
     ["--memory", "512M", "--cpus", "0.5", "--", "true"],
     ["--key", "fresh", "--", "true"],
     ["--key", "seeded", "--", "true"],
@@ -61,6 +64,9 @@ LEFT: list[list[str]] = [
     ["--priority", "--", "true"],
     ["--db"],
     ["true"],
+    ["-q", "--quiet", "--", "true"],
+    ["--cwd", "rel/dir", "--", "pwd"],  # no such folder here: INVALID_INPUT
+    ["--here", "--", "true"],
     *(args for _, args, _ in REJECTED),
 ]
 """Inputs the lean path leaves to the click verb (most of them bad)."""
