@@ -29,7 +29,9 @@ def approx_tokens(text: str) -> int:
 def usage(name: str, command: SpoolCommand) -> str:
     parts = [name]
     for param in command.params:
-        if isinstance(param, click.Argument):
+        if isinstance(param, click.Argument) and isinstance(param.type, click.Choice):
+            parts.append("|".join(map(str, param.type.choices)))  # the words it takes
+        elif isinstance(param, click.Argument):
             parts.append(f"{(param.name or '').upper()}{'...' if param.nargs == -1 else ''}")
     flags = [
         flag_of(command, p.name or "")
@@ -69,7 +71,6 @@ def brief_text() -> str:
         lines.append(f"- {usage(name, command)}: {short(command.help or '')}")
     lines += [f"- {group} {{{','.join(subs)}}}" for group, subs in groups.items()]
     lines.append("Loop: add, work --drain, wait IDS, feedback ID.")
-    lines.append("More: robot-docs guide.")  # capabilities and schema are listed above
     return "\n".join(lines)
 
 
