@@ -30,7 +30,7 @@ from spoolctl.db.backends.base import Check, Driver
 from spoolctl.db.legacy import LEGACY_VERSIONS
 from spoolctl.db.location import DbLocation, config_location, locate_db, resolve_db
 from spoolctl.db.queue import open_for_read
-from spoolctl.db.where import RULES, project_config
+from spoolctl.db.where import RULES, current_folder, project_config
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
 from spoolctl.services import query
 from spoolctl.services.job_defaults import config_defaults
@@ -257,7 +257,7 @@ def chosen_by(location: DbLocation) -> dict[str, Any]:
         folder = location.project
         says = f"found {'in the current folder' if rule == 'found_here' else 'above in'} {folder}"
     elif rule == "new_here":
-        folder = Path.cwd()
+        folder = current_folder()
         says = f"new in the current folder {folder} (no .spoolctl folder here or above)"
     return {"rule": rule, "folder": None if folder is None else str(folder), "says": says}
 

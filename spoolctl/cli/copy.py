@@ -3,7 +3,6 @@ database, history and output included (docs/moving-to-postgresql.md)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -14,13 +13,14 @@ from spoolctl.db.backends import locate
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.location import resolve_db
 from spoolctl.db.url import looks_like_url, masked
+from spoolctl.db.where import current_folder
 from spoolctl.errors import InvalidInput
 
 
 def target_of(url: str) -> Driver:
     """The database a URL names, if it can hold a fleet's queue (PostgreSQL);
     anything else is INVALID_INPUT, and nothing is created for it."""
-    target = locate(url, Path.cwd(), "copy-to URL") if looks_like_url(url) else None
+    target = locate(url, current_folder(), "copy-to URL") if looks_like_url(url) else None
     if target is None or not target.shared:
         raise InvalidInput(
             "copy-to copies into a PostgreSQL database: give its URL, "

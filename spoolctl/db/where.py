@@ -106,10 +106,24 @@ def find_project(start: Path, stat: Stat = os.stat) -> Path | None:
         here = parent
 
 
+def current_folder() -> Path:
+    """The current folder; one deleted under the process (a shell still in
+    it) is INVALID_INPUT: neither a project nor a relative path can be
+    found from it."""
+    try:
+        return Path.cwd()
+    except FileNotFoundError:
+        raise InvalidInput(
+            "the current folder no longer exists (deleted after the shell entered it): "
+            "cd to a folder that exists",
+            field="cwd",
+        ) from None
+
+
 def project_config(cwd: Path | None = None) -> ConfigFile:
     """The config file every verb reads: the one in the project's `.spoolctl/`
     (found as `find_project` finds it), else the current folder's."""
-    base = cwd or Path.cwd()
+    base = cwd or current_folder()
     return read_config((find_project(base) or base) / CONFIG_RELPATH)
 
 
@@ -131,7 +145,7 @@ def named_db(flag: str | None, cwd: Path | None = None) -> Named:
     """The value by the precedence; an invalid config file, or a bad
     SPOOLCTL_DB, is INVALID_INPUT (reported even when --db decides). A
     relative --db or SPOOLCTL_DB is relative to the current folder."""
-    base = cwd or Path.cwd()
+    base = cwd or current_folder()
     project = find_project(base)
     config = read_config((project or base) / CONFIG_RELPATH)
     if config.exists and not config.valid:

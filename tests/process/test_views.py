@@ -172,9 +172,12 @@ def test_the_web_job_page_shows_limits_and_the_times_that_matter(db: Path) -> No
     assert cli("add", "--", "true", db=db).exit_code == 0
     assert cli("work", "--drain", db=db).exit_code == 0
     assert cli("add", "--memory", "512M", "--cpus", "0.5", "--", "true", db=db).exit_code == 0
+    assert cli("add", "--timeout", "none", "--", "true", db=db).exit_code == 0
     with client_for(db) as client:
         done = client.get("/jobs/1").text
         queued = client.get("/jobs/2").text
+        endless = client.get("/jobs/3").text
+    assert "<dt>Timeout</dt><dd>none</dd>" in endless and "<dt>Timeout</dt><dd>300 s</dd>" in done
     assert "Next run" not in done and "<dt>Finished</dt>" in done
     assert "<dt>memory</dt><dd>512M</dd>" in queued and "<dt>cpus</dt><dd>0.5</dd>" in queued
     assert "Next run" in queued and "<dt>Finished</dt>" not in queued

@@ -6,6 +6,7 @@ where nothing named one says where on stderr, and only then."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,33 @@ def test_an_unknown_config_key_is_a_warning_of_every_verb_that_reads_it(
     assert refused.returncode == 1
     assert json.loads(refused.stdout)["errors"][0]["code"] == "INVALID_INPUT"
     assert not (project / ".spoolctl" / "typo.db").exists()
+
+
+def test_a_deleted_current_folder_is_a_structured_error(tmp_path: Path) -> None:
+    """A shell still in a folder that was deleted: every verb answers
+    INVALID_INPUT (no project can be searched for from it), never INTERNAL,
+    and no queue is made anywhere."""
+    gone = str(tmp_path / "gone")
+    script = (
+        "import os, sys, subprocess\n"
+        f"os.mkdir({gone!r}); os.chdir({gone!r}); os.rmdir({gone!r})\n"
+        f"python = {os.path.abspath(sys.executable)!r}\n"
+        "sys.exit(subprocess.run([python, '-m', 'spoolctl', *sys.argv[1:]]).returncode)\n"
+    )
+    env = child_env()  # Python itself cannot start with "" (the folder) on its path
+    env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if p)
+    for verb in (["add", "--json", "--", "true"], ["status", "--json"], ["list", "--json"]):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, *verb],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.stdout, proc.stderr
+        error = json.loads(proc.stdout)["errors"][0]
+        assert error["code"] == "INVALID_INPUT" and "no longer exists" in error["message"]
+    assert list(tmp_path.iterdir()) == []
