@@ -60,6 +60,12 @@ class Populated:
     def json(self, *args: str) -> Result:
         return run_json(*self.args(*args))
 
+    def outcome(self, *args: str) -> tuple[int, str | None]:
+        """A verb's exit code and its first error's code (None where none)."""
+        result = self.json(*args)
+        errors = result.envelope["errors"]
+        return result.exit_code, errors[0]["code"] if errors else None
+
     def jobs(self) -> Any:
         return json.loads(run_json("list", "--db", str(self.db), "--limit", "0").stdout)["data"]
 

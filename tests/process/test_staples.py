@@ -17,12 +17,6 @@ def q(db: Db) -> Populated:
     return populate(db)
 
 
-def outcome(q: Populated, *args: str) -> tuple[int, str | None]:
-    result = q.json(*args)
-    errors = result.envelope["errors"]
-    return result.exit_code, errors[0]["code"] if errors else None
-
-
 def drain(q: Populated) -> None:
     assert q.json("work", "--drain").exit_code == 0
 
@@ -31,7 +25,7 @@ def test_retry_of_a_done_job_is_conflict_unless_asked_again(q: Populated) -> Non
     """0.4.11 answered CONFLICT (exit 5) for it, and still does; --again
     re-runs it as attempt 2, and attempt 1's output stays."""
     before = attempts_of(q.db, q.done)
-    assert outcome(q, "retry", str(q.done)) == (5, "CONFLICT")
+    assert q.outcome("retry", str(q.done)) == (5, "CONFLICT")
     text = run_quiet(*q.args("retry", str(q.done)))
     assert f"spoolctl retry {q.done} --again" in text.stderr
     result = q.json("retry", str(q.done), "--again")
@@ -54,7 +48,7 @@ def test_retry_of_a_done_job_is_conflict_unless_asked_again(q: Populated) -> Non
     assert (second["attempt_no"], second["streams"]["stdout"]["preview"]) == (2, "hello\n")
     # --again changes nothing for the states retry already took
     assert q.json("retry", str(q.dead), "--again").envelope["data"]["state"] == "queued"
-    assert outcome(q, "retry", str(q.scheduled), "--again") == (5, "CONFLICT")
+    assert q.outcome("retry", str(q.scheduled), "--again") == (5, "CONFLICT")
 
 
 def test_remove_takes_a_queued_job_out_of_every_view_and_ledgers_it(q: Populated) -> None:
@@ -68,7 +62,7 @@ def test_remove_takes_a_queued_job_out_of_every_view_and_ledgers_it(q: Populated
     }
     listed = [j["id"] for j in q.jobs()["jobs"]]
     assert q.scheduled not in listed and later not in listed
-    assert outcome(q, "show", str(q.scheduled)) == (1, "NOT_FOUND")
+    assert q.outcome("show", str(q.scheduled)) == (1, "NOT_FOUND")
     counts = q.json("status").envelope["data"]
     assert counts["counts"].get("queued", 0) == 0, counts
     removed = [
@@ -91,13 +85,13 @@ def test_remove_refuses_bad_ids_and_changes_nothing(q: Populated) -> None:
         return [tuple(r) for r in rows(q.db, "SELECT id, state FROM jobs ORDER BY id")]
 
     before = queue_now()
-    assert outcome(q, "remove", str(q.scheduled), "999") == (1, "NOT_FOUND")
-    assert outcome(q, "remove", str(q.scheduled), str(q.done)) == (5, "CONFLICT")
-    assert outcome(q, "remove", str(q.canceled)) == (5, "CONFLICT")
-    assert outcome(q, "remove", str(q.dead)) == (5, "CONFLICT")
-    assert outcome(q, "remove", "0") == (1, "INVALID_INPUT")
-    assert outcome(q, "remove", "x") == (1, "INVALID_INPUT")
-    assert outcome(q, "remove") == (1, "MISSING_REQUIRED")
+    assert q.outcome("remove", str(q.scheduled), "999") == (1, "NOT_FOUND")
+    assert q.outcome("remove", str(q.scheduled), str(q.done)) == (5, "CONFLICT")
+    assert q.outcome("remove", str(q.canceled)) == (5, "CONFLICT")
+    assert q.outcome("remove", str(q.dead)) == (5, "CONFLICT")
+    assert q.outcome("remove", "0") == (1, "INVALID_INPUT")
+    assert q.outcome("remove", "x") == (1, "INVALID_INPUT")
+    assert q.outcome("remove") == (1, "MISSING_REQUIRED")
     assert queue_now() == before
     failing = add(q.db, "false", opts=("--max-retries", "2"))
     drain_once = q.json("work", "--once")

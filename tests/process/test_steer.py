@@ -38,12 +38,6 @@ def q(db: Db) -> Populated:
     return populate(db)
 
 
-def outcome(q: Populated, *args: str) -> tuple[int, str | None]:
-    result = q.json(*args)
-    errors = result.envelope["errors"]
-    return result.exit_code, errors[0]["code"] if errors else None
-
-
 def test_retry_requeues_a_dead_job_with_a_fresh_budget(q: Populated) -> None:
     result = q.json("retry", str(q.dead))
     assert result.envelope["data"] == {
@@ -54,9 +48,9 @@ def test_retry_requeues_a_dead_job_with_a_fresh_budget(q: Populated) -> None:
     row = job(q.db, q.dead)
     assert (row["state"], row["attempts"], row["crashes"]) == ("queued", 0, 0)
     assert events_of(q.db, q.dead)[-1] == "retried"
-    assert outcome(q, "retry", str(q.dead)) == (5, "CONFLICT")
-    assert outcome(q, "retry", str(q.done)) == (5, "CONFLICT")
-    assert outcome(q, "retry", "999") == (1, "NOT_FOUND")
+    assert q.outcome("retry", str(q.dead)) == (5, "CONFLICT")
+    assert q.outcome("retry", str(q.done)) == (5, "CONFLICT")
+    assert q.outcome("retry", "999") == (1, "NOT_FOUND")
 
 
 def test_cancel_queued_and_refuse_finished(q: Populated) -> None:
@@ -67,9 +61,9 @@ def test_cancel_queued_and_refuse_finished(q: Populated) -> None:
         "was_running": False,
     }
     assert result.envelope["warnings"] == []
-    assert outcome(q, "cancel", str(q.done)) == (5, "CONFLICT")
-    assert outcome(q, "cancel", str(q.scheduled)) == (5, "CONFLICT")
-    assert outcome(q, "retry", str(q.scheduled))[0] == 0
+    assert q.outcome("cancel", str(q.done)) == (5, "CONFLICT")
+    assert q.outcome("cancel", str(q.scheduled)) == (5, "CONFLICT")
+    assert q.outcome("retry", str(q.scheduled))[0] == 0
 
 
 @pytest.fixture
@@ -97,9 +91,9 @@ def test_cancel_running_needs_yes_and_the_worker_kills_the_group(
     q: Populated, tmp_path: Path
 ) -> None:
     job_id, pid = start_sleeper(q, tmp_path / "pid")
-    assert outcome(q, "cancel", str(job_id)) == (2, "SAFETY_BLOCK")
-    assert outcome(q, "cancel", str(job_id), "--yes") == (2, "SAFETY_BLOCK")
-    assert outcome(q, "cancel", str(job_id), "--running") == (2, "SAFETY_BLOCK")
+    assert q.outcome("cancel", str(job_id)) == (2, "SAFETY_BLOCK")
+    assert q.outcome("cancel", str(job_id), "--yes") == (2, "SAFETY_BLOCK")
+    assert q.outcome("cancel", str(job_id), "--running") == (2, "SAFETY_BLOCK")
     assert job(q.db, job_id)["state"] == "running"
     result = q.json("cancel", str(job_id), "--running", "--yes")
     assert result.envelope["data"]["was_running"] is True
@@ -114,7 +108,7 @@ def test_retry_force_on_a_running_job_kills_it_and_runs_it_again(
     q: Populated, tmp_path: Path
 ) -> None:
     job_id, pid = start_sleeper(q, tmp_path / "pid")
-    assert outcome(q, "retry", str(job_id)) == (2, "SAFETY_BLOCK")
+    assert q.outcome("retry", str(job_id)) == (2, "SAFETY_BLOCK")
     result = q.json("retry", str(job_id), "--force")
     assert result.envelope["data"]["previous_state"] == "running"
     assert [w["code"] for w in result.envelope["warnings"]] == ["KILL_ASYNC"]
@@ -124,10 +118,10 @@ def test_retry_force_on_a_running_job_kills_it_and_runs_it_again(
 
 
 def test_prune_needs_dry_run_or_yes_not_both(q: Populated) -> None:
-    assert outcome(q, "prune", "--older-than", "0") == (2, "SAFETY_BLOCK")
-    assert outcome(q, "prune", "--older-than", "0", "--yes", "--dry-run") == (1, "INVALID_INPUT")
-    assert outcome(q, "prune", "--dry-run") == (1, "MISSING_REQUIRED")
-    assert outcome(q, "prune", "--older-than", "soon", "--dry-run") == (1, "INVALID_INPUT")
+    assert q.outcome("prune", "--older-than", "0") == (2, "SAFETY_BLOCK")
+    assert q.outcome("prune", "--older-than", "0", "--yes", "--dry-run") == (1, "INVALID_INPUT")
+    assert q.outcome("prune", "--dry-run") == (1, "MISSING_REQUIRED")
+    assert q.outcome("prune", "--older-than", "soon", "--dry-run") == (1, "INVALID_INPUT")
 
 
 def test_prune_dry_run_changes_nothing(q: Populated) -> None:
@@ -250,4 +244,4 @@ def test_output_follow_gives_up_on_a_job_not_started_after_its_idle_timeout(
     assert (waited.exit_code, error["code"]) == (4, "TIMEOUT")
     assert error["detail"] == {"job_id": q.scheduled, "state": "queued"}
     assert "--idle-timeout" in error["remediation"]
-    assert outcome(q, "output", str(q.done), "--idle-timeout", "1") == (1, "INVALID_INPUT")
+    assert q.outcome("output", str(q.done), "--idle-timeout", "1") == (1, "INVALID_INPUT")
