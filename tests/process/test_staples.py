@@ -78,6 +78,8 @@ def test_remove_takes_a_queued_job_out_of_every_view_and_ledgers_it(q: Populated
     assert removed[1]["detail"]["argv"] == ["echo", "later"]
     text = run_quiet(*q.args("events"))
     assert f"job {later:<6} removed" in text.stdout
+    after = add(q.db, "echo", "after")  # a removed id is never given again
+    assert after > later
 
 
 def test_remove_refuses_bad_ids_and_changes_nothing(q: Populated) -> None:
