@@ -145,7 +145,7 @@ OUTSIDE = {
     "section": "\u00a7",
     "design": "DES" + "IGN.md",
     "seed": "seed/guarantees" + ".txt",
-    "shared": ".." + "/shared",
+    "shared": "../sha" + "red",
     "issue": "iss" + "ue",
     "Issue": "Iss" + "ue",
     "hash": "#",
