@@ -31,6 +31,9 @@ class AttemptState(StrEnum):
     TIMED_OUT = "timed_out"
     ABANDONED = "abandoned"
     CANCELED = "canceled"
+    REQUEUED = "requeued"
+    """It exited with one of its job's `--requeue-exit` codes (a checkpoint):
+    the job went back to the queue without spending its retry budget."""
 
 
 class FailureReason(StrEnum):
@@ -46,6 +49,9 @@ class FailureReason(StrEnum):
     OOM_KILLED = "oom_killed"
     """The kernel's OOM killer ended the attempt in its cgroup (over the job's
     --memory limit): a job-owned failure, retried like an exit."""
+    REQUEUE_EXIT = "requeue_exit"
+    """The attempt exited with a `--requeue-exit` code: requeued, its retry
+    budget kept (bounded by `--max-requeues`)."""
 
 
 class EventKind(StrEnum):
@@ -92,6 +98,44 @@ class EventKind(StrEnum):
     """A queued or waiting job that never ran was removed (`spoolctl remove`):
     its row is gone, so job_id is null and detail names the job (`job_id`,
     `from`, `queue`, `created_at`, `argv`)."""
+    REQUESTED = "requested"
+    """Someone asked the running attempt's worker to act on it (`signal`,
+    `suspend`, `continue`): detail has the `request_id`, the `action`, the
+    `signal` where it is one, the `attempt_id` and `by` where known."""
+    SIGNALED = "signaled"
+    """The owning worker sent a requested signal to every process of the
+    attempt (detail: `request_id`, `signal`)."""
+    SUSPENDED = "suspended"
+    """The owning worker stopped every process of the attempt (detail:
+    `request_id`, `how`: `freeze` for its cgroup, `sigstop` for its group)."""
+    CONTINUED = "continued"
+    """The owning worker let a suspended attempt go on (detail: `request_id`,
+    `suspended_s`: how long it was stopped, not counted against its timeout)."""
+    WARNED = "warned"
+    """The worker sent the job's `--signal-before-timeout` signal, once, that
+    long before its timeout (detail: `signal`, `before_s`)."""
+    REQUEUED = "requeued"
+    """The attempt exited with a `--requeue-exit` code and the job went back
+    to the queue, its retry budget kept (detail: `exit_code`, `requeues`)."""
+    UPDATED = "updated"
+    """A queued or waiting job was changed (`spoolctl update`): detail's
+    `changes` maps each field to its `[old, new]` value."""
+
+
+class ControlAction(StrEnum):
+    """What a control request asks of a running attempt's worker."""
+
+    SIGNAL = "signal"
+    SUSPEND = "suspend"
+    CONTINUE = "continue"
+
+
+class ControlResult(StrEnum):
+    """How a control request was settled (null while it waits)."""
+
+    DELIVERED = "delivered"
+    ATTEMPT_ENDED = "attempt_ended"
+    """The attempt ended before its worker acted: nothing was delivered."""
 
 
 class Overlap(StrEnum):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-HEAD_REVISION = "0008_pid_space"
+HEAD_REVISION = "0009_steering"
 """The revision these statements were compiled against."""
 LISTED = (
     "argv",
@@ -29,8 +29,10 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.timeout_seconds, jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, "
         "jobs.env, jobs.locked_by, jobs.locked_pid, jobs.locked_at, jobs.heartbeat_at, "
         "jobs.last_exit_code, jobs.last_error, jobs.last_failure_reason, "
-        "jobs.memory_bytes, jobs.cpus, jobs.require_limits \nFROM jobs \nWHERE "
-        "jobs.idempotency_key = ? AND jobs.state IN (?, ?, ?)",
+        "jobs.memory_bytes, jobs.cpus, jobs.require_limits, jobs.suspended_at, "
+        "jobs.signal_before_timeout, jobs.signal_before_timeout_s, jobs.requeue_exits, "
+        "jobs.max_requeues, jobs.requeues \nFROM jobs \nWHERE jobs.idempotency_key = ? "
+        "AND jobs.state IN (?, ?, ?)",
         "key param_1 param_2 param_3",
         {"param_1": "queued", "param_2": "running", "param_3": "waiting"},
     ),
@@ -95,8 +97,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.timeout_seconds, jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, "
         "jobs.env, jobs.locked_by, jobs.locked_pid, jobs.locked_at, jobs.heartbeat_at, "
         "jobs.last_exit_code, jobs.last_error, jobs.last_failure_reason, "
-        "jobs.memory_bytes, jobs.cpus, jobs.require_limits \nFROM jobs \nWHERE jobs.id "
-        "= ?",
+        "jobs.memory_bytes, jobs.cpus, jobs.require_limits, jobs.suspended_at, "
+        "jobs.signal_before_timeout, jobs.signal_before_timeout_s, jobs.requeue_exits, "
+        "jobs.max_requeues, jobs.requeues \nFROM jobs \nWHERE jobs.id = ?",
         "id",
         {},
     ),

@@ -13,6 +13,7 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0006_schedules",
     "0007_containment",
     "0008_pid_space",
+    "0009_steering",
 )
 """Every revision this code knows, oldest first."""
 HEAD_REVISION = KNOWN_REVISIONS[-1]

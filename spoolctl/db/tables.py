@@ -32,6 +32,8 @@ from sqlalchemy import (
 from spoolctl.states import (
     AttemptState,
     CatchUp,
+    ControlAction,
+    ControlResult,
     FailureReason,
     JobState,
     OccurrenceOutcome,
@@ -98,6 +100,12 @@ jobs = Table(
     Column("memory_bytes", Int),
     Column("cpus", Float),
     Column("require_limits", Int),
+    Column("suspended_at", Float),
+    Column("signal_before_timeout", String(16)),
+    Column("signal_before_timeout_s", Int),
+    Column("requeue_exits", Text),
+    Column("max_requeues", Int),
+    Column("requeues", Int, nullable=False, server_default="0"),
     _one_of("state", JobState),
     _one_of("last_failure_reason", FailureReason, nullable=True),
     sqlite_autoincrement=True,
@@ -115,6 +123,12 @@ Index("ix_jobs_state_heartbeat", jobs.c.state, jobs.c.heartbeat_at)
 Index("ix_jobs_state_finished", jobs.c.state, jobs.c.finished_at)
 Index("ix_jobs_state_id", jobs.c.state, jobs.c.id)
 Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
+"""Steering (0009): `suspended_at` is when the running attempt was suspended
+(null: it runs; the claim clears it, so only a running job's counts);
+`signal_before_timeout` (a name such as SIGUSR1) is sent
+`signal_before_timeout_s` seconds before the timeout; `requeue_exits` is the
+JSON list of `--requeue-exit` codes, `max_requeues` their bound (null: the
+default) and `requeues` how many times the job went back to the queue so."""
 
 attempts = Table(
     "attempts",
@@ -182,6 +196,29 @@ place on SQLite, whose single writer commits ids in order (`seq` stays null)."""
 Index("ix_job_events_job_id", job_events.c.job_id, job_events.c.id)
 LEDGER_SEQUENCE = Sequence("job_events_seq_seq", metadata=_metadata)
 """Where PostgreSQL's readers draw `seq` from (SQLite has no sequences)."""
+
+control_requests = Table(
+    "control_requests",
+    _metadata,
+    Column("id", Int, primary_key=True, autoincrement=True),
+    Column("job_id", Int, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("attempt_id", Int, ForeignKey("attempts.id", ondelete="CASCADE"), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("signal", String(16)),
+    Column("requested_at", Float, nullable=False),
+    Column("requested_by", Text),
+    Column("settled_at", Float),
+    Column("result", String(16)),
+    _one_of("action", ControlAction),
+    _one_of("result", ControlResult, nullable=True),
+)
+"""A request to a running attempt's worker (`signal`, `suspend`, `continue`),
+from any process that reaches the queue. The worker that owns the attempt
+settles it (`delivered`); a requester that finds the attempt ended first
+settles it `attempt_ended`. Whoever settles it first, by a conditional update
+of the null `settled_at`, decides: a request is acted on at most once."""
+Index("ix_control_requests_attempt_id", control_requests.c.attempt_id, control_requests.c.id)
+Index("ix_control_requests_job_id", control_requests.c.job_id)
 
 lanes = Table(
     "lanes",

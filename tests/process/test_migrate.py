@@ -364,6 +364,8 @@ OLD_RELEASE = (
     "[t._columns.remove(t.c[n]) for t, n in ((jobs, 'memory_bytes'), (jobs, 'cpus'), "
     "(jobs, 'require_limits'), (attempts, 'cgroup'), (attempts, 'peak_memory_bytes'), "
     "(attempts, 'cpu_time_s'), (tables.workers, 'pid_space'))]; "
+    "[jobs._columns.remove(jobs.c[n]) for n in ('suspended_at', 'signal_before_timeout', "
+    "'signal_before_timeout_s', 'requeue_exits', 'max_requeues', 'requeues')]; "
     "import spoolctl.services.job_spec as spec; "
     "spec.STORED = tuple(f for f in spec.STORED if f.key not in "
     "('memory_bytes', 'cpus', 'require_limits')); "
