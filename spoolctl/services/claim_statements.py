@@ -60,8 +60,10 @@ _TAKEN: dict[str, Any] = {
     "heartbeat_at": bindparam("b_now"),
     "started_at": bindparam("b_now"),
     "finished_at": None,
+    "suspended_at": None,
 }
-"""What a claimed job's row becomes, by either claim path."""
+"""What a claimed job's row becomes, by either claim path (an attempt starts
+running: an earlier one's suspension is over)."""
 
 TAKE = Prepared(
     update(jobs)
