@@ -59,10 +59,13 @@ def waits_for(run: Reads, job_ids: Sequence[int]) -> dict[int, list[dict[str, An
 
 
 def list_entry(row: dict[str, Any]) -> dict[str, Any]:
-    """A job as `list` shows it: env values are left out (only key names)."""
+    """A job as `list` shows it: env values are left out (only key names);
+    `suspended_at` and `suspended` say whether a running job is suspended."""
     job = decode_job(row)
     entry = {name: job[name] for name in LIST_FIELDS}
     entry["env_keys"] = sorted(job["env"] or {})
+    entry["suspended_at"] = job["suspended_at"]
+    entry["suspended"] = job["suspended"]
     if "damaged" in job:
         entry["damaged"] = job["damaged"]
     return entry
