@@ -48,7 +48,7 @@ def running_text(running: object, suspended: int) -> str:
 def status_text(data: dict[str, Any], now: float, width: int | None = None) -> str:
     counts = {
         **data["counts"],
-        "running": running_text(data["counts"]["running"], data["suspended"]),
+        "running": running_text(data["counts"].get("running", 0), data.get("suspended", 0)),
     }
     parts = [
         f"{style(shown(k), fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"
