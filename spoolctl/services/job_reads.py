@@ -23,6 +23,7 @@ from spoolctl.services.readings import (
     Reads,
     decode_job,
     list_name,
+    suspended_since,
 )
 
 # -- list ------------------------------------------------------------------------
@@ -64,8 +65,8 @@ def list_entry(row: dict[str, Any]) -> dict[str, Any]:
     job = decode_job(row)
     entry = {name: job[name] for name in LIST_FIELDS}
     entry["env_keys"] = sorted(job["env"] or {})
-    entry["suspended_at"] = job["suspended_at"]
-    entry["suspended"] = job["suspended"]
+    entry["suspended_at"] = suspended_since(job)
+    entry["suspended"] = entry["suspended_at"] is not None
     if "damaged" in job:
         entry["damaged"] = job["damaged"]
     return entry
