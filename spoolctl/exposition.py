@@ -56,6 +56,11 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         "Queued jobs not due yet (their run time is in the future).",
         labels=["queue"],
     )
+    suspended = GaugeMetricFamily(
+        "spoolctl_jobs_suspended",
+        "Running jobs whose processes are suspended (counted among the running).",
+        labels=["queue"],
+    )
     oldest = GaugeMetricFamily(
         "spoolctl_oldest_due_job_age_seconds",
         "How long the lane's longest-waiting due job has been due (0: none waits).",
@@ -87,6 +92,7 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         for state, count in lane.counts.items():
             jobs.add_metric([name, state], count)
         scheduled.add_metric([name], lane.scheduled)
+        suspended.add_metric([name], lane.suspended)
         oldest.add_metric([name], lane.oldest_due_age_s)
         running.add_metric([name], lane.running)
         paused.add_metric([name], 1 if lane.paused else 0)
@@ -94,7 +100,7 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         if lane.cap is not None:
             cap.add_metric([name], lane.cap)
             free.add_metric([name], max(0, lane.cap - lane.running))
-    yield from (jobs, scheduled, oldest, running, paused, live, cap, free)
+    yield from (jobs, scheduled, suspended, oldest, running, paused, live, cap, free)
 
 
 def worker_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:

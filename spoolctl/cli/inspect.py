@@ -30,6 +30,7 @@ from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import NotFound
 from spoolctl.services import job_defaults, job_reads, job_spec, query
 from spoolctl.services.outcome import exit_label
+from spoolctl.services.readings import SUSPENDED, shown_state
 from spoolctl.services.statements import reads
 from spoolctl.states import JobState
 from spoolctl.text import shown, size_text
@@ -60,7 +61,7 @@ def show_text(detail: dict[str, Any]) -> str:
     attempts (how many, and apart the failures) and the events, each value
     shown escaped."""
     job = detail["job"]
-    state = shown(job["state"])
+    state = shown(shown_state(job))
     lines = [
         f"job {job['id']}  {style(state, fg=STATE_COLORS.get(state), bold=True)}"
         f"  queue {shown(job['queue'])}  priority {shown(job['priority'])}",
@@ -88,15 +89,22 @@ WAITS_TO_RUN = frozenset({"queued", "waiting"})
 
 def when_text(job: dict[str, Any]) -> list[str]:
     """The time that matters in the job's state: when it may run next
-    (queued or waiting), when it started (running), when it ended (done,
-    dead, canceled); a column not set is left out."""
+    (queued or waiting), when it started (running, and since when it is
+    suspended), when it ended (done, dead, canceled); a column not set is
+    left out."""
     if job["state"] in WAITS_TO_RUN:
         label, at = "next run", job.get("next_run_at")
     elif job["state"] == "running":
         label, at = "started", job.get("started_at")
     else:
         label, at = "finished", job.get("finished_at")
-    return [] if at is None else [f"  {label:<9} {local_time(at)}"]
+    lines = [] if at is None else [f"  {label:<9} {local_time(at)}"]
+    if job.get("suspended"):
+        lines.append(
+            f"  suspended since {local_time(job['suspended_at'])}: its processes are stopped"
+            f" and its timeout with them (spoolctl continue {job['id']})"
+        )
+    return lines
 
 
 def job_facts(job: dict[str, Any]) -> list[str]:
@@ -157,9 +165,9 @@ def attempts_table(attempts: list[dict[str, Any]]) -> str:
 )
 @click.option(
     "--state",
-    type=StateList([s.value for s in JobState]),
+    type=StateList([*(s.value for s in JobState), SUSPENDED]),
     default=None,
-    help="Only jobs in these states (comma-separated).",
+    help="Only jobs in these states (comma-separated; suspended: running ones suspended).",
 )
 @click.option(
     "--waiting", is_flag=True, help="Only jobs waiting for other jobs (same as --state waiting)."

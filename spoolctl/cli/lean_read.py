@@ -24,6 +24,7 @@ from spoolctl.db.lean import LeanQueue, Unanswered
 from spoolctl.db.where import named_db
 from spoolctl.errors import InvalidInput, NotFound, SpoolError
 from spoolctl.services import job_reads, readings
+from spoolctl.services.readings import SUSPENDED
 from spoolctl.states import JobState
 
 T = TypeVar("T")
@@ -134,11 +135,12 @@ def list_jobs(args: list[str]) -> Answer | None:
 
 def one_state(text: str) -> str:
     """The state --state names (as the click verb's StateList reads it); ""
-    where it names several. A value it refuses raises its InvalidInput."""
+    where it names several, or `suspended` (no named statement finds those:
+    the click verb's). A value it refuses raises its InvalidInput."""
     states = tuple(dict.fromkeys(s.strip() for s in text.split(",")))
-    if not text.strip() or any(s not in STATE_NAMES for s in states):
+    if not text.strip() or any(s not in (*STATE_NAMES, SUSPENDED) for s in states):
         raise InvalidInput(f"--state: not one of {STATE_NAMES}")
-    return states[0] if len(states) == 1 else ""
+    return states[0] if len(states) == 1 and states[0] != SUSPENDED else ""
 
 
 def show(args: list[str]) -> Answer | None:

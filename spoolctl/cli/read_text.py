@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from spoolctl.cli.look import age, fit_line, style, table, wrapped
+from spoolctl.services.readings import SUSPENDED, shown_state
 from spoolctl.text import shown, shown_argv
 
 STATE_COLORS = {
@@ -23,6 +24,7 @@ STATE_COLORS = {
     "running": "cyan",
     "canceled": "yellow",
     "waiting": "blue",
+    SUSPENDED: "magenta",
 }
 
 
@@ -38,8 +40,16 @@ TEXT_MIN = 12
 """The narrowest a column of free text (a command, an error) gets."""
 
 
+def running_text(running: object, suspended: int) -> str:
+    """A running count, with how many of them are suspended where any are."""
+    return f"{running} ({suspended} suspended)" if suspended else str(running)
+
+
 def status_text(data: dict[str, Any], now: float, width: int | None = None) -> str:
-    counts = data["counts"]
+    counts = {
+        **data["counts"],
+        "running": running_text(data["counts"].get("running", 0), data.get("suspended", 0)),
+    }
     parts = [
         f"{style(shown(k), fg=STATE_COLORS.get(k))} {v}" for k, v in counts.items() if k != "failed"
     ]
@@ -49,7 +59,7 @@ def status_text(data: dict[str, Any], now: float, width: int | None = None) -> s
             [
                 shown(name) + (" (paused)" if q.get("paused") else ""),
                 str(q["counts"]["queued"]),
-                str(q["counts"]["running"]),
+                running_text(q["counts"]["running"], q.get("suspended", 0)),
                 str(q["counts"].get("waiting", 0)),
                 str(q["scheduled"]),
             ]
@@ -83,7 +93,7 @@ def status_text(data: dict[str, Any], now: float, width: int | None = None) -> s
                 shown(w["id"]),
                 shown(w["queue"]),
                 shown(w["pid"]),
-                ",".join(map(str, w["running_jobs"])) or "-",
+                jobs_text(w),
                 "?" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']:.1f}s",
             ]
             for w in workers
@@ -99,6 +109,13 @@ def status_text(data: dict[str, Any], now: float, width: int | None = None) -> s
         waits = f"waiting for a worker that can enforce their limits: job(s) {listed}"
         lines += ["", fit_line(waits, width)]
     return "\n".join(lines)
+
+
+def jobs_text(worker: dict[str, Any]) -> str:
+    """The ids of the jobs a worker runs, each suspended one marked so."""
+    marked = set(worker.get("suspended_jobs") or ())
+    ids = [f"{i} ({SUSPENDED})" if i in marked else str(i) for i in worker["running_jobs"]]
+    return ",".join(ids) or "-"
 
 
 def orphans_text(orphans: list[dict[str, Any]], now: float, width: int | None = None) -> list[str]:
@@ -144,7 +161,7 @@ def list_text(jobs: list[dict[str, Any]], width: int | None = None) -> str:
     rows = [
         [
             str(j["id"]),
-            style(shown(j["state"]), fg=STATE_COLORS.get(j["state"])),
+            style(shown(shown_state(j)), fg=STATE_COLORS.get(shown_state(j))),
             shown(j["queue"]),
             shown(j["priority"]),
             str(j["attempts_total"]),

@@ -111,8 +111,12 @@ LIST_JOB = obj(
         "after_jobs": arr(INT),
         "attempts_total": INT,
         **attributes(LIST_JOB_0411, listed=True),
+        "suspended_at": opt(NUM),
+        "suspended": BOOL,
     },
 )
+"""`suspended` is true for a running job whose processes are suspended (its
+state stays `running`); `suspended_at` is since when, null unless it is."""
 SHOW_JOB_0411 = {
     **{k: v for k, v in LIST_JOB_0411.items() if k != "env_keys"},
     "max_crashes": opt(INT),
@@ -123,7 +127,15 @@ SHOW_JOB_0411 = {
     "heartbeat_at": opt(NUM),
     "last_failure_reason": opt(STR),
 }
-SHOW_JOB = obj(SHOW_JOB_0411, {"damaged": STR_LIST, **attributes(SHOW_JOB_0411)})
+SHOW_JOB = obj(
+    SHOW_JOB_0411,
+    {
+        "damaged": STR_LIST,
+        **attributes(SHOW_JOB_0411),
+        "suspended_at": opt(NUM),
+        "suspended": BOOL,
+    },
+)
 
 ATTEMPT = obj(
     {
@@ -176,8 +188,9 @@ WORKER = obj(
         "heartbeat_age_s": NUM,
         "running_jobs": arr(INT),
     },
-    {"lane_paused": BOOL, "waited_for_server": opt(SERVER_WAIT)},
+    {"lane_paused": BOOL, "waited_for_server": opt(SERVER_WAIT), "suspended_jobs": arr(INT)},
 )
+"""`suspended_jobs`: those of `running_jobs` that are suspended."""
 
 PAUSED_LANE = obj({"queue": STR, "paused_at": NUM, "paused_by": STR, "reason": opt(STR)})
 LANE_CHANGE = obj(
@@ -399,7 +412,9 @@ DATA_SCHEMAS: dict[str, Schema] = {
         {
             "counts": COUNTS,
             "scheduled": INT,
-            "queues": str_map(obj({"counts": COUNTS, "scheduled": INT}, {"paused": BOOL})),
+            "queues": str_map(
+                obj({"counts": COUNTS, "scheduled": INT}, {"paused": BOOL, "suspended": INT})
+            ),
             "recent_dead": arr(DEAD_JOB),
             "workers": arr(WORKER),
             "orphans_unconfirmed": arr(ORPHAN),
@@ -413,6 +428,7 @@ DATA_SCHEMAS: dict[str, Schema] = {
                 }
             ),
             "waiting_for_limits": arr(INT),
+            "suspended": INT,
         },
     ),
     "list": obj({"count": INT, "jobs": arr(LIST_JOB)}),

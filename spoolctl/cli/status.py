@@ -16,7 +16,7 @@ from spoolctl.cli.database import open_read, warn_no_queue
 from spoolctl.cli.look import age, line_width, local_time, table
 from spoolctl.cli.options import BoundedInt, Seconds, db_option, json_option, verb
 from spoolctl.cli.outages import waits_text
-from spoolctl.cli.read_text import NAME_MIN, orphans_text, paused_text, status_text
+from spoolctl.cli.read_text import NAME_MIN, jobs_text, orphans_text, paused_text, status_text
 from spoolctl.cli.render import wide_option
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.services import lanes, query, readings
@@ -29,6 +29,7 @@ def empty_status() -> dict[str, Any]:
     return {
         "counts": {s.value: 0 for s in JobState},
         "scheduled": 0,
+        "suspended": 0,
         "queues": {},
         "recent_dead": [],
         "workers": [],
@@ -183,7 +184,7 @@ def workers_text(
             shown(w["queue"]),
             shown(w["slots"] or "-"),
             shown(w["state"]),
-            ",".join(map(str, w["running_jobs"])) or "-",
+            jobs_text(w),
             age(w["started_at"], now),
             age(w["heartbeat_at"], now),
         ]

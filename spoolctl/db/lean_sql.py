@@ -127,7 +127,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs ORDER BY "
+        "jobs.id DESC",
         "",
         {},
     ),
@@ -136,8 +137,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.queue = ? ORDER "
-        "BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.queue = ? ORDER BY jobs.id DESC",
         "lane",
         {},
     ),
@@ -146,8 +147,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.queue = ? ORDER "
-        "BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.queue = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "lane limit param_1",
         {"param_1": 0},
     ),
@@ -156,8 +157,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.queue = ? AND "
-        "jobs.priority >= ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
         "lane priority_min",
         {},
     ),
@@ -166,8 +167,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.queue = ? AND "
-        "jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "lane priority_min limit param_1",
         {"param_1": 0},
     ),
@@ -176,8 +177,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs ORDER BY jobs.id DESC\n LIMIT "
-        "? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs ORDER BY "
+        "jobs.id DESC\n LIMIT ? OFFSET ?",
         "limit param_1",
         {"param_1": 0},
     ),
@@ -186,8 +187,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.priority >= ? "
-        "ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.priority >= ? ORDER BY jobs.id DESC",
         "priority_min",
         {},
     ),
@@ -196,8 +197,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.priority >= ? "
-        "ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "priority_min limit param_1",
         {"param_1": 0},
     ),
@@ -206,8 +207,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? ORDER "
-        "BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.state = ? ORDER BY jobs.id DESC",
         "state",
         {},
     ),
@@ -216,8 +217,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
-        "jobs.queue = ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.state = ? AND jobs.queue = ? ORDER BY jobs.id DESC",
         "state lane",
         {},
     ),
@@ -226,8 +227,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
-        "jobs.queue = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.state = ? AND jobs.queue = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "state lane limit param_1",
         {"param_1": 0},
     ),
@@ -236,8 +237,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
-        "jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.state = ? AND jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
         "state lane priority_min",
         {},
     ),
@@ -246,8 +247,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
-        "jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.state = ? AND jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id "
+        "DESC\n LIMIT ? OFFSET ?",
         "state lane priority_min limit param_1",
         {"param_1": 0},
     ),
@@ -256,8 +258,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? ORDER "
-        "BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.state = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "state limit param_1",
         {"param_1": 0},
     ),
@@ -266,8 +268,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
-        "jobs.priority >= ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.state = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
         "state priority_min",
         {},
     ),
@@ -276,8 +278,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error \nFROM jobs \nWHERE jobs.state = ? AND "
-        "jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
+        "jobs.state = ? AND jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "state priority_min limit param_1",
         {"param_1": 0},
     ),
@@ -336,6 +338,12 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "event_1 state_1",
         {"event_1": "waited_for_server", "state_1": "running"},
     ),
+    "suspended_counts": (
+        "SELECT jobs.queue, count(*) AS n \nFROM jobs \nWHERE jobs.state = ? AND "
+        "jobs.suspended_at IS NOT NULL GROUP BY jobs.queue",
+        "state_1",
+        {"state_1": "running"},
+    ),
     "waiting_for_limits": (
         "SELECT jobs.id \nFROM jobs \nWHERE jobs.state = 'queued' AND "
         "jobs.require_limits = 1 AND jobs.next_run_at <= ? ORDER BY jobs.id\n LIMIT ? "
@@ -363,7 +371,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         {},
     ),
     "worker_jobs": (
-        "SELECT jobs.id \nFROM jobs \nWHERE jobs.state = ? AND jobs.locked_by = ?",
+        "SELECT jobs.id, jobs.suspended_at \nFROM jobs \nWHERE jobs.state = ? AND "
+        "jobs.locked_by = ? ORDER BY jobs.id",
         "state_1 worker",
         {"state_1": "running"},
     ),

@@ -23,6 +23,7 @@ from spoolctl.services.readings import (
     Reads,
     decode_job,
     list_name,
+    suspended_since,
 )
 
 # -- list ------------------------------------------------------------------------
@@ -59,10 +60,13 @@ def waits_for(run: Reads, job_ids: Sequence[int]) -> dict[int, list[dict[str, An
 
 
 def list_entry(row: dict[str, Any]) -> dict[str, Any]:
-    """A job as `list` shows it: env values are left out (only key names)."""
+    """A job as `list` shows it: env values are left out (only key names);
+    `suspended_at` and `suspended` say whether a running job is suspended."""
     job = decode_job(row)
     entry = {name: job[name] for name in LIST_FIELDS}
     entry["env_keys"] = sorted(job["env"] or {})
+    entry["suspended_at"] = suspended_since(job)
+    entry["suspended"] = entry["suspended_at"] is not None
     if "damaged" in job:
         entry["damaged"] = job["damaged"]
     return entry

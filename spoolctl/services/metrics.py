@@ -53,6 +53,8 @@ class LaneFacts:
     cap: int | None = None
     """The lane's cap: the smallest `--slots` a live worker of the lane
     declares (None: no cap)."""
+    suspended: int = 0
+    """Running jobs of the lane that are suspended (counted among the running)."""
 
     @property
     def running(self) -> int:
@@ -129,7 +131,7 @@ def _zero_counts() -> dict[str, int]:
 
 def _lanes(conn: Connection, now: float) -> dict[str, LaneFacts]:
     found = {
-        name: LaneFacts(entry["counts"], entry["scheduled"])
+        name: LaneFacts(entry["counts"], entry["scheduled"], suspended=entry["suspended"])
         for name, entry in lane_summary(conn, now).items()
     }
     for name in conn.execute(select(lanes.c.queue)).scalars():

@@ -17,7 +17,7 @@ from spoolctl.db.backends.base import HasTag
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.services import job_reads, readings
 from spoolctl.services.statements import reads
-from spoolctl.states import AttemptState
+from spoolctl.states import AttemptState, JobState
 
 JOB_JSON_FIELDS = ("argv", "tags", "env")
 
@@ -124,10 +124,8 @@ def list_query(where: JobFilter) -> Select[Any]:
     if where.before_id is not None:
         query = query.where(jobs.c.id < where.before_id)
     states = (where.state,) if isinstance(where.state, str) else where.state
-    if states is not None and len(states) == 1:
-        query = query.where(jobs.c.state == states[0])
-    elif states is not None:
-        query = query.where(jobs.c.state.in_(states))
+    if states is not None:
+        query = query.where(*state_filter(states))
     if where.lane is not None:
         query = query.where(jobs.c.queue == where.lane)
     if where.priority_min is not None:
@@ -137,6 +135,20 @@ def list_query(where: JobFilter) -> Select[Any]:
     if where.limit:
         query = query.limit(where.limit)
     return query
+
+
+def state_filter(states: tuple[str, ...]) -> list[ColumnElement[bool]]:
+    """Jobs in these states; `suspended` names the running jobs that are
+    suspended (all of them when `running` is named too). One range of an
+    index on state either way: a suspended job is found among the running."""
+    wanted = list(dict.fromkeys(s for s in states if s != readings.SUSPENDED))
+    only_suspended = readings.SUSPENDED in states and JobState.RUNNING.value not in wanted
+    if only_suspended:
+        wanted.append(JobState.RUNNING.value)
+    found = [jobs.c.state == wanted[0] if len(wanted) == 1 else jobs.c.state.in_(wanted)]
+    if only_suspended:
+        found.append((jobs.c.state != JobState.RUNNING.value) | jobs.c.suspended_at.is_not(None))
+    return found
 
 
 def has_tag(key: str, value: str | None) -> ColumnElement[bool]:
@@ -165,6 +177,8 @@ def named_filter(where: JobFilter) -> tuple[str | None, str | None, int | None, 
     states = (where.state,) if isinstance(where.state, str) else where.state
     if where.tags or where.before_id is not None or (states is not None and len(states) != 1):
         return None
+    if states == (readings.SUSPENDED,):
+        return None  # no named statement: `list_query` finds them among the running
     return (None if states is None else states[0], where.lane, where.priority_min, where.limit)
 
 

@@ -17,6 +17,8 @@ from spoolctl.states import EventKind, JobState
 
 LANE_COUNTS = "lane_counts"
 """Jobs per (state, lane), `n`, and those queued for later, `future`: binds `now`."""
+SUSPENDED_COUNTS = "suspended_counts"
+"""The suspended jobs (running, `suspended_at` set) per lane, `n`."""
 RECENT_DEAD = "recent_dead"
 """The dead jobs, newest finished first: binds `limit`."""
 RECENT_DEAD_ALL = "recent_dead_all"
@@ -28,7 +30,7 @@ WORKERS_RUNNING = "workers_running"
 WORKERS_ALL = "workers_all"
 """Every worker, oldest first."""
 WORKER_JOBS = "worker_jobs"
-"""The ids of the jobs a worker runs: binds `worker`."""
+"""The ids of the jobs a worker runs and their `suspended_at`: binds `worker`."""
 SERVER_WAITS_RUNNING = "server_waits_running"
 """How the running workers' starts waited for a server (worker_id, detail)."""
 SERVER_WAITS_ALL = "server_waits_all"
@@ -80,8 +82,12 @@ LIST_FIELDS = (
 )
 """What `list` shows of a job: its record, then the attributes declared
 `listed` (`services/job_spec.py`, as `db/lean_sql.py` keeps them)."""
-LIST_COLUMNS = frozenset({*LIST_FIELDS, "argv", "tags", "env"})
-"""The columns `list` reads: what it shows and what it checks for damage."""
+LIST_COLUMNS = frozenset({*LIST_FIELDS, "argv", "tags", "env", "suspended_at"})
+"""The columns `list` reads: what it shows, what it checks for damage, and
+whether a running job is suspended."""
+SUSPENDED = "suspended"
+"""What views call a running job whose processes are stopped (`suspend`): its
+state stays `running` in the JSON; `list --state suspended` finds them."""
 
 
 class Reads(Protocol):
@@ -138,7 +144,24 @@ def decode_job(job: dict[str, Any]) -> dict[str, Any]:
         damaged.append(f"state: unknown value {job['state']!r}")
     if damaged:
         job["damaged"] = damaged
+    if "suspended_at" in job:
+        job["suspended_at"] = suspended_since(job)
+        job["suspended"] = job["suspended_at"] is not None
     return job
+
+
+def suspended_since(job: Mapping[str, Any]) -> float | None:
+    """When the job's running attempt was suspended; None unless it is now
+    (the claim clears the column, so only a running job's value counts)."""
+    at = job.get("suspended_at")
+    if job.get("state") != JobState.RUNNING.value or not isinstance(at, int | float):
+        return None
+    return None if isinstance(at, bool) else float(at)
+
+
+def shown_state(job: Mapping[str, Any]) -> Any:
+    """The state a view prints: `suspended` for a suspended running job."""
+    return SUSPENDED if job.get("suspended") else job.get("state")
 
 
 def event_detail(raw: str | None) -> dict[str, Any]:
@@ -152,16 +175,21 @@ def event_detail(raw: str | None) -> dict[str, Any]:
 
 def lane_summary(run: Reads, now: float) -> dict[str, dict[str, Any]]:
     """Every lane that holds a job, finished ones included: its count in each
-    state and its scheduled count."""
+    state, its scheduled count and how many of its running jobs are suspended."""
     summary: dict[str, dict[str, Any]] = {}
     for row in run.all(LANE_COUNTS, {"now": now}):
-        entry = summary.setdefault(
-            row["queue"], {"counts": {s.value: 0 for s in JobState}, "scheduled": 0}
-        )
+        entry = summary.setdefault(row["queue"], _empty_lane())
         entry["counts"][row["state"]] = row["n"]
         if row["state"] == JobState.QUEUED.value:
             entry["scheduled"] = int(row["future"] or 0)
+    for row in run.all(SUSPENDED_COUNTS, {}):
+        summary.setdefault(row["queue"], _empty_lane())["suspended"] = int(row["n"])
     return summary
+
+
+def _empty_lane() -> dict[str, Any]:
+    """A lane's entry before its counts: `suspended` counts among the running."""
+    return {"counts": {s.value: 0 for s in JobState}, "scheduled": 0, "suspended": 0}
 
 
 def recent_dead(run: Reads, limit: int) -> list[dict[str, Any]]:
@@ -193,8 +221,13 @@ def live_workers(run: Reads, now: float, *, include_all: bool = False) -> list[d
     result = []
     waits = server_waits(run, include_all=include_all)
     for row in run.all(WORKERS_ALL if include_all else WORKERS_RUNNING, {}):
-        running = [r["id"] for r in run.all(WORKER_JOBS, {"worker": row["id"]})]
+        jobs = run.all(WORKER_JOBS, {"worker": row["id"]})
+        running = [r["id"] for r in jobs]
+        suspended = [
+            r["id"] for r in jobs if suspended_since({**r, "state": "running"}) is not None
+        ]
         entry = {**row, "heartbeat_age_s": None, "running_jobs": running}
+        entry["suspended_jobs"] = suspended
         entry["waited_for_server"] = waits.get(row["id"])
         if isinstance(row["heartbeat_at"], int | float):
             entry["heartbeat_age_s"] = round(max(0.0, now - row["heartbeat_at"]), 3)
@@ -257,6 +290,7 @@ def status_summary(run: Reads, now: float, *, dead_limit: int = 10) -> dict[str,
     return {
         "counts": counts,
         "scheduled": sum(entry["scheduled"] for entry in by_lane.values()),
+        "suspended": sum(entry["suspended"] for entry in by_lane.values()),
         "queues": by_lane,
         "recent_dead": recent_dead(run, dead_limit),
         "workers": live_workers(run, now),

@@ -101,6 +101,12 @@ READS: dict[str, Prepared] = {
             func.count().filter(jobs.c.next_run_at > bindparam("now")).label("future"),
         ).group_by(jobs.c.state, jobs.c.queue)
     ),
+    r.SUSPENDED_COUNTS: Prepared(
+        # the running rows only (as many as busy slots), whatever the table holds
+        select(jobs.c.queue, func.count().label("n"))
+        .where(jobs.c.state == JobState.RUNNING.value, jobs.c.suspended_at.is_not(None))
+        .group_by(jobs.c.queue)
+    ),
     r.RECENT_DEAD: Prepared(_recent_dead().limit(bindparam("limit"))),
     r.RECENT_DEAD_ALL: Prepared(_recent_dead()),
     r.LAST_ATTEMPT_PATHS: Prepared(
@@ -112,9 +118,9 @@ READS: dict[str, Prepared] = {
     r.WORKERS_RUNNING: Prepared(_workers(include_all=False)),
     r.WORKERS_ALL: Prepared(_workers(include_all=True)),
     r.WORKER_JOBS: Prepared(
-        select(jobs.c.id).where(
-            jobs.c.state == JobState.RUNNING.value, jobs.c.locked_by == bindparam("worker")
-        )
+        select(jobs.c.id, jobs.c.suspended_at)
+        .where(jobs.c.state == JobState.RUNNING.value, jobs.c.locked_by == bindparam("worker"))
+        .order_by(jobs.c.id)
     ),
     r.SERVER_WAITS_RUNNING: Prepared(_server_waits(include_all=False)),
     r.SERVER_WAITS_ALL: Prepared(_server_waits(include_all=True)),

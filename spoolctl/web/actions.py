@@ -1,10 +1,13 @@
-"""The actions: retry, cancel, pause and resume, through the same service
+"""The actions: retry, cancel, pause and resume, and the requests to a running
+job's worker (suspend, continue, a signal), through the same service
 functions as the verbs, each ledgered with who asked (`web: user@host (pid N),
 client ADDRESS`). Only with --allow-actions, only as a POSTed form whose CSRF
-secret matches (the Origin checks ran in the middleware before)."""
+secret matches (the Origin checks ran in the middleware before). A request
+to a running job is written and answered at once: its worker delivers it."""
 
 from __future__ import annotations
 
+import signal as signals
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
@@ -14,11 +17,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from spoolctl import validate
-from spoolctl.services import lanes, schedules
+from spoolctl.errors import InvalidInput
+from spoolctl.services import control, lanes, schedules
 from spoolctl.services.cancel import cancel
 from spoolctl.services.deadletter import requeue
+from spoolctl.states import ControlAction
 from spoolctl.web.access import QueueAccess
-from spoolctl.web.common import Refused, Settings, job_id_of
+from spoolctl.web.common import SIGNALS, Refused, Settings, job_id_of
 from spoolctl.web.request_guard import Guard
 
 FORM_MAX_BYTES = 16_384
@@ -101,6 +106,31 @@ class Actions:
             with_notice(safe_next(form.get("next"), f"/jobs/{job_id}"), "cancel"), 303
         )
 
+    async def suspend(self, request: Request) -> Response:
+        return await self.ask(request, ControlAction.SUSPEND)
+
+    async def resume_job(self, request: Request) -> Response:
+        """`continue` of a suspended job (`resume` names a lane's)."""
+        return await self.ask(request, ControlAction.CONTINUE)
+
+    async def signal(self, request: Request) -> Response:
+        return await self.ask(request, ControlAction.SIGNAL)
+
+    async def ask(self, request: Request, action: ControlAction) -> Response:
+        """Write a request to the running job's worker (`services/control.py`);
+        CONFLICT when the job is not running (or already suspended, or not)."""
+        job_id = job_id_of(request)
+        form = await self.checked_form(request)
+        number = signal_number(form.get("signal")) if action is ControlAction.SIGNAL else None
+        actor = self.actor(request)
+        await self.change(
+            lambda conn, now: control.request(
+                conn, job_id, action, now=now, signal=number, actor=actor
+            )
+        )
+        next_page = safe_next(form.get("next"), f"/jobs/{job_id}")
+        return RedirectResponse(with_notice(next_page, action.value), 303)
+
     async def pause(self, request: Request) -> Response:
         lane = validate.lane_name(request.path_params["lane"])
         form = await self.checked_form(request)
@@ -137,3 +167,11 @@ class Actions:
         await self.change(lambda conn, now: schedules.resume(conn, name, now))
         next_page = safe_next(form.get("next"), "/schedules")
         return RedirectResponse(with_notice(next_page, "schedule_resume"), 303)
+
+
+def signal_number(name: str | None) -> int:
+    """One of SIGNALS by name (with or without SIG), as its number."""
+    bare = (name or "").strip().upper().removeprefix("SIG")
+    if bare not in SIGNALS:
+        raise InvalidInput(f"signal must be one of {', '.join(SIGNALS)}", value=name)
+    return int(signals.Signals[f"SIG{bare}"])

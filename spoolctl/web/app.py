@@ -44,6 +44,10 @@ NOTICES = {
     "cancel": "Canceled.",
     "pause": "Lane paused: workers stop claiming from it; running jobs finish.",
     "resume": "Lane resumed.",
+    "suspend": "Suspend requested: the job's worker stops its processes, and its timeout, "
+    "within its pickup latency.",
+    "continue": "Continue requested: the job's worker lets its processes go on.",
+    "signal": "Signal requested: the job's worker sends it to every process of the job.",
     "schedule_pause": "Schedule paused: it fires no more jobs until resumed.",
     "schedule_resume": "Schedule resumed: it fires again from its next fire time.",
 }
@@ -251,6 +255,9 @@ def create_app(access: QueueAccess, guard: Guard, settings: Settings) -> Starlet
         Route("/jobs/{job_id}/output", board.output),
         Route("/jobs/{job_id}/retry", actions.retry, methods=["POST"]),
         Route("/jobs/{job_id}/cancel", actions.cancel, methods=["POST"]),
+        Route("/jobs/{job_id}/suspend", actions.suspend, methods=["POST"]),
+        Route("/jobs/{job_id}/continue", actions.resume_job, methods=["POST"]),
+        Route("/jobs/{job_id}/signal", actions.signal, methods=["POST"]),
         Route("/lanes/{lane}/pause", actions.pause, methods=["POST"]),
         Route("/lanes/{lane}/resume", actions.resume, methods=["POST"]),
         Route("/schedules", board.schedules),

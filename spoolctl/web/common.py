@@ -9,6 +9,10 @@ from starlette.requests import Request
 
 from spoolctl import validate
 
+SIGNALS = ("TERM", "INT", "HUP", "USR1", "USR2")
+"""The signals a running job's page offers to send (`spoolctl signal` sends
+any other)."""
+
 
 class Refused(Exception):
     """A request the dashboard will not serve, with its HTTP status."""

@@ -18,10 +18,14 @@ from markupsafe import Markup, escape
 
 from spoolctl import __version__
 from spoolctl.services.outcome import exit_label
+from spoolctl.services.readings import SUSPENDED, shown_state
 from spoolctl.states import EventKind, JobState
 from spoolctl.text import shown, shown_argv, size_text
+from spoolctl.web.common import SIGNALS
 
 STATE_CLASSES = {state.value: f"state-{state.value}" for state in JobState}
+STATE_CLASSES[SUSPENDED] = f"state-{SUSPENDED}"
+"""Each state's badge; `suspended` is a running job's that is suspended."""
 ATTEMPT_CLASSES = {
     "running": "state-running",
     "succeeded": "state-done",
@@ -135,6 +139,12 @@ def make_environment() -> Environment:
         exit_label=attempt_exit,
         output=output,
         size=size_text,
+        shown_state=shown_state,
     )
-    env.globals.update(version=__version__, states=list(STATE_CLASSES), shown_states=SHOWN_STATES)
+    env.globals.update(
+        version=__version__,
+        states=list(STATE_CLASSES),
+        shown_states=SHOWN_STATES,
+        signals=SIGNALS,
+    )
     return env

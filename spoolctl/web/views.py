@@ -16,7 +16,15 @@ from spoolctl import validate
 from spoolctl.config import Timing
 from spoolctl.db.backends.base import OutputReader
 from spoolctl.errors import InvalidInput
-from spoolctl.services import attempt_output, dependencies, job_spec, lanes, ledger, query
+from spoolctl.services import (
+    attempt_output,
+    dependencies,
+    job_spec,
+    lanes,
+    ledger,
+    query,
+    readings,
+)
 from spoolctl.states import TERMINAL_JOB_STATES, AttemptState, JobState
 from spoolctl.text import shown
 
@@ -35,6 +43,8 @@ OUTPUT_TAIL = 65_536
 OUTPUT_CHUNK = 65_536
 """The most bytes of a stream one poll of a live page returns."""
 STATES = tuple(s.value for s in JobState)
+FILTER_STATES = (*STATES, readings.SUSPENDED)
+"""What the job list's `state` filter takes: `suspended`, running ones suspended."""
 COLOUR = re.compile(r"\x1b\[[0-9;:]*m")
 """SGR sequences (colours, bold): a page drops them, so coloured output reads as
 its text; every other escape sequence is shown escaped."""
@@ -59,7 +69,9 @@ def overview(conn: Connection, now: float) -> dict[str, Any]:
     paused = lanes.paused_lanes(conn)
     by_lane: dict[str, dict[str, Any]] = data["queues"]
     for lane in paused:
-        by_lane.setdefault(lane["queue"], {"counts": empty_counts(), "scheduled": 0})
+        by_lane.setdefault(
+            lane["queue"], {"counts": empty_counts(), "scheduled": 0, "suspended": 0}
+        )
     by_name = {lane["queue"]: lane for lane in paused}
     serving = serving_workers(data["workers"], Timing.from_env().reap_threshold_s)
     for name, entry in by_lane.items():
@@ -91,6 +103,7 @@ def empty_overview(now: float) -> dict[str, Any]:
     return {
         "counts": empty_counts(),
         "scheduled": 0,
+        "suspended": 0,
         "queues": {},
         "lanes": [],
         "recent_dead": [],
@@ -157,9 +170,9 @@ def parse_states(raw: str | None) -> tuple[str, ...]:
     if raw is None:
         return ()
     states = tuple(dict.fromkeys(s.strip() for s in raw.split(",") if s.strip()))
-    unknown = [s for s in states if s not in STATES]
+    unknown = [s for s in states if s not in FILTER_STATES]
     if unknown:
-        raise InvalidInput(f"unknown state {unknown[0]!r}; states: {', '.join(STATES)}")
+        raise InvalidInput(f"unknown state {unknown[0]!r}; states: {', '.join(FILTER_STATES)}")
     return states
 
 

@@ -9,7 +9,8 @@ says so:
   (state, queue, priority, next_run_at, id), every entry of it but no table
   row and no sort. Its cost grows with the number of jobs (SQLite keeps no
   counts), which the benchmark (bench/) measures; nothing else in status
-  depends on the size of the table.
+  depends on the size of the table (the suspended jobs are counted among
+  the running rows, as the jobs each live worker runs are found).
 - list without a state or queue filter walks the table by id, newest first,
   and stops at --limit; with a tag filter (or --priority-min) alone it stops
   at --limit matches, so a filter that matches fewer jobs than --limit reads
@@ -127,6 +128,8 @@ STATUS_PLANS = {
     ],
     # the jobs a live worker runs: running rows only
     "jobs.locked_by =": ["SEARCH jobs USING INDEX ix_jobs_state_* (state=?)"],
+    # the suspended jobs per lane: the running rows only, in lane order (no sort)
+    "jobs.suspended_at IS NOT NULL": ["SEARCH jobs USING INDEX ix_jobs_claim (state=?)"],
 }
 
 
@@ -153,7 +156,10 @@ def test_status_reads_the_jobs_table_once_through_the_claim_index(engine: Engine
     on_jobs = [
         sql
         for sql in statements
-        if "FROM jobs" in sql and "JOIN" not in sql and "jobs.locked_by =" not in sql
+        if "FROM jobs" in sql
+        and "JOIN" not in sql
+        and "jobs.locked_by =" not in sql
+        and "suspended_at IS NOT NULL" not in sql
     ]
     assert len(on_jobs) == 2, ("the counts and the dead jobs only", on_jobs)
     assert_indexed(plans)

@@ -81,7 +81,8 @@ def test_capabilities_verbs_mirror_every_click_parameter() -> None:
     wait = {o["name"]: o for o in published["wait"]["options"]}
     assert wait["timeout"]["max"] == 86_400
     listing = {o["name"]: o for o in published["list"]["options"]}
-    assert listing["state"]["choices"] == [s.value for s in JobState]
+    # the states, then `suspended` (running ones suspended), added at the end
+    assert listing["state"]["choices"] == [*(s.value for s in JobState), "suspended"]
     assert published["add"]["flags"][0]["name"] == "--after", "0.4.11's order: by flag name"
     assert [a["name"] for a in published["show"]["args"]] == ["id"]
     assert listing["tags"]["repeatable"] is True

@@ -243,6 +243,8 @@ READ_LEFT: list[list[str]] = [
     ["status", "--json=1"],
     ["status", "--help"],
     ["list", "--state", "done,dead"],
+    ["list", "--state", "suspended"],  # no named statement: the click verb's query
+    ["list", "--state", "suspended,queued"],
     ["list", "--state", "bogus"],
     ["list", "--state", ""],
     ["list", "--state", ","],
@@ -282,8 +284,8 @@ def _tamper(db: Path, *statements: str) -> None:
 
 @pytest.fixture(scope="module")
 def busy_queue(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Jobs in every state (set by hand: no process starts here), attempts,
-    dead jobs, workers (running and stopped,
+    """Jobs in every state (set by hand: no process starts here), a running
+    job suspended, attempts, dead jobs, workers (running and stopped,
     one waited for a server), a running job flagged an unconfirmed orphan, a
     paused lane, schedules (one paused), dependencies, a job waiting for
     limits: built in-process, its WAL folded in."""
@@ -301,6 +303,7 @@ def busy_queue(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ["add", "--require-limits", "--memory", "1G", "--", "true"],
         ["add", "--queue", "gpu", "--", "sleep", "9"],
         ["add", "--queue", "gpu", "--key", "k", "--cwd", "/tmp", "--", "false"],
+        ["add", "--queue", "gpu", "--", "sleep", "10"],
         ["pause", "other", "--reason", "deploy"],
         ["schedule", "add", "nightly", "--every", "1h", "--", "true"],
         ["schedule", "add", "weekly", "--every", "7d", "--", "true"],
@@ -332,9 +335,12 @@ def busy_queue(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "VALUES ('w1', 'h', 1, 'gpu', 1.0, 1799999990.0, 'running'), "
         "('w0', 'h', 2, 'default', 0.5, 2.0, 'stopped')",
         "UPDATE jobs SET state = 'running', locked_by = 'w1', started_at = 5.0 WHERE id = 8",
+        "UPDATE jobs SET state = 'running', locked_by = 'w1', started_at = 5.0, "
+        "suspended_at = 7.0 WHERE id = 10",
+        "UPDATE jobs SET suspended_at = 8.0 WHERE id = 1",  # stale: a done job is not suspended
         "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, started_at, "
         "stdout_path, stderr_path) SELECT id, 1, 'w1', 1, 'running', 5.0, 'o', 'e' "
-        "FROM jobs WHERE id = 8",
+        "FROM jobs WHERE id IN (8, 10)",
         "INSERT INTO job_events (job_id, at, event, worker_id, detail) "
         "SELECT j.id, 6.0, 'orphan_unconfirmed', 'w2', "
         "json_object('attempt_id', a.id, 'pid', 77, 'reason', 'gone', 'dead_worker', 'w9') "
@@ -433,7 +439,7 @@ def test_what_the_lean_path_leaves_of_a_read_is_the_click_verbs(
         assert lean_run == full
 
 
-@pytest.mark.parametrize("job_id", range(1, 10))
+@pytest.mark.parametrize("job_id", range(1, 11))
 def test_the_lean_path_shows_every_job_as_the_click_verb(
     busy_queue: Path, frozen: None, job_id: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -466,6 +472,8 @@ def test_the_busy_queue_holds_what_the_reads_show(
     assert data["recent_dead"] and data["orphans_unconfirmed"] and data["paused_lanes"]
     (worker,) = data["workers"]
     assert worker["running_jobs"] and worker["waited_for_server"]["failed_tries"] == 2
+    assert worker["suspended_jobs"] == [10] and data["suspended"] == 1
+    assert data["queues"]["gpu"]["suspended"] == 1
     assert data["schedules"]["count"] == 2 and data["waiting_for_limits"]
     assert lean.answer(["list", "--db", str(busy_queue), "--json", "--waiting"]) == 0
     jobs = json.loads(capsys.readouterr().out)["data"]["jobs"]
@@ -475,6 +483,16 @@ def test_the_busy_queue_holds_what_the_reads_show(
     assert shown["attempts"][0]["signal"] == 9 and shown["dependents"] == [5]
     assert lean.answer(["list", "--db", str(busy_queue), "--json", "--state", "dead"]) == 0
     assert json.loads(capsys.readouterr().out)["data"]["jobs"][0]["attempts_total"] == 1
+    assert lean.answer(["list", "--db", str(busy_queue), "--json", "--state", "running"]) == 0
+    running = json.loads(capsys.readouterr().out)["data"]["jobs"]
+    assert [(j["id"], j["suspended"], j["suspended_at"]) for j in running] == [
+        (10, True, 7.0),
+        (8, False, None),
+    ]
+    assert lean.answer(["list", "--db", str(busy_queue)]) == 0
+    assert "suspended" in capsys.readouterr().out.splitlines()[1]
+    assert lean.answer(["show", "--db", str(busy_queue), "--json", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["job"]["suspended_at"] is None
 
 
 def test_a_read_of_no_queue_goes_the_full_way_which_warns(
