@@ -34,19 +34,27 @@ VALUES = ("priority", "lane", "timeout_seconds", "max_retries", "memory_bytes", 
 
 
 def value_flags(fn: Any) -> Any:
-    """`add`'s flags of VALUES, the run time's and the limits' switch, with
-    no default: a flag not given leaves its value as it is."""
-    for name in reversed(VALUES):
-        field = BY_NAME[name]
-        fn = click.option(field.flag, field.key, type=param_type(field), help=field.help)(fn)
-    for flag in reversed(CUSTOM["run_at"]):
+    """`add`'s flags of VALUES, of the run time and of the limits' switch
+    (which can be turned off too), with no default: a flag not given leaves
+    its value as it is."""
+    flags = [value_option(name) for name in VALUES]
+    flags[4:4] = CUSTOM["run_at"]  # after --max-retries, before the limits
+    flags.append(
+        click.option(
+            "--require-limits/--no-require-limits",
+            "require_limits",
+            default=None,
+            help="Whether only a worker that can enforce --memory/--cpus claims the job.",
+        )
+    )
+    for flag in reversed(flags):
         fn = flag(fn)
-    return click.option(
-        "--require-limits/--no-require-limits",
-        "require_limits",
-        default=None,
-        help="Whether only a worker that can enforce --memory/--cpus claims the job.",
-    )(fn)
+    return fn
+
+
+def value_option(name: str) -> Any:
+    field = BY_NAME[name]
+    return click.option(field.flag, field.key, type=param_type(field), help=field.help)
 
 
 @verb(
@@ -103,7 +111,7 @@ def update(
     as_json: bool,
     **values: Any,
 ) -> int:
-    """Change queued or waiting jobs before they run: all or none, ledgered.
+    """Change queued or waiting jobs (before they run; all or none; ledgered).
 
     Takes `add`'s flags, read by the same rules: --priority, --queue (moves
     the job to that lane; a paused lane keeps it queued), --timeout (none: no
