@@ -53,7 +53,7 @@ COLUMNS = (
 are `add`'s); the run time and the tags are computed per job."""
 READ = (jobs.c.id, jobs.c.state, jobs.c.next_run_at, jobs.c.tags, *(jobs.c[c] for c in COLUMNS))
 ID_CHUNK = 500
-"""Ids per SELECT: within every backend's limit of bound values."""
+"""Ids per SELECT, events per INSERT: within every backend's limit of bound values."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,8 @@ def update_jobs(
             continue
         _write(conn, row, {k: _stored(k, new[k]) for k in changes})
         events.append(event_row(job_id, EventKind.UPDATED, now, detail={"changes": changes}))
-    record_events(conn, events)
+    for start in range(0, len(events), ID_CHUNK):
+        record_events(conn, events[start : start + ID_CHUNK])
     return done
 
 
