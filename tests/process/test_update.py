@@ -162,6 +162,7 @@ def test_running_and_ended_jobs_are_conflict_and_nothing_changes(db: Db) -> None
 
 def test_batch_and_filter_change_all_or_nothing(db: Db) -> None:
     later = time.time() + LATER
+    untagged = add_job(db, "true", run_at=later, lane="spare")  # the first id
     a = add_job(db, "true", run_at=later, lane="night", tags={"owner": "ana"})
     b = add_job(db, "true", run_at=later, lane="night", tags={"owner": "bo"})
     c = add_job(db, "true", run_at=later, lane="day", tags={"owner": "ana"})
@@ -184,10 +185,11 @@ def test_batch_and_filter_change_all_or_nothing(db: Db) -> None:
         "nothing changed" in cli("update", "--in-queue", "night", "--priority", "1", db=db).stdout
     )
 
-    # one job that cannot take the change (a tag too many once merged): none changes
+    # a job that cannot take the change (a tag too many once merged): none changes,
+    # not even the one before it, which could
     before = snapshot(db)
     full = [x for i in range(TAG_MAX_COUNT) for x in ("--tag", f"k{i}=v")]
-    crowded = update(db, str(b), str(a), *full)  # each already has a tag of its own
+    crowded = update(db, str(a), str(untagged), *full)  # a has a tag already
     assert outcome(crowded) == (1, "INVALID_INPUT")
     assert f"job {a}:" in crowded.envelope["errors"][0]["message"]
     assert snapshot(db) == before
