@@ -14,6 +14,7 @@ import click
 from spoolctl import validate
 from spoolctl.cli.database import no_job, open_existing_write
 from spoolctl.cli.job_flags import CUSTOM, param_type
+from spoolctl.cli.look import local_time
 from spoolctl.cli.options import (
     JOB_ID,
     TAG_FILTER,
@@ -28,6 +29,7 @@ from spoolctl.cli.reply import Reply, emit
 from spoolctl.errors import InvalidInput
 from spoolctl.services.job_spec import BY_NAME
 from spoolctl.services.update import Change, Selection, Updated, update_jobs
+from spoolctl.text import shown
 
 VALUES = ("priority", "lane", "timeout_seconds", "max_retries", "memory_bytes", "cpus")
 """The attributes whose `add` flag `update` takes as it is (by field name)."""
@@ -193,11 +195,20 @@ def answer(done: list[Updated]) -> Reply:
 def line_of(done: Updated) -> str:
     if not done.changes:
         return f"Job {done.job_id}: unchanged (it already has these values)"
-    parts = [f"{name} {shown(old)} -> {shown(new)}" for name, (old, new) in done.changes.items()]
+    parts = [
+        f"{name} {shown_value(name, old)} -> {shown_value(name, new)}"
+        for name, (old, new) in done.changes.items()
+    ]
     return f"Job {done.job_id}: " + ", ".join(parts)
 
 
-def shown(value: Any) -> str:
+def shown_value(name: str, value: Any) -> str:
+    """One old or new value as a person reads it: a run time in local time,
+    tags as K=V, text with its unprintable characters escaped."""
+    if value is None:
+        return "none"
+    if name == "next_run_at":
+        return local_time(value)
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}={v}" for k, v in value.items()) + "}"
-    return "none" if value is None else str(value)
+        return "{" + ", ".join(f"{shown(k)}={shown(v)}" for k, v in value.items()) + "}"
+    return shown(value)

@@ -124,6 +124,17 @@ def test_each_field_changes_and_its_event_records_old_and_new(db: Db) -> None:
     assert events_of(db, job_id) == ["added", "updated", "updated"]
 
 
+def test_the_text_answer_is_one_line_per_job_escaping_what_it_shows(db: Db) -> None:
+    first = add_job(db, "true", run_at=time.time() + LATER)
+    second = add_job(db, "true", run_at=time.time() + LATER, priority=4)
+    result = cli("update", str(first), str(second), "--priority", "4", "--tag", "t=\x1b[31m", db=db)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"Job {first}: priority 0 -> 4, tags {{}} -> {{t=\\x1b[31m}}",
+        f"Job {second}: tags {{}} -> {{t=\\x1b[31m}}",
+    ]
+
+
 def test_waiting_and_paused_lane_jobs_keep_their_state(db: Db) -> None:
     parent = add_job(db, "true", run_at=time.time() + LATER)
     waiting = add_job(db, "true", after_jobs=(parent,))
