@@ -146,6 +146,23 @@ def test_waiting_and_paused_lane_jobs_keep_their_state(db: Db) -> None:
     assert (job(db, parent)["state"], job(db, parent)["queue"]) == ("queued", "held")
 
 
+def test_a_job_moved_to_an_idle_workers_lane_runs_there(db: Db) -> None:
+    """An idle worker of lane `dest` (its own poll an hour apart) runs a
+    queued job moved into its lane: the move is a change its watch sees (on
+    PostgreSQL the update names the state, so the trigger that sends the
+    notification of a queued job fires, and the fallback look remains)."""
+    job_id = add_job(db, "true", lane="elsewhere")
+    worker = start_worker(db, "--queue", "dest", "--poll-interval", "3600")
+    try:
+        registered = "SELECT id FROM workers WHERE queue = 'dest' AND state = 'running'"
+        wait_for(lambda: rows(db, registered), what="the worker registered")
+        assert update(db, str(job_id), "--queue", "dest").exit_code == 0
+        wait_for(lambda: job(db, job_id)["state"] == "done", what="the moved job run")
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=patience(30))
+
+
 def test_running_and_ended_jobs_are_conflict_and_nothing_changes(db: Db) -> None:
     queued = add_job(db, "true", run_at=time.time() + LATER, lane="later")
     done = add_job(db, "true", lane="quick")
