@@ -61,6 +61,7 @@ EXTRA_EXIT_CODES: dict[str, tuple[int, ...]] = {
     "retry": (2, 4, 5),
     "cancel": (2, 4, 5),
     "remove": (4, 5),
+    "update": (4, 5),
     "prune": (2, 4),
     "migrate": (2, 4),
     "events": (4,),

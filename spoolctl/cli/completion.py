@@ -31,6 +31,7 @@ STATES_FOR: dict[str, tuple[str, ...] | None] = {
     "retry": (*ENDED, "running"),
     "cancel": ("queued", "waiting", "running"),
     "remove": ("queued", "waiting"),
+    "update": ("queued", "waiting"),
     "wait": ("queued", "waiting", "running"),
 }
 """The states whose jobs a verb's JOB_ID offers (others: every job)."""
@@ -56,7 +57,7 @@ def _candidates_for(verb: str, param: click.Parameter) -> Candidates | None:
         return lambda ctx, p, incomplete: [CompletionItem(incomplete, type="file")]
     if param.name in ("job_id", "job_ids"):
         return _jobs(STATES_FOR.get(verb))
-    if param.name == "queue":
+    if param.name in ("queue", "in_queue"):  # update --in-queue: a lane too
         return _from_queue(lambda conn, prefix: _lanes(conn, prefix))
     if param.name == "name" and verb.startswith("schedule "):
         return _from_queue(lambda conn, prefix: _schedules(conn, prefix))

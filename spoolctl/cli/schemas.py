@@ -469,6 +469,14 @@ DATA_SCHEMAS: dict[str, Schema] = {
     ),
     "cancel": obj({"job_id": INT, "state": JOB_STATE, "was_running": BOOL}),
     "remove": obj({"removed": arr(INT), "count": INT, "dependents_canceled": arr(INT)}),
+    "update": obj(
+        {
+            "jobs": arr(
+                obj({"job_id": INT, "changes": str_map({**arr(ANY), "minItems": 2, "maxItems": 2})})
+            ),
+            "changed": INT,
+        }
+    ),
     "prune": obj(
         {
             "matched": INT,

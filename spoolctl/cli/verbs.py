@@ -19,6 +19,7 @@ VERBS: dict[str, str] = {
     "retry": "spoolctl.cli.steer:retry",
     "cancel": "spoolctl.cli.steer:cancel",
     "remove": "spoolctl.cli.remove:remove",
+    "update": "spoolctl.cli.update:update",
     "prune": "spoolctl.cli.steer:prune",
     "pause": "spoolctl.cli.lanes:pause",
     "resume": "spoolctl.cli.lanes:resume",

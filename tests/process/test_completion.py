@@ -103,6 +103,8 @@ def test_job_ids_lanes_and_schedules_come_from_the_queue(tmp_path: Path) -> None
     assert bash(f"spoolctl show --db {db} ") == [str(queued), str(done)]
     assert bash(f"spoolctl retry --db {db} ") == [str(done)]
     assert bash(f"spoolctl remove --db {db} ") == [str(queued)]
+    assert bash(f"spoolctl update --db {db} ") == [str(queued)]
+    assert bash(f"spoolctl update --db {db} --in-queue b") == ["builds"]
     assert bash(f"spoolctl show --db {db} {queued}") == [str(queued)]
     assert bash(f"spoolctl show --db {db} x") == []
     assert bash(f"spoolctl list --db {db} --queue b") == ["builds"]

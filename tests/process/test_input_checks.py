@@ -283,7 +283,7 @@ def test_the_dashboard_refuses_a_lane_name_ending_in_a_newline(db: Path) -> None
 # -- SPOOLCTL_AUTO_MIGRATE takes 1 or 0, and nothing else silently -----------------
 
 
-NEEDED = {"prune": ["--yes"], "schedule add": ["--every", "1h"]}
+NEEDED = {"prune": ["--yes"], "schedule add": ["--every", "1h"], "update": ["--priority", "1"]}
 """So that the verb gets past its own checks to the queue."""
 ARGUMENTS = {"copy-to": ["postgresql://u@127.0.0.1:1/none"]}
 """Where a valid sample of the totality tests is not valid for the verb."""
