@@ -123,7 +123,10 @@ SHOW_JOB_0411 = {
     "heartbeat_at": opt(NUM),
     "last_failure_reason": opt(STR),
 }
-SHOW_JOB = obj(SHOW_JOB_0411, {"damaged": STR_LIST, **attributes(SHOW_JOB_0411)})
+SHOW_JOB = obj(
+    SHOW_JOB_0411,
+    {"damaged": STR_LIST, "requeues": opt(INT), **attributes(SHOW_JOB_0411)},
+)
 
 ATTEMPT = obj(
     {
