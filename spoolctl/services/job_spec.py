@@ -305,6 +305,7 @@ FIELDS: tuple[JobField, ...] = (
         "signal_before_timeout",
         Part(),
         column="signal_before_timeout_s",
+        scheduled=False,  # the schedule keeps the attribute once, with the field before
         identity=True,
         stored=lambda kept: None if kept is None else validate.warning_parts(kept)[1],
     ),
@@ -443,8 +444,9 @@ class JobSpec(NamedTuple):
 
     @classmethod
     def of_scheduled(cls, values: Mapping[str, Any]) -> JobSpec:
-        """The job a schedule keeps (KeyError where a value is missing)."""
-        return cls(**{f.name: values[f.key] for f in SCHEDULED})
+        """The job a schedule keeps; an attribute it lacks (declared after the
+        schedule was stored) takes its default."""
+        return cls(**{f.name: values.get(f.key, f.default) for f in SCHEDULED})
 
 
 def _as_is(value: Any) -> Any:

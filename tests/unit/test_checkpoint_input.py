@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from spoolctl.cli import lean
+from spoolctl.errors import InvalidInput
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.schedules import job_of
 from tests.helpers import Db, Result, has_queue, inproc, rows
 
 Capsys = pytest.CaptureFixture[str]
+NEW_KEYS = ("signal_before_timeout", "requeue_exits", "max_requeues")
 
 
 def add(db: Db, capsys: Capsys, *args: str) -> Result:
@@ -155,3 +160,16 @@ def test_schedule_add_keeps_them_and_refuses_what_add_refuses(db: Db, capsys: Ca
     assert good.exit_code == 0, good.stdout
     job = good.data["job"]
     assert (job["requeue_exits"], job["signal_before_timeout"]) == ([75], "SIGUSR1@60")
+
+
+def test_a_schedule_stored_before_these_flags_still_reads() -> None:
+    """A schedule's job kept by a release without the flags lacks their keys:
+    its occurrences get their defaults, and it is not taken for damaged."""
+    kept = JobSpec(["true"]).scheduled()
+    older = {k: v for k, v in kept.items() if k not in NEW_KEYS}
+    read = job_of(SimpleNamespace(job=json.dumps(older), name="nightly"))
+    assert read == JobSpec(["true"])
+    assert "signal_before_timeout_s" not in kept, "kept once, as the attribute"
+    for damaged in ({**older, "nonsense": 1}, {k: v for k, v in older.items() if k != "argv"}):
+        with pytest.raises(InvalidInput):
+            job_of(SimpleNamespace(job=json.dumps(damaged), name="nightly"))
