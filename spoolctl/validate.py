@@ -10,6 +10,7 @@ import contextlib
 import math
 import os
 import re
+import signal as signals
 import time
 from datetime import datetime
 from typing import Any
@@ -67,6 +68,9 @@ LIMITS: dict[str, Any] = {
     "poll_interval_seconds": {"min_exclusive": 0, "max": 3600},
     "memory_bytes": {"min": 1 << 20, "max": 1 << 50},
     "cpus": {"min": CPUS_MIN, "max": 1024},
+    "requeue_exits": {"min": 1, "max": 255},
+    "max_requeues": {"min": 0, "max": INT64_MAX},
+    "signal_before_timeout": {"form": "SIGNAL@DURATION", "refused": ["SIGKILL", "SIGSTOP"]},
 }
 
 
@@ -166,6 +170,63 @@ def timeout_seconds(raw: str) -> int:
         return int_in_range(raw, "timeout", 0, MAX_TIMEOUT_S)
     seconds = math.ceil(duration(raw, what="timeout"))
     return int_in_range(seconds, "timeout", 0, MAX_TIMEOUT_S)
+
+
+def signal_number(raw: str) -> int:
+    """A signal named as the shell user names it (`TERM`, `SIGTERM`, `term`)
+    or by number (`15`): one this platform knows, never 0."""
+    text = raw.strip()
+    if text.isascii() and text.isdigit():
+        try:
+            return signals.Signals(int(text)).value
+        except ValueError:
+            pass
+    else:
+        name = text.upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        member = getattr(signals.Signals, name, None) if name.isascii() else None
+        if isinstance(member, signals.Signals):
+            return member.value
+    raise InvalidInput(
+        f"expected a signal name or number such as TERM, INT, HUP or 15, got {raw!r}",
+        value=raw,
+    )
+
+
+UNHEEDED = frozenset({signals.SIGKILL, signals.SIGSTOP})
+"""Signals a job cannot catch: no warning to act on."""
+
+
+def timeout_warning(raw: str) -> str:
+    """`--signal-before-timeout SIGNAL@DURATION` (`USR1@2m`, `TERM@30s`,
+    `USR1@1m30s`): a signal the job can catch (never KILL or STOP) and a
+    duration above 0, rounded up to whole seconds; answered in the form the
+    job keeps, `SIGUSR1@120` (`warning_parts` reads it)."""
+    text, at, when = str(raw).rpartition("@")
+    if not at or not text.strip() or not when.strip():
+        raise InvalidInput(
+            f"signal_before_timeout must look like USR1@2m (a signal, @, a duration), got {raw!r}",
+            value=raw,
+        )
+    number = signals.Signals(signal_number(text))
+    if number in UNHEEDED:
+        raise InvalidInput(
+            f"signal_before_timeout cannot be {number.name}: a job cannot catch it to act "
+            "on the warning",
+            value=raw,
+        )
+    seconds = math.ceil(duration(when, what="signal_before_timeout's duration"))
+    if seconds <= 0:
+        raise InvalidInput(
+            f"signal_before_timeout's duration must be above 0, got {raw!r}", value=raw
+        )
+    return f"{number.name}@{seconds}"
+
+
+def warning_parts(kept: str) -> tuple[str, int]:
+    """A kept `timeout_warning` (`SIGUSR1@120`): the signal's name and the seconds."""
+    name, _, seconds = kept.rpartition("@")
+    return name, int(seconds)
 
 
 SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)

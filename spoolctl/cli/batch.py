@@ -164,7 +164,7 @@ def specs_of(stream: TextIO, now: float, defaults: BatchDefaults) -> list[JobSpe
                 ids, earlier = after_refs(obj["after_jobs_any"], positions, "after_jobs_any")
                 spec = spec._replace(after_jobs_any=ids, after_lines_any=earlier)
             positions[number] = len(specs)
-            specs.append(spec)
+            specs.append(spec.check())
         except (ValueError, InvalidInput, MissingRequired) as exc:
             message = getattr(exc, "message", str(exc))
             raise InvalidInput(f"batch line {number}: {message}", line=number) from None

@@ -51,7 +51,12 @@ from spoolctl.errors import (
     StorageFault,
 )
 from spoolctl.services import backoff, fire_times, firing
-from spoolctl.services.job_spec import DEFAULT_LANE, DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_S
+from spoolctl.services.job_spec import (
+    DEFAULT_LANE,
+    DEFAULT_MAX_REQUEUES,
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_TIMEOUT_S,
+)
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
 EXTRA_EXIT_CODES: dict[str, tuple[int, ...]] = {
@@ -348,12 +353,16 @@ def scheduling() -> dict[str, Any]:
             "max_crashes": None,
             "priority": 0,
             "queue": DEFAULT_LANE,
+            "max_requeues": DEFAULT_MAX_REQUEUES,
         },
         "retry_budgets": {
             "max_retries": "job-owned failures (non-zero exit, timeout, spawn failure) "
             "beyond this go dead",
             "max_crashes": "worker crashes beyond this go dead; null is unbounded",
-            "manual_retry": "retry ID requeues dead/failed/canceled with a fresh budget; "
+            "max_requeues": "exits with a --requeue-exit code requeue at once without "
+            "spending max_retries, this many times; beyond it they are failures",
+            "manual_retry": "retry ID requeues dead/failed/canceled with a fresh budget "
+            "(requeues too); "
             "running needs --force; done needs --again (a new attempt of the same job)",
         },
         "heartbeat_interval_s": DEFAULT_HEARTBEAT_INTERVAL_S,

@@ -109,7 +109,7 @@ def events(
     db: str | None,
     as_json: bool,
 ) -> int:
-    """The event ledger, oldest first, read with a cursor.
+    """The event ledger: oldest first, read with a cursor.
 
     --follow starts at the current end of the ledger, as `tail -f` does,
     unless --since-id is given (--since-id 0: every event). It rides out a

@@ -41,7 +41,7 @@ from spoolctl.text import shown, size_text
 @db_option
 @json_option
 def show(job_id: int, db: str | None, as_json: bool) -> int:
-    """One job with every column, its attempts and its events."""
+    """One job: every column, its attempts and its events."""
     queue = open_read(db)
     detail = (
         None if queue is None else queue.read(lambda conn: detail_with_dependencies(conn, job_id))

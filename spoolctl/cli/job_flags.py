@@ -26,6 +26,8 @@ from spoolctl.services.job_spec import (
     Custom,
     JobField,
     LaneText,
+    Part,
+    Several,
     Switch,
     Whole,
 )
@@ -85,6 +87,8 @@ def param_type(field: JobField) -> click.ParamType[Any, Any] | None:
         return Rule(reading.kind, reading.rule, dict(reading.bounds))
     if isinstance(reading, LaneText):
         return QueueName()
+    if isinstance(reading, Several):
+        return BoundedInt(reading.low, reading.high)
     return None
 
 
@@ -92,8 +96,18 @@ def field_option(field: JobField) -> Decorator[Any]:
     """The flag of one declared attribute; its parameter is named by its column."""
     if isinstance(field.reading, Switch):
         return click.option(field.flag, field.key, is_flag=True, default=False, help=field.help)
-    if isinstance(field.reading, Custom):
-        raise AssertionError(f"{field.name} has its flags in CUSTOM")
+    if isinstance(field.reading, Custom | Part):
+        raise AssertionError(f"{field.name} has its flags in CUSTOM, or is another's part")
+    if isinstance(field.reading, Several):
+        several = field.reading
+        return click.option(
+            field.flag,
+            field.key,
+            type=param_type(field),
+            multiple=True,
+            callback=lambda _ctx, _param, values: several.collect(values, field.key),
+            help=field.help,
+        )
     shown = field.default is not None
     default = str(field.default) if shown and isinstance(field.reading, Checked) else field.default
     return click.option(
@@ -110,6 +124,8 @@ def flags_of(fields: Iterable[JobField]) -> tuple[Decorator[Any], ...]:
     """The flags of these attributes, in their order."""
     found: list[Decorator[Any]] = []
     for field in fields:
+        if isinstance(field.reading, Part):
+            continue  # read by the flag of the field before it
         custom = isinstance(field.reading, Custom)
         found.extend(CUSTOM[field.name] if custom else [field_option(field)])
     return tuple(found)

@@ -140,7 +140,7 @@ def add(
         tags=validate.tag_map(dict(tags)),
         env=validate.env_map(env_pairs),
         **spec_values(options),
-    )
+    ).check()
     if check_cwd and spec.cwd is not None:
         validate.existing_dir(spec.cwd)
     fresh = unnamed_new_queue(db)

@@ -34,13 +34,16 @@ from spoolctl.services.job_spec import (
     JobField,
     JobSpec,
     LaneText,
+    Several,
     Switch,
     Whole,
 )
 from spoolctl.services.submission import submit_alone
 
-BY_FLAG: dict[str, JobField] = {f.flag: f for f in FLAGGED if not isinstance(f.reading, Switch)}
-"""The job flags that take a value, by flag."""
+BY_FLAG: dict[str, JobField] = {
+    f.flag: f for f in FLAGGED if not isinstance(f.reading, Switch | Several)
+}
+"""The job flags that take one value, by flag (a repeatable one goes the full way)."""
 QUIET = {"-q", "--quiet"}
 DB_TEXT_MAX: int = validate.LIMITS["db"]["max_length"]
 """The longest --db value (as the click verb's `db_option` reads it)."""
@@ -64,7 +67,7 @@ def answer(args: list[str]) -> int | None:
         if queue_wide.here:
             return None  # the environment is captured by the full way
         given = set(values)
-        spec = JobSpec(argv=argv, **{**queue_wide.fields, **values})
+        spec = JobSpec(argv=argv, **{**queue_wide.fields, **values}).check()
         if spec.cwd is not None:
             validate.existing_dir(spec.cwd)
         queue = LeanQueue.open(path, busy_timeout_s())

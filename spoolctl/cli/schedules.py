@@ -153,7 +153,7 @@ def schedule_add(
         tags=validate.tag_map(dict(tags)),
         env=validate.env_map(dict(env)),
         **spec_values(options),
-    )
+    ).check()
     queue = open_write(db, synchronous="FULL")
     local, now = time.time(), queue.now()
     skew = now - local  # the server's clock decides on PostgreSQL; a machine's may be off

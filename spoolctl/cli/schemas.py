@@ -131,6 +131,7 @@ SHOW_JOB = obj(
     SHOW_JOB_0411,
     {
         "damaged": STR_LIST,
+        "requeues": opt(INT),
         **attributes(SHOW_JOB_0411),
         "suspended_at": opt(NUM),
         "suspended": BOOL,

@@ -61,6 +61,21 @@ def load_str_map(raw: str | None) -> dict[str, str]:
     return value
 
 
+def load_codes(raw: str | None) -> list[int] | None:
+    """A JSON list of exit codes (`requeue_exits`); None where the column is null."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise DamagedValue(f"not JSON: {raw!r:.80}") from None
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise DamagedValue(f"not a list of whole numbers: {raw!r:.80}")
+    return value
+
+
 def load_detail(raw: str | None) -> Any:
     if raw is None:
         return None

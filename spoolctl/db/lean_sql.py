@@ -72,11 +72,13 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "insert_job": (
         "INSERT INTO jobs (argv, state, queue, priority, next_run_at, created_at, "
         "max_retries, max_crashes, timeout_seconds, idempotency_key, tags, note, cwd, "
-        "env, memory_bytes, cpus, require_limits) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-        "?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        "env, memory_bytes, cpus, require_limits, signal_before_timeout, "
+        "signal_before_timeout_s, requeue_exits, max_requeues) VALUES (?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         "argv state queue priority next_run_at created_at max_retries max_crashes "
         "timeout_seconds idempotency_key tags note cwd env memory_bytes cpus "
-        "require_limits",
+        "require_limits signal_before_timeout signal_before_timeout_s requeue_exits "
+        "max_requeues",
         {},
     ),
     "job_attempts": (

@@ -85,6 +85,7 @@ def job_environment(
     env[b"SPOOLCTL_ATTEMPT"] = b"%d" % claim.attempt_no
     env[b"SPOOLCTL_QUEUE"] = encode(claim.queue)
     env[b"SPOOLCTL_WORKER_ID"] = encode(worker_id)
+    env[b"SPOOLCTL_REQUEUES"] = b"%d" % claim.requeues  # --requeue-exit's so far
     env.update(place.environment)  # SPOOLCTL_SLOT
     env[encode(procs.TOKEN_ENV)] = encode(claim.token)
     return env
@@ -127,6 +128,12 @@ class Execution:
     lost: bool = False
     """The database no longer gives this attempt to its worker (canceled
     while running): it is being stopped, and its end changes nothing there."""
+    warn_at: float = math.inf
+    """When `add --signal-before-timeout`'s signal is due (inf: none, or sent)."""
+    warned_at: float | None = None
+    """When it was sent: its `warned` event is written with the worker's next
+    write (`worker/warnings.py`)."""
+    warning_recorded: bool = False
 
     def start(
         self,
@@ -143,6 +150,8 @@ class Execution:
         self.started_at = now
         timeout = self.claim.timeout_seconds
         self.deadline = now + timeout if timeout else math.inf  # 0: no timeout
+        if self.claim.warning is not None:
+            self.warn_at = self.deadline - self.claim.warning[1]
         starter = spawner if spawner is not None else spawn.shared()
         cell = None if cells is None else cells.cell(self.claim.attempt_id, self.claim.limits)
         try:
@@ -238,6 +247,8 @@ class Execution:
 
     def _enforce_timeout(self, now: float) -> None:
         assert self.proc is not None
+        if self.term_sent_at is None and now >= self.warn_at:
+            self._warn(now)
         if self.term_sent_at is None and now >= self.deadline:
             self.timed_out = True
             self.terminate(now)
@@ -247,6 +258,15 @@ class Execution:
             and now >= self.term_sent_at + TERM_GRACE_S
         ):
             self.kill_now()
+
+    def _warn(self, now: float) -> None:
+        """`add --signal-before-timeout`: its signal to the whole attempt, once."""
+        assert self.proc is not None and self.claim.warning is not None
+        self.warn_at, self.warned_at = math.inf, now
+        sig = signal.Signals[self.claim.warning[0]]
+        procs.signal_group(self.proc.pid, sig)
+        if self.cell is not None:  # what left the group is still in the cgroup
+            self.cell.signal(sig)
 
     def terminate(self, now: float, first: int = signal.SIGTERM) -> None:
         """Send `first` (SIGTERM unless a cancel chose another) to the group;
@@ -281,7 +301,7 @@ class Execution:
             return self.group_check_at
         if self.term_sent_at is not None and not self.kill_sent:
             return self.term_sent_at + TERM_GRACE_S
-        return self.deadline
+        return min(self.deadline, self.warn_at)
 
     def wait_blocking(self) -> None:
         """Reap the leader after a kill (it cannot ignore SIGKILL) and give the

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, select, update
 
 from spoolctl.db.tables import attempts, job_events, jobs
-from spoolctl.errors import Conflict, InvalidInput, NotFound, SafetyBlock
+from spoolctl.errors import Conflict, NotFound, SafetyBlock
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.events import record_event
 from spoolctl.services.query import get_job_row, running_attempt_id
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
+from spoolctl.validate import signal_number as signal_number  # where steer.py reads it
 
 
 @dataclass(frozen=True)
@@ -36,27 +37,6 @@ class Canceled:
 
 GRACEFUL = signals.SIGTERM
 """The first signal a canceled running job gets unless the canceller chose."""
-
-
-def signal_number(raw: str) -> int:
-    """A signal named as the shell user names it (`TERM`, `SIGTERM`, `term`)
-    or by number (`15`): one this platform knows, never 0."""
-    text = raw.strip()
-    if text.isascii() and text.isdigit():
-        try:
-            return signals.Signals(int(text)).value
-        except ValueError:
-            pass
-    else:
-        name = text.upper()
-        name = name if name.startswith("SIG") else "SIG" + name
-        member = getattr(signals.Signals, name, None) if name.isascii() else None
-        if isinstance(member, signals.Signals):
-            return member.value
-    raise InvalidInput(
-        f"expected a signal name or number such as TERM, INT, HUP or 15, got {raw!r}",
-        value=raw,
-    )
 
 
 def cancel(

@@ -14,6 +14,7 @@ beside it (`services/settle.py`).
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -56,6 +57,24 @@ class Claim:
     """SPOOLCTL_ATTEMPT_TOKEN: set in the job's environment before it is spawned."""
     limits: Limits = NO_LIMITS
     """The job's --memory and --cpus (enforced where the worker's cgroups can)."""
+    warning: tuple[str, int] | None = None
+    """`add --signal-before-timeout`: the signal's name and how many seconds
+    before the timeout it is sent."""
+    requeues: int = 0
+    """How many times a `--requeue-exit` code requeued the job so far."""
+
+
+def steering_of(row: Any) -> dict[str, Any]:
+    """The warning and the requeues a claimed row carries (a row read
+    without their columns: none; a warning this platform cannot send, or a
+    duration below 1 s, which only a damaged row holds: none)."""
+    name = getattr(row, "signal_before_timeout", None)
+    before_s = getattr(row, "signal_before_timeout_s", None)
+    sendable = isinstance(getattr(signal.Signals, str(name), None), signal.Signals)
+    fits = isinstance(before_s, int) and before_s > 0
+    warning = (str(name), before_s) if sendable and fits else None
+    requeues = getattr(row, "requeues", None)
+    return {"warning": warning, "requeues": requeues if isinstance(requeues, int) else 0}
 
 
 class LaneCap(Protocol):
@@ -274,6 +293,7 @@ def _begin_attempts(
                 stderr_path=stderr_path,
                 token=attempt_token(worker_id, attempt_id, now),
                 limits=limits,
+                **steering_of(row),
             )
         )
     return claims

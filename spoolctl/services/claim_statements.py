@@ -37,8 +37,19 @@ from spoolctl.services import claim_limits, lingering
 from spoolctl.states import AttemptState, EventKind, JobState
 
 LIMIT_COLUMNS = (jobs.c.memory_bytes, jobs.c.cpus)
+STEERING_COLUMNS = (jobs.c.signal_before_timeout, jobs.c.signal_before_timeout_s, jobs.c.requeues)
+"""What an attempt needs of `add --signal-before-timeout` and `--requeue-exit`:
+the warning it gets, and the requeues so far (SPOOLCTL_REQUEUES)."""
 CLAIMABLE_QUERY = (
-    select(jobs.c.id, jobs.c.argv, jobs.c.cwd, jobs.c.env, jobs.c.timeout_seconds, *LIMIT_COLUMNS)
+    select(
+        jobs.c.id,
+        jobs.c.argv,
+        jobs.c.cwd,
+        jobs.c.env,
+        jobs.c.timeout_seconds,
+        *LIMIT_COLUMNS,
+        *STEERING_COLUMNS,
+    )
     .where(
         jobs.c.state == JobState.QUEUED.value,
         jobs.c.queue == bindparam("queue"),
@@ -183,6 +194,7 @@ def _take_next(allowed: ColumnElement[bool]) -> Any:
             jobs.c.priority,
             jobs.c.next_run_at,
             *LIMIT_COLUMNS,
+            *STEERING_COLUMNS,
             _LAST_NO,
         )
     )

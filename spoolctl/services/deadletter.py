@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, update
 
+from spoolctl.db import codec
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.errors import Conflict, NotFound, SafetyBlock
 from spoolctl.services.backoff import (
@@ -17,6 +18,7 @@ from spoolctl.services.backoff import (
 )
 from spoolctl.services.dependencies import cancel_dependents, restore_dependents, retried_state
 from spoolctl.services.events import record_event
+from spoolctl.services.job_spec import max_requeues_of
 from spoolctl.services.query import get_job_row, running_attempt_id
 from spoolctl.states import AttemptState, EventKind, FailureReason, JobState
 
@@ -75,6 +77,52 @@ def requeue_or_dead(
     return JobState.QUEUED
 
 
+def requeues_on(job: Any, exit_code: int | None) -> bool:
+    """Whether a plain exit with `exit_code` requeues `job` (a row read in
+    this transaction): one of its `--requeue-exit` codes, while its requeues
+    are below `--max-requeues`. Beyond it, the exit is an ordinary failure."""
+    if exit_code is None or exit_code <= 0 or job.requeue_exits is None:
+        return False
+    try:
+        codes = codec.load_codes(job.requeue_exits)
+    except codec.DamagedValue:
+        return False
+    return exit_code in (codes or []) and (job.requeues or 0) < max_requeues_of(job.max_requeues)
+
+
+def requeue_on_exit(
+    conn: Connection,
+    job: Any,
+    *,
+    attempt_no: int,
+    exit_code: int,
+    error: str,
+    now: float,
+    worker_id: str | None,
+) -> JobState:
+    """Back to queued at once (no backoff), its retry budget kept: `attempts`
+    and `crashes` stay, `requeues` grows by one; the `requeued` event says
+    so (detail: attempt, exit_code, requeues)."""
+    requeues_now = (job.requeues or 0) + 1
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job.id)
+        .values(
+            **RELEASE_LOCK,
+            state=JobState.QUEUED.value,
+            next_run_at=now,
+            finished_at=None,
+            requeues=requeues_now,
+            last_exit_code=exit_code,
+            last_error=error,
+            last_failure_reason=FailureReason.REQUEUE_EXIT.value,
+        )
+    )
+    detail = {"attempt": attempt_no, "exit_code": exit_code, "requeues": requeues_now}
+    record_event(conn, job.id, EventKind.REQUEUED, now, worker_id=worker_id, detail=detail)
+    return JobState.QUEUED
+
+
 def dead_letter(conn: Connection, job_id: int, reason: str, now: float) -> None:
     """Send a queued job to dead without running it (damaged or unrunnable)."""
     conn.execute(
@@ -108,7 +156,7 @@ def requeue(
     again: bool = False,
 ) -> Retried:
     """Manual retry: dead, failed or canceled jobs go back to queued with a fresh
-    budget (attempts and crashes from zero; history kept). A running job needs
+    budget (attempts, crashes and requeues from zero; history kept). A running job needs
     force: its attempt is marked canceled and its worker kills the group at its
     next heartbeat. A job submitted after others goes back to waiting while
     one of them is not done (CONFLICT while one is dead or canceled). With
@@ -153,6 +201,7 @@ def requeue(
             state=target.value,
             attempts=0,
             crashes=0,
+            requeues=0,
             next_run_at=now,
             finished_at=None,
         )

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert
+from sqlalchemy import Connection, bindparam, insert, select
 
 from spoolctl.db.prepared import Prepared, PreparedFor, item_bind, item_binds
-from spoolctl.db.tables import job_events
+from spoolctl.db.tables import job_events, jobs
 from spoolctl.services.event_row import event_row
 from spoolctl.states import EventKind
 
@@ -63,3 +63,27 @@ def record_events(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
     """Several events (`event_row`s) in one statement, in the order given."""
     if rows:
         _INSERT_EVENTS.of(len(rows)).execute(conn, item_binds(rows))
+
+
+def record_warnings(
+    conn: Connection, warned: Sequence[tuple[int, int, str, int, float]], worker_id: str
+) -> None:
+    """`warned` events of `add --signal-before-timeout`, one per (job, attempt
+    number, signal, seconds before the timeout, when it was sent), each at
+    the time its signal went out; a job removed meanwhile gets none."""
+    if not warned:
+        return
+    ids = [job_id for job_id, *_ in warned]
+    present = set(conn.execute(select(jobs.c.id).where(jobs.c.id.in_(ids))).scalars())
+    rows = [
+        event_row(
+            job_id,
+            EventKind.WARNED,
+            at,
+            worker_id=worker_id,
+            detail={"attempt": attempt_no, "signal": name, "before_s": before_s},
+        )
+        for job_id, attempt_no, name, before_s, at in warned
+        if job_id in present
+    ]
+    record_events(conn, rows)

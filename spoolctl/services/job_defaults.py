@@ -58,6 +58,12 @@ def queue_defaults(table: Any, source: str = "config file") -> QueueDefaults:
             fields[field.name] = field.value_of({key: raw})
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc.message}", field=f"defaults.{key}") from None
+    if fields.get("max_requeues") is not None and not fields.get("requeue_exits"):
+        raise InvalidInput(
+            f"{source}: defaults.max_requeues bounds the requeues of requeue_exits: "
+            "set defaults.requeue_exits with it",
+            field="defaults.max_requeues",
+        )
     return QueueDefaults(fields, here)
 
 

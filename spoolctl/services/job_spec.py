@@ -37,6 +37,10 @@ from spoolctl.states import JobState
 DEFAULT_TIMEOUT_S = 300
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_LANE = "default"
+DEFAULT_MAX_REQUEUES = 10
+"""How many times a job is requeued on a `--requeue-exit` code unless
+`--max-requeues` says otherwise: enough for a long run checkpointed at
+each timeout, few enough to stop a job that only ever checkpoints."""
 
 
 class Whole(NamedTuple):
@@ -86,7 +90,28 @@ class Custom(_Kind):
     tags, env and the jobs waited for are special."""
 
 
-Reading = Whole | Checked | LaneText | Switch | Custom
+class Part(_Kind):
+    """Another column of the attribute of the field before it: no flag or
+    batch key of its own (`--signal-before-timeout` fills two columns)."""
+
+
+class Several(NamedTuple):
+    """A repeatable flag, each value a whole number in [low, high]; a batch
+    line gives a JSON list. Read as the sorted distinct values (None: none)."""
+
+    low: int
+    high: int
+
+    def collect(self, values: Any, what: str) -> list[int] | None:
+        if values is None:
+            return None
+        if not isinstance(values, list | tuple):
+            raise InvalidInput(f"{what} must be a list of whole numbers, got {values!r:.40}")
+        read = {validate.int_in_range(v, what, self.low, self.high) for v in values}
+        return sorted(read) or None
+
+
+Reading = Whole | Checked | LaneText | Switch | Custom | Part | Several
 
 
 class JobField(NamedTuple):
@@ -118,6 +143,9 @@ class JobField(NamedTuple):
     (the attributes before labels are laid out by hand there)."""
     stored: Callable[[Any], Any] | None = None
     """Its value as its column holds it (default: as it is)."""
+    describe: Callable[[Mapping[str, Any]], Any] | None = None
+    """Where labelled: its value as people read it, from the job row (as
+    `show` reads it); default: its column's value."""
 
     @property
     def key(self) -> str:
@@ -146,6 +174,8 @@ class JobField(NamedTuple):
             if not isinstance(raw, bool):
                 raise InvalidInput(f"{key} must be true or false")
             return raw
+        if isinstance(reading, Several):
+            return reading.collect(raw, key)
         raise AssertionError(f"{self.name} is read by hand")
 
 
@@ -258,10 +288,54 @@ FIELDS: tuple[JobField, ...] = (
         help="Only a worker that can enforce --memory/--cpus claims the job.",
         stored=lambda required: 1 if required else None,
     ),
+    JobField(
+        "signal_before_timeout",
+        Checked("signal_at", validate.timeout_warning, validate.LIMITS["signal_before_timeout"]),
+        json="string",
+        flag="--signal-before-timeout",
+        help="SIG@DURATION (USR1@2m): send SIG to the job that long before its timeout, once.",
+        identity=True,
+        label="warning",
+        stored=lambda kept: None if kept is None else validate.warning_parts(kept)[0],
+        describe=lambda job: (
+            f"{job['signal_before_timeout']} {job['signal_before_timeout_s']}s before the timeout"
+        ),
+    ),
+    JobField(
+        "signal_before_timeout",
+        Part(),
+        column="signal_before_timeout_s",
+        scheduled=False,  # the schedule keeps the attribute once, with the field before
+        identity=True,
+        stored=lambda kept: None if kept is None else validate.warning_parts(kept)[1],
+    ),
+    JobField(
+        "requeue_exits",
+        Several(1, 255),
+        json="array",
+        flag="--requeue-exit",
+        help="Exit code (1-255) that requeues the job at once, its retries kept (repeatable).",
+        batch="requeue_exits",
+        identity=True,
+        label="requeue",
+        stored=lambda codes: None if not codes else codec.dumps(codes),
+        describe=lambda job: (
+            f"on exit {', '.join(map(str, job['requeue_exits'] or []))}: "
+            f"{job['requeues']} of {max_requeues_of(job['max_requeues'])} requeues"
+        ),
+    ),
+    JobField(
+        "max_requeues",
+        Whole(0),
+        flag="--max-requeues",
+        help=f"Requeues on a --requeue-exit code before it counts as a failure "
+        f"(default {DEFAULT_MAX_REQUEUES}).",
+        identity=True,
+    ),
 )
 """Every attribute a submission sets, in the order of `add`'s flags."""
 
-BY_NAME = {f.name: f for f in FIELDS}
+BY_NAME = {f.name: f for f in FIELDS if not isinstance(f.reading, Part)}
 STORED = tuple(f for f in FIELDS if f.column is not None)
 """The attributes with a column of their own in `jobs`."""
 ROW_COLUMNS = (*(f.key for f in STORED), "state", "next_run_at", "created_at")
@@ -278,7 +352,16 @@ LABELLED = tuple(f for f in FIELDS if f.label)
 def labelled(job: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """(label, value) of each labelled attribute a job row (as `show` reads
     it) sets: what `show`'s text and the web's job page list."""
-    return [(f.label, job[f.key]) for f in LABELLED if job.get(f.key) is not None]
+    return [
+        (f.label, job[f.key] if f.describe is None else f.describe(job))
+        for f in LABELLED
+        if job.get(f.key) is not None
+    ]
+
+
+def max_requeues_of(stored: int | None) -> int:
+    """A job's bound on requeues (`--max-requeues`; null: the default)."""
+    return DEFAULT_MAX_REQUEUES if stored is None else stored
 
 
 class JobSpec(NamedTuple):
@@ -312,6 +395,38 @@ class JobSpec(NamedTuple):
     """The job's limits (--memory, --cpus), set through its attempt's cgroup."""
     require_limits: bool = False
     """Only a worker that can enforce the limits claims the job."""
+    signal_before_timeout: str | None = None
+    """--signal-before-timeout as kept: `SIGUSR1@120` (`validate.warning_parts`)."""
+    requeue_exits: list[int] | None = None
+    """--requeue-exit: the exit codes that requeue the job (sorted, distinct)."""
+    max_requeues: int | None = None
+    """--max-requeues (None: DEFAULT_MAX_REQUEUES)."""
+
+    def check(self) -> JobSpec:
+        """The spec, where its attributes agree with each other (INVALID_INPUT
+        where not): a warning before the timeout needs a timeout longer than
+        it; --max-requeues needs --requeue-exit."""
+        if self.signal_before_timeout is not None:
+            _, before_s = validate.warning_parts(self.signal_before_timeout)
+            if self.timeout_seconds == validate.NO_TIMEOUT:
+                raise InvalidInput(
+                    "--signal-before-timeout needs a timeout: this job has none (--timeout none)",
+                    field="signal_before_timeout",
+                )
+            if before_s >= self.timeout_seconds:
+                raise InvalidInput(
+                    f"--signal-before-timeout must come before the timeout: {before_s}s "
+                    f"is not shorter than the job's timeout of {self.timeout_seconds}s",
+                    field="signal_before_timeout",
+                    value=before_s,
+                )
+        if self.max_requeues is not None and not self.requeue_exits:
+            raise InvalidInput(
+                "--max-requeues bounds the requeues of --requeue-exit: give one or more "
+                "--requeue-exit CODE with it",
+                field="max_requeues",
+            )
+        return self
 
     def row(self, now: float) -> dict[str, Any]:
         """The job's row in `jobs`, queued (due at its run time, or now)."""
@@ -329,8 +444,9 @@ class JobSpec(NamedTuple):
 
     @classmethod
     def of_scheduled(cls, values: Mapping[str, Any]) -> JobSpec:
-        """The job a schedule keeps (KeyError where a value is missing)."""
-        return cls(**{f.name: values[f.key] for f in SCHEDULED})
+        """The job a schedule keeps; an attribute it lacks (declared after the
+        schedule was stored) takes its default."""
+        return cls(**{f.name: values.get(f.key, f.default) for f in SCHEDULED})
 
 
 def _as_is(value: Any) -> Any:

@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 
 from spoolctl.db.prepared import Sent, item_binds
 from spoolctl.services import outcome_statements as sql
-from spoolctl.services.deadletter import requeue_or_dead
+from spoolctl.services.deadletter import requeue_on_exit, requeue_or_dead, requeues_on
 from spoolctl.services.dependencies import release_dependents_of
 from spoolctl.services.event_row import event_row
 from spoolctl.services.events import record_event, record_events
@@ -300,6 +300,8 @@ def record_failure(
     job = _owned_job(conn, job_id, attempt_id, worker_id)
     if job is None:
         return None
+    if _requeues(job, outcome):
+        return _requeue(conn, job, attempt, worker_id, outcome, now, pid)
     timed_out = outcome.reason is FailureReason.TIMEOUT
     crashed = outcome.reason is FailureReason.WORKER_CRASH
     attempt_state = AttemptState.TIMED_OUT if timed_out else AttemptState.FAILED
@@ -331,4 +333,39 @@ def record_failure(
             "last_error": outcome.error,
             "last_failure_reason": outcome.reason.value,
         },
+    )
+
+
+def _requeues(job: Any, outcome: Outcome) -> bool:
+    """A plain exit (no timeout, no signal) with one of the job's
+    `--requeue-exit` codes, within its `--max-requeues`."""
+    plain = outcome.reason is FailureReason.PROCESS_EXIT and outcome.signal is None
+    return plain and requeues_on(job, outcome.exit_code)
+
+
+def _requeue(
+    conn: Connection,
+    job: Any,
+    attempt: tuple[int, int],
+    worker_id: str,
+    outcome: Outcome,
+    now: float,
+    pid: int | None,
+) -> JobState:
+    """The attempt ends `requeued` (reason `requeue_exit`, its exit code
+    kept) and the job goes back to the queue (`deadletter.requeue_on_exit`)."""
+    attempt_id, attempt_no = attempt
+    assert outcome.exit_code is not None
+    error = f"exit {outcome.exit_code}: requeued (--requeue-exit)"
+    requeued = Outcome(outcome.exit_code, FailureReason.REQUEUE_EXIT, error)
+    ended = _finish_params(attempt_id, AttemptState.REQUEUED, requeued, now, pid, outcome)
+    _finish_attempts(conn, [ended])
+    return requeue_on_exit(
+        conn,
+        job,
+        attempt_no=attempt_no,
+        exit_code=outcome.exit_code,
+        error=error,
+        now=now,
+        worker_id=worker_id,
     )

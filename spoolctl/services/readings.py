@@ -8,7 +8,7 @@ of jobs and one job in `services/job_reads.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from spoolctl.db import codec
@@ -131,7 +131,12 @@ def decode_job(job: dict[str, Any]) -> dict[str, Any]:
     """A job row (by column) as plain data; a damaged JSON column is reported
     in `damaged`."""
     damaged: list[str] = []
-    loaders = {"argv": codec.load_argv, "tags": codec.load_str_map, "env": codec.load_str_map}
+    loaders: dict[str, Callable[[Any], Any]] = {
+        "argv": codec.load_argv,
+        "tags": codec.load_str_map,
+        "env": codec.load_str_map,
+        "requeue_exits": codec.load_codes,
+    }
     for name, loader in loaders.items():
         if name not in job:
             continue

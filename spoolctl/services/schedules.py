@@ -46,16 +46,20 @@ def job_json(spec: JobSpec) -> str:
 
 def job_of(row: Any) -> JobSpec:
     """The job flags of a schedule's occurrences; INVALID_INPUT if the stored
-    JSON is not what `add` wrote."""
+    JSON is not what `add` wrote. A flag added to spoolctl after the schedule
+    was stored is absent from it: its occurrences get the flag's default."""
     values = codec.load_detail(row.job)
-    if not isinstance(values, dict) or set(values) != {f.key for f in SCHEDULED}:
+    known = {f.key for f in SCHEDULED}
+    if not isinstance(values, dict) or not set(values) <= known or "argv" not in values:
         raise InvalidInput(f"schedule {row.name!r}: job flags are damaged: {row.job!r:.80}")
     try:
         spec = JobSpec.of_scheduled(values)
         codec.dumps(spec.argv)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"schedule {row.name!r}: job flags are damaged: {exc}") from None
-    if not spec.argv or not all(isinstance(a, str) for a in spec.argv):
+    if not isinstance(spec.argv, list) or not spec.argv:
+        raise InvalidInput(f"schedule {row.name!r}: its command is damaged")
+    if not all(isinstance(a, str) for a in spec.argv):
         raise InvalidInput(f"schedule {row.name!r}: its command is damaged")
     return spec
 

@@ -47,6 +47,7 @@ def settle(
     *,
     output: OutputWriter | None = None,
     beside: Callable[[Connection], bool] | None = None,
+    first: Callable[[Connection], None] | None = None,
 ) -> Settled:
     """Record `endings` (their attempts' remaining output stored first by
     `output`, so whoever sees an attempt ended finds all of its output in the
@@ -56,8 +57,13 @@ def settle(
     are sent (a worker's due spawn records, its scan for stale jobs);
     returns whether to claim. The outcomes are read before the claim: where
     the claim sent beside them came up short, its next look sees the jobs
-    their successes released."""
+    their successes released.
+
+    first: what the caller writes before the outcomes (a worker's `warned`
+    events, which come before the ends they warned of)."""
     with statements(conn).pipeline(conn) as gathered:  # its end: one wait for all
+        if first is not None:
+            first(conn)
         if endings and output is not None:
             output.copy(conn, [e.attempt_id for e in endings], final=True)
         worker_id = claimant.worker_id

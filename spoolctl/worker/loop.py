@@ -25,6 +25,7 @@ from spoolctl.worker.report import LogSink, WorkerOptions, WorkReport, default_w
 from spoolctl.worker.settle import Settler
 from spoolctl.worker.shift import LOCK_SLICE_S, RETRY_FIRST_S, Shift
 from spoolctl.worker.suspend import worker_signals
+from spoolctl.worker.warnings import TimeoutWarnings
 
 NO_PIDFD_TICK_S = 0.005
 GUARD_FENCE_SHARE = 0.75
@@ -92,6 +93,7 @@ class Worker:
         self.fence = duties.LeaseFence(shift)
         self.duties: list[duties.Duty] = [
             duties.SpawnRecords(shift),
+            TimeoutWarnings(shift),
             duties.OutputPass(shift),
             duties.ReapPass(shift, self.reaping),
             ScheduleFiring(shift),

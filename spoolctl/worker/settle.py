@@ -15,6 +15,7 @@ from spoolctl.services import reaper
 from spoolctl.services.claim import Claim, Claimant
 from spoolctl.services.outcome import Ending, Outcome
 from spoolctl.services.settle import Settled, settle
+from spoolctl.worker import warnings
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
 from spoolctl.worker.spin import Spin
@@ -72,10 +73,22 @@ class Settler:
             return not stale
 
         endings = [_ending(execution, outcome) for execution, outcome in ended]
+        warned = warnings.unrecorded(shift.running.values())
+
+        def first(conn: Connection) -> None:
+            warnings.record(conn, warned, shift.worker_id)
+
         try:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
                 settled = settle(
-                    conn, self.claimant, endings, wanted, now, output=shift.output, beside=beside
+                    conn,
+                    self.claimant,
+                    endings,
+                    wanted,
+                    now,
+                    output=shift.output,
+                    beside=beside,
+                    first=first,
                 )
         except TRANSIENT:
             shift.output.failed()
@@ -83,6 +96,7 @@ class Settler:
             return []
         shift.backoff.ok()
         shift.output.landed()
+        warnings.landed(warned)
         for execution in riding:
             execution.spawn_recorded = True
         for (execution, outcome), state in zip(ended, settled.states, strict=True):

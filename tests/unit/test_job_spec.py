@@ -13,6 +13,7 @@ import pytest
 from spoolctl.cli.batch import BATCH_FIELDS, spec_from_object
 from spoolctl.cli.contract import verb_commands
 from spoolctl.db.tables import jobs
+from spoolctl.errors import InvalidInput
 from spoolctl.services import job_spec
 from spoolctl.services.job_spec import FIELDS, FLAGGED, SCHEDULED, STORED, JobSpec
 from spoolctl.services.schedules import job_json, job_of
@@ -28,6 +29,8 @@ SAMPLES = {
     "cwd": ("/tmp", "/tmp"),
     "memory_bytes": ("512M", 512 << 20),
     "cpus": ("1.5", 1.5),
+    "signal_before_timeout": ("usr1@1m30s", "SIGUSR1@90"),
+    "max_requeues": ("5", 5),
 }
 """A flag's text and the value it reads to, per declared attribute with a value."""
 
@@ -73,8 +76,37 @@ def test_a_batch_line_reads_an_attribute_as_its_flag_does(name: str) -> None:
 
 
 def test_the_samples_cover_every_attribute_read_from_a_value() -> None:
-    valued = {f.name for f in FLAGGED if not isinstance(f.reading, job_spec.Switch)}
+    one_value = (job_spec.Switch, job_spec.Several)
+    valued = {f.name for f in FLAGGED if not isinstance(f.reading, one_value)}
     assert valued == set(SAMPLES)
+
+
+def test_a_repeatable_flag_and_a_batch_line_s_list_read_alike() -> None:
+    """--requeue-exit 75 --requeue-exit 3 --requeue-exit 75 and a line's
+    "requeue_exits": [75, 3, 75] are both the sorted distinct codes."""
+    several = [f for f in FLAGGED if isinstance(f.reading, job_spec.Several)]
+    assert [f.name for f in several] == ["requeue_exits"]
+    option = options_of("add")["requeue_exits"]
+    assert option.multiple and option.callback is not None
+    read = option.callback(None, option, (75, 3, 75))  # type: ignore[call-arg]
+    line = {"argv": ["true"], "requeue_exits": [75, 3, 75]}
+    assert read == spec_from_object(line, time.time()).requeue_exits == [3, 75]
+    assert option.callback(None, option, ()) is None  # type: ignore[call-arg]
+    for bad in ([0], [256], ["x"], 75):
+        with pytest.raises(InvalidInput):
+            spec_from_object({"argv": ["true"], "requeue_exits": bad}, time.time())
+
+
+def test_a_warning_is_kept_in_two_columns_and_checked_against_the_timeout() -> None:
+    row = JobSpec(["true"], timeout_seconds=60, signal_before_timeout="SIGUSR1@30").row(1.0)
+    assert (row["signal_before_timeout"], row["signal_before_timeout_s"]) == ("SIGUSR1", 30)
+    assert JobSpec(["true"]).row(1.0)["signal_before_timeout_s"] is None
+    for timeout in (0, 30, 10):
+        with pytest.raises(InvalidInput):
+            JobSpec(["true"], timeout_seconds=timeout, signal_before_timeout="SIGUSR1@30").check()
+    with pytest.raises(InvalidInput):
+        JobSpec(["true"], max_requeues=3).check()
+    JobSpec(["true"], max_requeues=3, requeue_exits=[75]).check()
 
 
 def test_a_schedule_keeps_its_job_s_scheduled_attributes() -> None:
@@ -84,6 +116,7 @@ def test_a_schedule_keeps_its_job_s_scheduled_attributes() -> None:
         tags={"team": "ops"},
         env={"A": "1"},
         require_limits=True,
+        requeue_exits=[3, 75],
         **{k: v for k, v in values.items() if job_spec.BY_NAME[k].scheduled},
     )
     kept = job_of(SimpleNamespace(job=job_json(spec), name="s"))

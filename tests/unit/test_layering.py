@@ -398,6 +398,11 @@ SIZE_EXEMPT: dict[str, str] = {
         "one function per section of the published contract (verbs, codes,"
         " environment, limits, scheduling), each built from its own source of truth"
     ),
+    "spoolctl/services/job_spec.py": (
+        "FIELDS is the one declaration of every job attribute (its flag, batch key, column,"
+        " schedule, identity, label), a reference table read by lookup, with the readings"
+        " its rows are written in"
+    ),
     "spoolctl/cli/output.py": (
         "the `output` verb, now and with --follow: one answer, read once or as it"
         " grows; split by length the two imported each other"
