@@ -51,7 +51,14 @@ COLUMNS = (
 )
 """The columns `update` sets to a value given as it is stored (their flags
 are `add`'s); the run time and the tags are computed per job."""
-READ = (jobs.c.id, jobs.c.state, jobs.c.next_run_at, jobs.c.tags, *(jobs.c[c] for c in COLUMNS))
+READ = (
+    jobs.c.id,
+    jobs.c.state,
+    jobs.c.next_run_at,
+    jobs.c.tags,
+    jobs.c.signal_before_timeout_s,
+    *(jobs.c[c] for c in COLUMNS),
+)
 ID_CHUNK = 500
 """Ids per SELECT, events per INSERT: within every backend's limit of bound values."""
 
@@ -193,6 +200,7 @@ def _old(row: Any) -> dict[str, Any]:
 
 def _new(row: Any, change: Change, now: float) -> dict[str, Any]:
     new: dict[str, Any] = dict(change.values)
+    _check_warning(row, new.get("timeout_seconds"))
     if change.run_at is not None:
         new["next_run_at"] = max(change.run_at, now)
     if change.tags or change.untag:
@@ -204,6 +212,21 @@ def _new(row: Any, change: Change, now: float) -> dict[str, Any]:
         except InvalidInput as exc:
             raise InvalidInput(f"job {row.id}: {exc.message}", job_id=int(row.id)) from None
     return new
+
+
+def _check_warning(row: Any, timeout: int | None) -> None:
+    """A job warned before its timeout (`--signal-before-timeout`) keeps a
+    timeout longer than the warning's lead, as `add` requires."""
+    before = row.signal_before_timeout_s
+    if timeout is None or before is None:
+        return
+    if timeout == validate.NO_TIMEOUT or before >= timeout:
+        raise InvalidInput(
+            f"job {row.id} is warned {before}s before its timeout (--signal-before-timeout): "
+            "its timeout must stay longer than that; nothing was changed",
+            job_id=int(row.id),
+            field="timeout_seconds",
+        )
 
 
 def _stored(column: str, value: Any) -> Any:

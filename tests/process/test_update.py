@@ -311,3 +311,31 @@ def test_an_update_racing_a_claim_changes_the_job_before_it_runs_or_is_conflict(
 
 def output_of(db: Db, job_id: int) -> str:
     return cli("output", str(job_id), "--stream", "stdout", "--raw", db=db).stdout.strip()
+
+
+def test_a_warned_job_keeps_a_timeout_longer_than_its_warning(db: Db) -> None:
+    """`--signal-before-timeout` needs a timeout longer than its lead, on
+    `update` as on `add`: a shorter timeout, or none, is refused whole."""
+    later = f"{time.time() + LATER:.0f}"
+    plain = add_job(db, "true", run_at=time.time() + LATER)
+    warned = cli(
+        "add",
+        "--at",
+        later,
+        "--timeout",
+        "10m",
+        "--signal-before-timeout",
+        "USR1@2m",
+        "--",
+        "true",
+        db=db,
+        json=True,
+    ).data["job_id"]
+    before = snapshot(db)
+    for timeout in ("2m", "90s", "none"):
+        refused = update(db, str(plain), str(warned), "--timeout", timeout)
+        assert outcome(refused) == (1, "INVALID_INPUT"), refused.stdout + refused.stderr
+        assert refused.envelope["errors"][0]["detail"]["job_id"] == warned
+        assert snapshot(db) == before
+    assert outcome(update(db, str(warned), "--timeout", "3m")) == (0, None)
+    assert job(db, warned)["timeout_seconds"] == 180
