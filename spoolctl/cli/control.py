@@ -111,7 +111,9 @@ def no_wait_option(fn: Any) -> Any:
 def signal(
     job_id: int, signal_name: int | None, no_wait: bool, db: str | None, as_json: bool
 ) -> int:
-    """Send a signal to every process of a running job, through its worker.
+    """Steer a running job: send it a signal (see also suspend, continue).
+
+    Every process of the job gets the signal, through its worker.
 
     The job's cgroup gets it where it has one (children that called setsid()
     included), else its process group and every process carrying its attempt
@@ -129,7 +131,7 @@ def signal(
 @db_option
 @json_option
 def suspend(job_id: int, no_wait: bool, db: str | None, as_json: bool) -> int:
-    """Stop a running job in place (all its processes), until `continue`.
+    """Stop a running job in place: all its processes, until `continue`.
 
     Its worker freezes the job's cgroup, else SIGSTOPs its process group. The
     time it stands still does not count against its --timeout. CONFLICT if
@@ -144,7 +146,7 @@ def suspend(job_id: int, no_wait: bool, db: str | None, as_json: bool) -> int:
 @db_option
 @json_option
 def continue_(job_id: int, no_wait: bool, db: str | None, as_json: bool) -> int:
-    """Let a suspended job run on, its timeout moved on by the time it stood still.
+    """Run a suspended job on: its timeout moves on by the time it stood still.
 
     CONFLICT if the job is not suspended.
     """
