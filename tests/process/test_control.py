@@ -205,26 +205,27 @@ def test_suspend_stops_a_counting_job_and_continue_lets_it_go_on(db: Db, tmp_pat
 
 
 def test_the_timeout_does_not_run_while_the_job_is_suspended(db: Db, tmp_path: Path) -> None:
-    """A job that needs about a second of its 4 s timeout, suspended for
-    longer than the timeout, then continued, ends done: its attempt lasted
+    """A job that runs until it finds a file, suspended for longer than its
+    6 s timeout, given the file and continued, ends done: its attempt lasted
     longer than the timeout on the wall clock, less its suspension."""
     worker = start_worker(db)
     try:
-        steps = 'for i in $(seq 1 20); do echo $i > "$D/count"; sleep 0.05; done'
-        job_id = add_job(db, "sh", "-c", steps, env={"D": str(tmp_path)}, timeout_seconds=4)
-        wait_for(lambda: count(tmp_path) >= 3, what="the job to count")
+        steps = 'until [ -e "$D/release" ]; do echo x >> "$D/steps"; sleep 0.05; done'
+        job_id = add_job(db, "sh", "-c", steps, env={"D": str(tmp_path)}, timeout_seconds=6)
+        wait_for(lambda: (tmp_path / "steps").exists(), what="the job to start")
         ok(db, "suspend", str(job_id))
         started = attempts_of(db, job_id)[0]["started_at"]
         sql = "SELECT heartbeat_at FROM workers ORDER BY heartbeat_at DESC"
-        wait_for(lambda: rows(db, sql)[0]["heartbeat_at"] > started + 5, what="5 s suspended")
+        wait_for(lambda: rows(db, sql)[0]["heartbeat_at"] > started + 7, what="7 s suspended")
         assert job(db, job_id)["state"] == "running"
+        (tmp_path / "release").touch()
         ok(db, "continue", str(job_id))
         wait_for(lambda: job(db, job_id)["state"] != "running", what="the job to end")
         (attempt,) = attempts_of(db, job_id)
         assert job(db, job_id)["state"] == "done", attempt["error"]
         suspended_s = detail(db, job_id, "continued")["suspended_s"]
         lasted = attempt["finished_at"] - attempt["started_at"]
-        assert lasted > 4 and lasted - suspended_s < 4
+        assert lasted > 6 and lasted - suspended_s < 6
     finally:
         stop(worker)
 
