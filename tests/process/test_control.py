@@ -33,6 +33,7 @@ from tests.helpers import (
     patience,
     pid_alive,
     rows,
+    signal_taken,
     start_worker,
     wait_for,
 )
@@ -249,6 +250,23 @@ def test_a_suspended_job_whose_worker_is_killed_is_reaped_and_rerun_once(
         assert ran[0]["state"] != "succeeded" and ran[1]["state"] == "succeeded"
     finally:
         stop(second)
+
+
+def test_a_workers_hard_stop_ends_a_suspended_job(db: Db, tmp_path: Path, strays: Strays) -> None:
+    """A worker's second signal kills its suspended job as any (a frozen
+    cgroup's, a stopped group's) and records a worker crash."""
+    worker = start_worker(db)
+    script = f'echo $$ > "$D/pid"; {COUNTER}'
+    job_id = add_job(db, "sh", "-c", script, env={"D": str(tmp_path)}, max_crashes=0)
+    wait_for(lambda: count(tmp_path) >= 3, what="the job to count")
+    leader = strays.keep(int((tmp_path / "pid").read_text()))
+    ok(db, "suspend", str(job_id))
+    signal_taken(worker, signal.SIGTERM, "the worker's first stop signal")
+    worker.send_signal(signal.SIGTERM)
+    worker.communicate(timeout=patience(30))
+    wait_for(lambda: not pid_alive(leader), what="the suspended job killed")
+    (attempt,) = attempts_of(db, job_id)
+    assert attempt["failure_reason"] == "worker_crash"
 
 
 def test_cancel_running_ends_a_suspended_job(db: Db, tmp_path: Path) -> None:
