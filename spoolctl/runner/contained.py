@@ -57,10 +57,11 @@ def signal_attempt(
         return sent
     for holder in procs.find_token(token, procs.process_start_time(pgid) or 0.0).found:
         try:
-            os.kill(holder.pid, sig)
+            if os.getpgid(holder.pid) != pgid:  # the group's own got it already
+                os.kill(holder.pid, sig)
+                sent = True
         except OSError:
             continue
-        sent = True
     return sent
 
 

@@ -112,13 +112,13 @@ def detail(db: Db, job_id: int, event: str) -> dict[str, Any]:
 
 
 LEAVER = r"""
-trap 'echo got > "$D/leader"' USR1
-setsid sh -c 'trap "echo got > \"$D/grandchild\"" USR1; echo $$ > "$D/gpid";
+trap 'echo got >> "$D/leader"' USR1
+setsid sh -c 'trap "echo got >> \"$D/grandchild\"" USR1; echo $$ > "$D/gpid";
   while :; do sleep 0.05; done' &
 while :; do sleep 0.05; done
 """
 """A leader that starts a grandchild in a session of its own (out of its
-process group); each records a USR1."""
+process group); each records each USR1 it gets."""
 
 
 @pytest.mark.parametrize("cells", ["auto", "off"])
@@ -147,6 +147,8 @@ def test_a_signal_reaches_a_grandchild_that_left_the_group(
         assert detail(db, job_id, "signaled")["signal"] == "SIGUSR1"
         ok(db, "signal", str(job_id))  # TERM: the leader's group ends
         wait_for(lambda: job(db, job_id)["state"] == "dead", what="the job to end")
+        for who in ("leader", "grandchild"):  # each process got it once
+            assert (tmp_path / who).read_text() == "got\n"
     finally:
         stop(worker)
 
