@@ -184,8 +184,12 @@ def test_the_requester_and_the_worker_in_different_pid_namespaces(db: Db, tmp_pa
         popen.wait(timeout=patience(10))
 
 
-def test_suspend_stops_a_counting_job_and_continue_lets_it_go_on(db: Db, tmp_path: Path) -> None:
-    worker = start_worker(db)
+@pytest.mark.parametrize("cells", ["auto", "off"])
+def test_suspend_stops_a_counting_job_and_continue_lets_it_go_on(
+    db: Db, tmp_path: Path, cells: str
+) -> None:
+    """Frozen in its cgroup where it has one; SIGSTOPped with `off`."""
+    worker = start_worker(db, env={"SPOOLCTL_CGROUP": cells})
     try:
         job_id = counting(db, tmp_path)
         data = ok(db, "suspend", str(job_id))
@@ -233,17 +237,19 @@ def test_the_timeout_does_not_run_while_the_job_is_suspended(db: Db, tmp_path: P
         stop(worker)
 
 
+@pytest.mark.parametrize("cells", ["auto", "off"])
 def test_a_suspended_job_whose_worker_is_killed_is_reaped_and_rerun_once(
-    db: Db, tmp_path: Path, strays: Strays
+    db: Db, tmp_path: Path, strays: Strays, cells: str
 ) -> None:
-    first = start_worker(db, "--worker-id", "first")
+    env = {"SPOOLCTL_CGROUP": cells}
+    first = start_worker(db, "--worker-id", "first", env=env)
     script = f'[ "$SPOOLCTL_ATTEMPT" = 1 ] || exit 0; echo $$ > "$D/pid"; {COUNTER}'
     job_id = add_job(db, "sh", "-c", script, env={"D": str(tmp_path)})
     wait_for(lambda: count(tmp_path) >= 3, what="the job to count")
     leader = strays.keep(int((tmp_path / "pid").read_text()))
     ok(db, "suspend", str(job_id))
     kill_worker_and_guard(first)
-    second = start_worker(db, "--worker-id", "second")
+    second = start_worker(db, "--worker-id", "second", env=env)
     try:
         wait_for(lambda: job(db, job_id)["state"] == "done", what="the rerun")
         assert not pid_alive(leader)  # thawed and killed before the rerun
