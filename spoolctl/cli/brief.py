@@ -18,6 +18,9 @@ from spoolctl.errors import EXIT_CODES, EXIT_WORDS
 BRIEF_BUDGET_TOKENS = 700
 CHARS_PER_TOKEN = 3.5
 COMMON_FLAGS = ("as_json", "db")
+SHARED_LINES = {"signal": ("suspend", "continue")}
+"""Verbs the brief lists on one line, the first's: they take the same
+arguments, and the line's flags are the first's (the others take fewer)."""
 
 
 def approx_tokens(text: str) -> int:
@@ -48,9 +51,10 @@ def usage(name: str, command: SpoolCommand) -> str:
 
 
 def short(text: str) -> str:
-    """The first clause of a help line or code description."""
+    """The first clause of a help line or code description (up to its first
+    colon, semicolon, comma or parenthesis): what the brief's budget holds."""
     first = text.split("\n")[0]
-    for mark in (":", ";", " ("):
+    for mark in (":", ";", ", ", " ("):
         first = first.split(mark)[0]
     return first.rstrip(".")
 
@@ -63,12 +67,16 @@ def brief_text() -> str:
         "--db PATH|postgresql://URL picks the queue. Verbs:",
     ]
     groups: dict[str, list[str]] = {}
+    shared = {other for others in SHARED_LINES.values() for other in others}
     for name, command in verb_commands().items():
         if " " in name:  # a group's sub-verbs share one line: `- schedule {add,list}`
             group, sub = name.split(" ", 1)
             groups.setdefault(group, []).append(sub)
             continue
-        lines.append(f"- {usage(name, command)}: {short(command.help or '')}")
+        if name in shared:
+            continue
+        names = "|".join([name, *SHARED_LINES.get(name, ())])
+        lines.append(f"- {usage(names, command)}: {short(command.help or '')}")
     lines += [f"- {group} {{{','.join(subs)}}}" for group, subs in groups.items()]
     lines.append("Loop: add, work --drain, wait IDS, feedback ID.")
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from spoolctl.services import job_spec
 from spoolctl.states import (
     AttemptState,
     CatchUp,
+    ControlAction,
     EventKind,
     FailureReason,
     JobState,
@@ -193,6 +194,18 @@ WORKER = obj(
 )
 """`suspended_jobs`: those of `running_jobs` that are suspended."""
 
+STEERED = obj(
+    {
+        "job_id": INT,
+        "attempt_id": INT,
+        "request_id": INT,
+        "action": one_of(*ControlAction),
+        "delivered_at": opt(NUM),
+    },
+    {"signal": STR},
+)
+"""`signal`, `suspend`, `continue`: the request, and when its worker
+delivered it (null with --no-wait); `signal` names the signal sent."""
 PAUSED_LANE = obj({"queue": STR, "paused_at": NUM, "paused_by": STR, "reason": opt(STR)})
 LANE_CHANGE = obj(
     {
@@ -469,6 +482,9 @@ DATA_SCHEMAS: dict[str, Schema] = {
         {"job_id": INT, "state": JOB_STATE}, {"previous_state": STR, "restored": arr(INT)}
     ),
     "cancel": obj({"job_id": INT, "state": JOB_STATE, "was_running": BOOL}),
+    "signal": STEERED,
+    "suspend": STEERED,
+    "continue": STEERED,
     "remove": obj({"removed": arr(INT), "count": INT, "dependents_canceled": arr(INT)}),
     "update": obj(
         {

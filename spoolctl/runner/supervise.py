@@ -134,6 +134,8 @@ class Execution:
     """When it was sent: its `warned` event is written with the worker's next
     write (`worker/warnings.py`)."""
     warning_recorded: bool = False
+    suspended: contained.Suspended | None = None
+    """Set while `suspend` holds the attempt stopped: its timers stand still."""
 
     def start(
         self,
@@ -211,6 +213,7 @@ class Execution:
             if not left:
                 return
             self.term_sent_at = now
+            self.resume(now)  # what is left of a suspended attempt sees its TERM
         if self.kill_sent:
             self.group_ends_at = now + GROUP_KILL_WAIT_S
         else:
@@ -247,9 +250,9 @@ class Execution:
 
     def _enforce_timeout(self, now: float) -> None:
         assert self.proc is not None
-        if self.term_sent_at is None and now >= self.warn_at:
+        if self.term_sent_at is None and self.suspended is None and now >= self.warn_at:
             self._warn(now)
-        if self.term_sent_at is None and now >= self.deadline:
+        if self.term_sent_at is None and self.suspended is None and now >= self.deadline:
             self.timed_out = True
             self.terminate(now)
         elif (
@@ -264,18 +267,48 @@ class Execution:
         assert self.proc is not None and self.claim.warning is not None
         self.warn_at, self.warned_at = math.inf, now
         sig = signal.Signals[self.claim.warning[0]]
-        procs.signal_group(self.proc.pid, sig)
-        if self.cell is not None:  # what left the group is still in the cgroup
-            self.cell.signal(sig)
+        contained.signal_attempt(self.proc.pid, self.cell, sig, self.claim.token)
 
     def terminate(self, now: float, first: int = signal.SIGTERM) -> None:
         """Send `first` (SIGTERM unless a cancel chose another) to the group;
-        poll() SIGKILLs it after the grace period."""
+        poll() SIGKILLs it after the grace period. A suspended attempt is
+        continued after the signal, so that it sees it."""
         if self.proc is not None and self.term_sent_at is None:
             self.term_sent_at = now
-            procs.signal_group(self.proc.pid, signal.Signals(first))
-            if self.cell is not None:
-                self.cell.signal(first)
+            contained.signal_attempt(self.proc.pid, self.cell, first)
+            self.resume(now)
+
+    def send(self, sig: int) -> bool:
+        """sig to every process of the attempt (`signal`); whether any got it."""
+        if not self.leader_running:
+            return False
+        assert self.proc is not None
+        return contained.signal_attempt(self.proc.pid, self.cell, sig, self.claim.token)
+
+    def suspend(self, now: float) -> bool:
+        """Stop every process of the attempt (`contained.Suspended`); its
+        timeout stands still until `resume`. False if it was not running."""
+        if not self.leader_running or self.suspended is not None or self.term_sent_at is not None:
+            return False
+        assert self.proc is not None
+        self.suspended = contained.Suspended.stop(self.proc.pid, self.cell, self.claim.token, now)
+        return True
+
+    def resume(self, now: float) -> float | None:
+        """Continue a suspended attempt; its timers move on by the time it
+        stood still, which is returned (None: it was not suspended)."""
+        if self.suspended is None:
+            return None
+        span = self.suspended.release(now)
+        self.suspended = None
+        self.shift_timers(span)
+        return span
+
+    def shift_timers(self, span: float) -> None:
+        """Every timer of the attempt's running time, later by span (the
+        time it was suspended: not counted against its timeout)."""
+        self.deadline += span
+        self.warn_at += span  # inf stays inf: no warning, or sent
 
     def kill_now(self) -> None:
         """SIGKILL the group, and the whole cgroup where the attempt has one
@@ -284,6 +317,9 @@ class Execution:
             procs.signal_group(self.proc.pid, signal.SIGKILL)
             if self.cell is not None:
                 self.cell.kill()
+            if self.suspended is not None:  # frozen or stopped: its killed tasks exit once let go
+                self.suspended.release()
+                self.suspended = None
             self.kill_sent = True
             if self.term_sent_at is None:
                 self.term_sent_at = self.started_at
@@ -301,6 +337,8 @@ class Execution:
             return self.group_check_at
         if self.term_sent_at is not None and not self.kill_sent:
             return self.term_sent_at + TERM_GRACE_S
+        if self.suspended is not None:
+            return math.inf  # no timer runs while it stands still
         return min(self.deadline, self.warn_at)
 
     def wait_blocking(self) -> None:

@@ -130,6 +130,25 @@ def settled(conn: Connection, request_id: int) -> Settled | None:
     return Settled(ControlResult(row.result), float(row.settled_at))
 
 
+def awaited(conn: Connection, request_id: int) -> Settled | None:
+    """What a requester waiting on its request sees in one read: how it was
+    settled; else, when its attempt is no longer running, a provisional
+    `attempt_ended` (settle it with `drop_if_ended`, which may find it
+    delivered after all); None while it waits for its worker."""
+    found = settled(conn, request_id)
+    if found is not None:
+        return found
+    running = conn.execute(
+        select(attempts.c.id)
+        .join(control_requests, control_requests.c.attempt_id == attempts.c.id)
+        .where(
+            control_requests.c.id == request_id,
+            attempts.c.state == AttemptState.RUNNING.value,
+        )
+    ).first()
+    return None if running is not None else Settled(ControlResult.ATTEMPT_ENDED, 0.0)
+
+
 def drop_if_ended(conn: Connection, request_id: int, now: float) -> bool:
     """Settle the request `attempt_ended` if its attempt is no longer running
     and its worker has not delivered it; True when this call settled it so

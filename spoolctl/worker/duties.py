@@ -18,6 +18,7 @@ from spoolctl.services import cancel, heartbeat, lease, reaper
 from spoolctl.states import FailureReason
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, NEVER, TRANSIENT, Shift
+from spoolctl.worker.steering import Steering
 
 
 class Duty(Protocol):
@@ -34,12 +35,13 @@ class Heartbeat:
     after the grace period, as on a timeout, while the worker goes on
     (its end is recorded as any, and changes nothing: `Execution.lost`).
     Also: the queue file must still be the one the worker opened, a claim
-    whose answer was lost is released, and workers that died idle are
-    buried."""
+    whose answer was lost is released, workers that died idle are buried,
+    and control requests its change watch missed are delivered."""
 
-    def __init__(self, shift: Shift, reaping: Reaping) -> None:
+    def __init__(self, shift: Shift, reaping: Reaping, steering: Steering) -> None:
         self.shift = shift
         self.reaping = reaping
+        self.steering = steering
         self.identity: object | None = None
         """What the queue must stay (its driver's identity), read at start."""
 
@@ -56,6 +58,7 @@ class Heartbeat:
             with shift.report.timings.db, write_tx(shift.engine, LOCK_SLICE_S) as conn:
                 lost = self._beat(conn, pairs, now)
                 first = cancel.first_signals(conn, lost) if lost else {}
+                steered = self.steering.in_heartbeat(conn, now, lost)
         except TRANSIENT:
             shift.backoff.failed(now)
             return
@@ -64,6 +67,7 @@ class Heartbeat:
         shift.fenced = False
         if shift.guard is not None:
             shift.guard.renewed()
+        self.steering.act(now, steered)
         with shift.report.timings.db:
             self.reaping.bury_dead_workers(now, shift)
         for job_id in lost:

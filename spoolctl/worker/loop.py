@@ -15,7 +15,7 @@ from spoolctl.db.outage import Reconnecting
 from spoolctl.db.queue import Queue
 from spoolctl.errors import Locked, Unreachable
 from spoolctl.runner import containment
-from spoolctl.runner.wakeup import Signals, StopRequested, wait_readable
+from spoolctl.runner.wakeup import Signals, StopRequested, readable, wait_readable
 from spoolctl.services import due, lanes
 from spoolctl.states import FailureReason
 from spoolctl.worker import duties, lifecycle
@@ -24,6 +24,7 @@ from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.report import LogSink, WorkerOptions, WorkReport, default_worker_id
 from spoolctl.worker.settle import Settler
 from spoolctl.worker.shift import LOCK_SLICE_S, RETRY_FIRST_S, Shift
+from spoolctl.worker.steering import Steering
 from spoolctl.worker.suspend import worker_signals
 from spoolctl.worker.warnings import TimeoutWarnings
 
@@ -89,7 +90,8 @@ class Worker:
             log=on_log,
         )
         self.settler = Settler(shift, self.reaping)
-        self.heartbeat = duties.Heartbeat(shift, self.reaping)
+        self.steering = Steering(shift)
+        self.heartbeat = duties.Heartbeat(shift, self.reaping, self.steering)
         self.fence = duties.LeaseFence(shift)
         self.duties: list[duties.Duty] = [
             duties.SpawnRecords(shift),
@@ -100,6 +102,9 @@ class Worker:
         ]
         """Run in this order after each claim pass, while writes may go on."""
         self._watch: ChangeWatch | None = None
+        self._look_at = 0.0
+        """When the change watch is next asked while the worker runs jobs
+        (sooner if its descriptor is readable)."""
 
     def _tell_containment(self, status: containment.Status) -> None:
         if self.on_containment is not None:
@@ -184,7 +189,10 @@ class Worker:
             self.fence.run(now)
             ended = shift.ended(now)
             if not shift.backoff.blocks(now):  # a failed heartbeat holds back the rest
-                wanted = self._wanted(now, watch, len(ended))
+                changed = self._changed(now, watch, len(ended))
+                if changed and shift.running:
+                    self.steering.look(now)
+                wanted = self._wanted(now, len(ended), changed)
                 if ended or wanted:
                     for claim in self.settler.settle_and_claim(now, ended, wanted):
                         self.settler.start(claim, now)
@@ -201,14 +209,30 @@ class Worker:
         once_done = shift.options.mode == "once" and shift.report.claimed > 0
         return not (self.signals.count or once_done)
 
-    def _wanted(self, now: float, watch: ChangeWatch, ended: int) -> int:
+    def _changed(self, now: float, watch: ChangeWatch, ended: int) -> bool:
+        """Whether the queue changed since the last look: the change watch is
+        asked at most once a pass (so its readable descriptor is drained),
+        where its answer serves: an idle slot with no other reason to claim
+        (every such pass), or running jobs, which may have requests waiting
+        (when the watch's descriptor is readable or its next look is due)."""
+        shift, settler = self.shift, self.settler
+        claims = self._claiming() and not shift.fenced and shift.capacity.take(ending=ended) > 0
+        if claims and ended == 0 and settler.exhausted:
+            pass  # the claim's only reason to look
+        elif not shift.running or (now < self._look_at and not _readable(watch)):
+            return False
+        changed = watch.changed()
+        self._look_at = now + watch.wait_s()
+        return changed
+
+    def _wanted(self, now: float, ended: int, changed: bool) -> int:
         """How many jobs to try to claim now (0: none); `ended` attempts are
-        about to free their slots."""
+        about to free their slots; `changed`: the queue changed (`_changed`)."""
         shift, settler = self.shift, self.settler
         free = shift.capacity.take(ending=ended)
         if not self._claiming() or shift.fenced or free <= 0:
             return 0
-        look = ended > 0 or not settler.exhausted or watch.changed()  # its check last: a read
+        look = ended > 0 or not settler.exhausted or changed
         if not (look or now >= settler.next_claim_at):
             return 0
         return 1 if shift.options.mode == "once" else free
@@ -268,9 +292,12 @@ class Worker:
         watch_fd = None if watch is None else watch.fileno()
         if idle and watch is not None:  # the watch knows how soon it must look again
             wake = min(wake, now + watch.wait_s(), self.settler.next_claim_at)
+        elif shift.running and watch is not None:  # for a request to its jobs
+            wake = min(wake, self._look_at)
         deadline = min(shift.db_due(wake), self.fence.due_at())
         fds = [self.signals.wake_fd]
-        if watch_fd is not None and idle and not shift.fenced and not shift.backoff.blocks(now):
+        watching = (idle and not shift.fenced) or bool(shift.running)
+        if watch_fd is not None and watching and not shift.backoff.blocks(now):
             fds.append(watch_fd)  # a NOTIFY, or a commit written to SQLite's log
         spin_s = 0.0
         for execution in shift.running.values():
@@ -282,3 +309,9 @@ class Worker:
                 deadline = min(deadline, now + NO_PIDFD_TICK_S)
         shift.guard_groups()
         wait_readable(fds, deadline - now, self.signals.wake_fd, spin_s)
+
+
+def _readable(watch: ChangeWatch) -> bool:
+    """Whether the watch's descriptor, if it has one now, is readable."""
+    fd = watch.fileno()
+    return fd is not None and bool(readable([fd], 0))

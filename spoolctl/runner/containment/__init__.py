@@ -161,6 +161,17 @@ class Cell:
         with suppress(OSError):
             cgroup.kill(self.primary)
 
+    def freeze(self) -> bool:
+        """Stop every process of the attempt at once, setsid() or not (the
+        primary site's freezer); False where it has none (nothing done)."""
+        try:
+            return cgroup.freeze(self.primary)
+        except OSError:
+            return False
+
+    def thaw(self) -> None:
+        cgroup.thaw(self.primary)
+
     def usage(self) -> Usage:
         memory, primary = self._dir("memory"), self.primary
         if memory is not None:
@@ -196,6 +207,7 @@ def end_dirs(directories: list[str], wait_s: float) -> bool:
     with suppress(OSError):
         if cgroup.populated(directories[0]):
             cgroup.kill(directories[0])
+    cgroup.thaw(directories[0])  # a suspended (frozen) attempt: its killed tasks may exit
     if not cgroup.wait_empty(directories[0], wait_s):
         return False
     return all([cgroup.remove(d) for d in directories])

@@ -105,6 +105,18 @@ def kill(directory: str) -> None:
             _thaw(directory)
 
 
+def freeze(directory: str) -> bool:
+    """Freeze every process in the cgroup (v2 cgroup.freeze, v1
+    freezer.state) and wait, up to FREEZE_WAIT_S, until the kernel says it
+    is; False where the cgroup has no freezer (nothing was done)."""
+    return _freeze(directory)
+
+
+def thaw(directory: str) -> None:
+    """Undo `freeze` (nothing where the cgroup has no freezer, or is gone)."""
+    _thaw(directory)
+
+
 def _freeze(directory: str) -> bool:
     v2 = os.path.exists(os.path.join(directory, "cgroup.freeze"))
     if v2:
@@ -129,7 +141,7 @@ def _thaw(directory: str) -> None:
     with suppress(OSError):
         if os.path.exists(os.path.join(directory, "cgroup.freeze")):
             write(directory, "cgroup.freeze", "0")
-        else:
+        elif os.path.exists(os.path.join(directory, "freezer.state")):
             write(directory, "freezer.state", "THAWED")
 
 
