@@ -18,6 +18,10 @@ from spoolctl.errors import EXIT_CODES, EXIT_WORDS
 BRIEF_BUDGET_TOKENS = 700
 CHARS_PER_TOKEN = 3.5
 COMMON_FLAGS = ("as_json", "db")
+OPERATORS_VERBS = frozenset({"migrate", "copy-to", "web", "metrics", "prune", "schema"})
+"""Verbs an operator runs by hand, rarely a program's loop: the brief lists
+them without their flags (`schema --verb` and `--help` give every verb's),
+so the loop's verbs keep theirs within the budget."""
 SHARED_LINES = {"signal": ("suspend", "continue")}
 """Verbs the brief lists on one line, the first's: they take the same
 arguments, and the line's flags are the first's (the others take fewer)."""
@@ -42,6 +46,7 @@ def usage(name: str, command: SpoolCommand) -> str:
         if isinstance(p, click.Option)
         and p.name not in COMMON_FLAGS
         and p.name not in command.for_people
+        and name not in OPERATORS_VERBS
     ]
     if len(flags) == 1:
         parts.append(f"[{flags[0]}]")
@@ -51,10 +56,9 @@ def usage(name: str, command: SpoolCommand) -> str:
 
 
 def short(text: str) -> str:
-    """The first clause of a help line or code description (up to its first
-    colon, semicolon, comma or parenthesis): what the brief's budget holds."""
+    """The first clause of a help line or code description."""
     first = text.split("\n")[0]
-    for mark in (":", ";", ", ", " ("):
+    for mark in (":", ";", " ("):
         first = first.split(mark)[0]
     return first.rstrip(".")
 
@@ -79,6 +83,7 @@ def brief_text() -> str:
         lines.append(f"- {usage(names, command)}: {short(command.help or '')}")
     lines += [f"- {group} {{{','.join(subs)}}}" for group, subs in groups.items()]
     lines.append("Loop: add, work --drain, wait IDS, feedback ID.")
+    lines.append("Any verb's flags: schema --verb VERB.")
     return "\n".join(lines)
 
 
