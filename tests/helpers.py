@@ -477,3 +477,25 @@ def needs_namespaces() -> None:
         "workers in PID namespaces need `unshare --pid --mount-proc` (root, as in CI): "
         + probe.stderr.decode()
     )
+
+
+SUSPENDED_AT = 1_700_000_000.0
+"""When `run_as_worker` says a suspended job was suspended."""
+
+
+def run_as_worker(db: Db, job_id: int, *, suspended: bool) -> None:
+    """Make the job running under worker `w1`, with a running attempt, as a
+    claim leaves it; suspended as a delivered suspend leaves it."""
+    now = time.time()
+    execute(
+        db,
+        "UPDATE jobs SET state = 'running', locked_by = 'w1', locked_pid = 1, "
+        "started_at = ?, heartbeat_at = ?, suspended_at = ? WHERE id = ?",
+        (now, now, SUSPENDED_AT if suspended else None, job_id),
+    )
+    execute(
+        db,
+        "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, started_at, "
+        "stdout_path, stderr_path) VALUES (?, 1, 'w1', 1, 'running', ?, 'o', 'e')",
+        (job_id, now),
+    )

@@ -18,6 +18,7 @@ KNOWN = {
     "const",
     "anyOf",
     "maxItems",
+    "minItems",
     "description",
 }
 TYPES: dict[str, Any] = {
@@ -61,6 +62,8 @@ def errors(value: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
     if isinstance(value, list):
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             found.append(f"{path}: more than {schema['maxItems']} items")
+        if "minItems" in schema and len(value) < schema["minItems"]:
+            found.append(f"{path}: fewer than {schema['minItems']} items")
         for i, item in enumerate(value):
             found += errors(item, schema.get("items", {}), f"{path}[{i}]")
     return found

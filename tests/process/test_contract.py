@@ -12,6 +12,7 @@ import pytest
 
 from spoolctl.cli.contract import schema_data, verb_commands
 from spoolctl.cli.verbs import available_verbs
+from tests.helpers import add_job, run_as_worker
 from tests.populated import Populated, populate, run_quiet
 from tests.schema_check import errors as schema_errors
 
@@ -26,12 +27,23 @@ def valid_envelope(result: Any, verb: str) -> dict[str, Any]:
 
 
 def script(q: Populated, tmp: Path, pg_url: str) -> list[tuple[str, list[str], int]]:
-    """A run of every verb (several shapes each), in an order that keeps state sane."""
+    """A run of every verb (several shapes each), in an order that keeps state sane.
+    Two jobs are made running as a claim leaves them (one suspended), for the
+    requests to a running job (`--no-wait`: no worker delivers them)."""
+    running = add_job(q.db, "sleep", "100", lane="steered")
+    suspended = add_job(q.db, "sleep", "101", lane="steered")
+    run_as_worker(q.db, running, suspended=False)
+    run_as_worker(q.db, suspended, suspended=True)
     batch = tmp / "jobs.ndjson"
     batch.write_text('{"argv": ["true"]}\n{"cmd": "echo hi", "queue": "other"}\n')
     d = str(q.done)
     return [
         ("add", ["add", "--key", "k1", "--", "true"], 0),
+        ("signal", ["signal", str(running), "--signal", "USR1", "--no-wait"], 0),
+        ("suspend", ["suspend", str(running), "--no-wait"], 0),
+        ("continue", ["continue", str(suspended), "--no-wait"], 0),
+        ("update", ["update", str(q.scheduled), "--priority", "7", "--tag", "k=v"], 0),
+        ("update", ["update", "--in-queue", "nowhere", "--priority", "1"], 0),
         ("remove", ["remove", str(q.canceled + 1)], 0),  # the job just added
         ("add", ["add", "--batch", str(batch)], 0),
         ("add", ["add", "--after-job", str(q.scheduled), "--", "true"], 0),

@@ -29,7 +29,7 @@ from spoolctl.web.access import QueueAccess
 from spoolctl.web.app import create_app
 from spoolctl.web.common import Settings
 from spoolctl.web.request_guard import Guard
-from tests.helpers import Db, add_job, execute, job, rows
+from tests.helpers import SUSPENDED_AT, Db, add_job, execute, job, rows, run_as_worker
 from tests.populated import run_quiet
 from tests.schema_check import errors as schema_errors
 
@@ -37,25 +37,6 @@ pytestmark = pytest.mark.subprocess
 
 PORT = 8765
 ACTOR = "web: tester@box (pid 1)"
-SUSPENDED_AT = 1_700_000_000.0
-
-
-def run_as_worker(db: Db, job_id: int, *, suspended: bool) -> None:
-    """Make the job running under worker `w1`, with a running attempt, as a
-    claim leaves it; suspended as a delivered suspend leaves it."""
-    now = time.time()
-    execute(
-        db,
-        "UPDATE jobs SET state = 'running', locked_by = 'w1', locked_pid = 1, "
-        "started_at = ?, heartbeat_at = ?, suspended_at = ? WHERE id = ?",
-        (now, now, SUSPENDED_AT if suspended else None, job_id),
-    )
-    execute(
-        db,
-        "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, started_at, "
-        "stdout_path, stderr_path) VALUES (?, 1, 'w1', 1, 'running', ?, 'o', 'e')",
-        (job_id, now),
-    )
 
 
 @pytest.fixture
