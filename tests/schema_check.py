@@ -60,12 +60,18 @@ def errors(value: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
     if isinstance(value, dict):
         found += object_errors(value, schema, path)
     if isinstance(value, list):
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            found.append(f"{path}: more than {schema['maxItems']} items")
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            found.append(f"{path}: fewer than {schema['minItems']} items")
-        for i, item in enumerate(value):
-            found += errors(item, schema.get("items", {}), f"{path}[{i}]")
+        found += array_errors(value, schema, path)
+    return found
+
+
+def array_errors(value: list[Any], schema: dict[str, Any], path: str) -> list[str]:
+    found = []
+    if "maxItems" in schema and len(value) > schema["maxItems"]:
+        found.append(f"{path}: more than {schema['maxItems']} items")
+    if "minItems" in schema and len(value) < schema["minItems"]:
+        found.append(f"{path}: fewer than {schema['minItems']} items")
+    for i, item in enumerate(value):
+        found += errors(item, schema.get("items", {}), f"{path}[{i}]")
     return found
 
 

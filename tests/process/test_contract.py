@@ -42,9 +42,11 @@ def script(q: Populated, tmp: Path, pg_url: str) -> list[tuple[str, list[str], i
         ("signal", ["signal", str(running), "--signal", "USR1", "--no-wait"], 0),
         ("suspend", ["suspend", str(running), "--no-wait"], 0),
         ("continue", ["continue", str(suspended), "--no-wait"], 0),
+        ("cancel", ["cancel", str(running), "--running", "--yes"], 0),
+        ("cancel", ["cancel", str(suspended), "--running", "--yes", "--now"], 0),
         ("update", ["update", str(q.scheduled), "--priority", "7", "--tag", "k=v"], 0),
         ("update", ["update", "--in-queue", "nowhere", "--priority", "1"], 0),
-        ("remove", ["remove", str(q.canceled + 1)], 0),  # the job just added
+        ("remove", ["remove", str(suspended + 1)], 0),  # the job just added
         ("add", ["add", "--batch", str(batch)], 0),
         ("add", ["add", "--after-job", str(q.scheduled), "--", "true"], 0),
         ("add", ["add", "--after-job", d, "--after-job", str(q.dead), "--", "true"], 0),
