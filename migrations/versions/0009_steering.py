@@ -24,9 +24,10 @@ CHECKs; SQLite edits the CHECK text in sqlite_master (it only widens a list
 every row satisfies) and bumps the schema version.
 
 Downgrade refuses (CONFLICT, nothing changed) while an unfinished job uses
-what 0008 cannot hold: a suspended running job, a request not yet settled,
-or a queued, waiting or running job with `--requeue-exit` or
-`--signal-before-timeout`; let them end or cancel them. Then it turns
+what 0008 cannot hold: a suspended running job (only a running job's
+`suspended_at` counts: the claim clears it), a request to a running attempt
+not yet settled, or a queued, waiting or running job with `--requeue-exit`
+or `--signal-before-timeout`; let them end or cancel them. Then it turns
 `requeued` attempts into `failed` and `requeue_exit` reasons into
 `process_exit` (the exit code stays), narrows the CHECKs back, drops the
 table and the columns: the requests and the settings of ended jobs go.
@@ -206,10 +207,12 @@ def _refuse_what_0008_cannot_hold() -> None:
     blocking = [
         int(r[0])
         for r in conn.exec_driver_sql(
-            "SELECT id FROM jobs WHERE state IN ('queued', 'waiting', 'running') AND "
-            "(suspended_at IS NOT NULL OR requeue_exits IS NOT NULL "
-            "OR signal_before_timeout IS NOT NULL) "
-            "UNION SELECT job_id FROM control_requests WHERE settled_at IS NULL ORDER BY 1"
+            "SELECT id FROM jobs WHERE (state = 'running' AND suspended_at IS NOT NULL) "
+            "OR (state IN ('queued', 'waiting', 'running') AND (requeue_exits IS NOT NULL "
+            "OR signal_before_timeout IS NOT NULL)) "
+            "UNION SELECT c.job_id FROM control_requests c JOIN attempts a "
+            "ON a.id = c.attempt_id WHERE c.settled_at IS NULL AND a.state = 'running' "
+            "ORDER BY 1"
         )
     ]
     if blocking:
