@@ -17,8 +17,9 @@ import click
 from spoolctl.cli.options import JOB_ID, db_option, json_option, verb
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.cli.steer import SignalName, existing_queue
+from spoolctl.config import Timing
 from spoolctl.db.queue import Queue
-from spoolctl.errors import Conflict
+from spoolctl.errors import Conflict, WaitTimeout
 from spoolctl.services import control
 from spoolctl.states import ControlAction, ControlResult
 
@@ -26,6 +27,9 @@ POLL_FIRST_S = 0.005
 POLL_MAX_S = 0.05
 """A waiting requester reads its request's row this often: soon at first
 (an idle worker delivers within milliseconds), then less often."""
+PATIENCE_MIN_S = 10.0
+"""A requester waits at least this long (a loaded machine's worker, or one
+riding out a busy lock, may take seconds to look)."""
 
 
 def steer(
@@ -57,10 +61,22 @@ def steer(
     return emit(Reply(data, text=f"Job {job_id}: {what} delivered"), as_json)
 
 
+def patience_s() -> float:
+    """How long a requester waits for its worker: a live worker looks for
+    requests at every heartbeat, and a dead one's attempt is ended by any
+    other worker once it is silent for the reap threshold; past both, no
+    worker is there to settle it (TIMEOUT; the request stays, for a worker
+    that comes back)."""
+    timing = Timing.from_env()
+    return max(PATIENCE_MIN_S, timing.reap_threshold_s + 2 * timing.heartbeat_interval_s)
+
+
 def delivered(queue: Queue, req: control.Request) -> float:
     """When the request's worker delivered it; Conflict once its attempt
-    ended first (this requester then settles it so: nothing is done)."""
+    ended first (this requester then settles it so: nothing is done);
+    WaitTimeout when nothing settled it within `patience_s`."""
     pause = POLL_FIRST_S
+    give_up_at = time.monotonic() + patience_s()
     while True:
         found = queue.read(lambda conn: control.awaited(conn, req.id))
         if found is not None and found.result is ControlResult.ATTEMPT_ENDED:
@@ -72,6 +88,15 @@ def delivered(queue: Queue, req: control.Request) -> float:
             return found.at
         if found is not None:
             break
+        if time.monotonic() >= give_up_at:
+            raise WaitTimeout(
+                f"job {req.job_id}'s worker did not deliver the {req.action.value} within "
+                f"{patience_s():g}s and no worker ended its attempt: its worker may have "
+                "died with no other worker running to reap it; the request stays, and is "
+                "delivered if that worker beats again",
+                job_id=req.job_id,
+                request_id=req.id,
+            )
         time.sleep(pause)
         pause = min(POLL_MAX_S, pause * 2)
     raise Conflict(

@@ -223,6 +223,8 @@ HINTS: dict[str, tuple[str, ...]] = {
     ),
     StorageFault.code: ("run 'spoolctl doctor' for what is wrong with the queue",),
     WaitTimeout.code: (
+        "'spoolctl workers' shows whether job {job_id}'s worker still beats; a worker "
+        "started on the queue reaps a dead one{request_id!s:.0}",
         "job {job_id} is still {state}: follow it again with a longer --idle-timeout, "
         "or see why with 'spoolctl show {job_id}'",
         "the jobs keep running: wait again with a longer --timeout, "

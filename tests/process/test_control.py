@@ -33,6 +33,7 @@ from tests.helpers import (
     patience,
     pid_alive,
     rows,
+    run_as_worker,
     signal_taken,
     start_worker,
     wait_for,
@@ -337,3 +338,20 @@ def test_a_request_whose_attempt_ends_first_is_a_conflict(
     assert req["result"] == "attempt_ended"
     assert "signaled" not in events_of(db, job_id)
     ok(db, "cancel", str(job_id))
+
+
+def test_a_request_no_worker_settles_is_a_timeout_and_stays(db: Db) -> None:
+    """The job's worker died and no other worker runs to reap it: the
+    requester gives up after its patience (TIMEOUT, exit 4) and says so;
+    the request stays unsettled, for the worker should it beat again."""
+    job_id = add_job(db, "sleep", "100")
+    run_as_worker(db, job_id, suspended=False)
+    result = cli_json("signal", str(job_id), db=db)
+    assert result.exit_code == 4, result.stdout + result.stderr
+    error = json.loads(result.stdout)["errors"][0]
+    assert error["code"] == "TIMEOUT"
+    assert error["detail"]["job_id"] == job_id
+    assert "spoolctl workers" in error["remediation"]
+    (req,) = rows(db, "SELECT settled_at, result FROM control_requests")
+    assert (req["settled_at"], req["result"]) == (None, None)
+    assert job(db, job_id)["state"] == "running"
