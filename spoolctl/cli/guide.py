@@ -84,6 +84,10 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "still queues); spoolctl resume QUEUE undoes it. Both are idempotent: read "
             "data.changed.",
             "retry ID --with-dependents also restores the jobs canceled because ID failed.",
+            "spoolctl signal ID --signal USR1, suspend ID and continue ID steer a running job "
+            "through its worker and wait until it delivered (CONFLICT, exit 5, if the job is "
+            "not running or its attempt ended first); update ID... --priority N changes queued "
+            "or waiting jobs, all or none.",
             "A done job runs again only with spoolctl retry ID --again (plain retry of a done job "
             "is CONFLICT, exit 5); spoolctl remove ID... deletes queued or waiting jobs that never "
             "ran (a removed event in the ledger; bad ids change nothing).",
