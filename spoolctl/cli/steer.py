@@ -21,7 +21,7 @@ from spoolctl.cli.options import (
 from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.queue import Queue
 from spoolctl.errors import SafetyBlock
-from spoolctl.runner.supervise import TERM_GRACE_S
+from spoolctl.runner.stopping import TERM_GRACE_S
 from spoolctl.services import prune as pruning
 from spoolctl.services.cancel import GRACEFUL, signal_number
 from spoolctl.services.cancel import cancel as cancel_job

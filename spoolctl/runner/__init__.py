@@ -5,8 +5,10 @@ Two tiers, each in its own place in the layer order (ARCHITECTURE.md):
 - supervising, above `services/` (it reads a claim and builds an outcome,
   services' data): `supervise.py` starts one attempt (its output files, its
   environment, the spawn), drives its timeout and signals and finds its end;
-  `contained.py` is that attempt's cgroup; `liveness.py` judges a stale
-  owner and ends what is left of its attempt.
+  `stopping.py` holds when it is stopped and how far its stopping has gone
+  (its timers; the first signal, grace and SIGKILL); `contained.py` is that
+  attempt's cgroup; `liveness.py` judges a stale owner and ends what is
+  left of its attempt.
 - capacity, `capacity.py`: a worker's slots, the place each attempt
   takes and gives back, and a lane cap's arithmetic.
 - the machine's edge, below every other layer but the leaves (the drivers

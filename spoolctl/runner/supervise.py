@@ -16,6 +16,8 @@ pid/poll/wait, so nothing below the spawn asks which way it went.
 An attempt ends with its whole process group: when the leader exits, whatever
 it left running in its group gets SIGTERM, the grace period, then SIGKILL,
 before the outcome is known, so nothing of attempt N overlaps attempt N+1.
+When to stop an attempt and how far its stopping has gone are
+`stopping.py`'s (`Timers`, `Escalation`); the signals go out from here.
 Every process of the attempt carries SPOOLCTL_ATTEMPT_TOKEN, by which the
 reaper finds it should this worker die before recording the leader's pid.
 That record (pid, start time, cgroup) is read here and written by
@@ -30,7 +32,7 @@ import signal
 import subprocess
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -38,18 +40,13 @@ from sqlalchemy import Connection
 
 from spoolctl.runner import contained, containment, procs, spawn
 from spoolctl.runner.capacity import Place
+from spoolctl.runner.stopping import GROUP_KILL_WAIT_S, Escalation, Step, Timers
 from spoolctl.services import spawn_record
 from spoolctl.services.claim import Claim
 from spoolctl.services.job_defaults import HERE_ENV
 from spoolctl.services.outcome import Outcome, signal_name, signal_of
 from spoolctl.states import FailureReason
 
-TERM_GRACE_S = 5.0
-GROUP_KILL_WAIT_S = 5.0
-"""After SIGKILL, how long a group may take to empty before the outcome is
-recorded anyway (what is left then is zombies or stuck in the kernel)."""
-GROUP_POLL_S = 0.02
-"""How often a group whose leader has exited is looked at until it is empty."""
 SPAWN_RECORD_DELAY_S = 0.005
 """A job that ends sooner has its pid recorded with its outcome, in one
 transaction; a longer one gets it recorded after this delay (by then the
@@ -99,16 +96,17 @@ def describe_exit(returncode: int) -> str:
 
 @dataclass
 class Execution:
-    """A running attempt, advanced by `poll` from the worker's loop."""
+    """A running attempt, advanced by `poll` from the worker's loop: its
+    process and cgroup, and its outcome; when and how it is stopped is its
+    `timers`' and its `escalation`'s (`runner/stopping.py`)."""
 
     claim: Claim
     place: Place
     """Where it runs in its worker (`runner.capacity`): its slot."""
     proc: spawn.Process | None = None
     started_at: float = 0.0
-    deadline: float = 0.0
-    term_sent_at: float | None = None
-    kill_sent: bool = False
+    timers: Timers = field(default_factory=Timers)
+    escalation: Escalation = field(default_factory=Escalation)
     timed_out: bool = False
     forced: FailureReason | None = None
     forced_error: str | None = None
@@ -117,9 +115,6 @@ class Execution:
     spawn_recorded: bool = False
     returncode: int | None = None
     """The leader's exit status, once it has exited."""
-    group_ends_at: float | None = None
-    """While the leader's group outlives it: when the group gets its next signal."""
-    group_check_at: float = 0.0
     outcome: Outcome | None = None
     cell: containment.Cell | None = None
     """The attempt's cgroup, where the worker contains its jobs."""
@@ -128,14 +123,10 @@ class Execution:
     lost: bool = False
     """The database no longer gives this attempt to its worker (canceled
     while running): it is being stopped, and its end changes nothing there."""
-    warn_at: float = math.inf
-    """When `add --signal-before-timeout`'s signal is due (inf: none, or sent)."""
     warned_at: float | None = None
-    """When it was sent: its `warned` event is written with the worker's next
-    write (`worker/warnings.py`)."""
+    """When `add --signal-before-timeout`'s signal was sent: its `warned`
+    event is written with the worker's next write (`worker/warnings.py`)."""
     warning_recorded: bool = False
-    suspended: contained.Suspended | None = None
-    """Set while `suspend` holds the attempt stopped: its timers stand still."""
 
     def start(
         self,
@@ -150,10 +141,7 @@ class Execution:
         spawner: the process's own (`spawn.shared`) unless given; cells: the
         worker's containment (None: process groups only)."""
         self.started_at = now
-        timeout = self.claim.timeout_seconds
-        self.deadline = now + timeout if timeout else math.inf  # 0: no timeout
-        if self.claim.warning is not None:
-            self.warn_at = self.deadline - self.claim.warning[1]
+        self.timers = Timers.starting(self.claim, now)
         starter = spawner if spawner is not None else spawn.shared()
         cell = None if cells is None else cells.cell(self.claim.attempt_id, self.claim.limits)
         try:
@@ -192,7 +180,7 @@ class Execution:
                 return None
             self._close_pidfd()
             self._leader_exited(now)
-        if self.group_ends_at is not None and not self._group_ended(now):
+        if self.escalation.awaiting_group and not self._group_ended(now):
             return None
         self._close_cell(0.0)
         self.outcome = contained.measured(self._outcome(self.returncode), self.cell, self.usage)
@@ -203,37 +191,27 @@ class Execution:
         return self.proc is not None and self.returncode is None
 
     def _leader_exited(self, now: float) -> None:
-        """SIGTERM what the leader left in its group (one syscall that finds
-        nothing in the common case); a timeout's TERM already went out."""
+        """SIGTERM what the leader left running, each process once
+        (`contained.signal_attempt`: its cgroup, else its group; in the
+        common case it finds nothing); a timeout's or a cancel's first
+        signal already went out."""
         assert self.proc is not None
-        if self.term_sent_at is None:
-            left = procs.signal_group(self.proc.pid, signal.SIGTERM)
-            if self.cell is not None:  # what left the group is still in the cgroup
-                left = self.cell.signal(signal.SIGTERM) or left
-            if not left:
+        if not self.escalation.started:
+            if not contained.signal_attempt(self.proc.pid, self.cell, signal.SIGTERM):
                 return
-            self.term_sent_at = now
+            self.escalation.first_sent(now)
             self.resume(now)  # what is left of a suspended attempt sees its TERM
-        if self.kill_sent:
-            self.group_ends_at = now + GROUP_KILL_WAIT_S
-        else:
-            self.group_ends_at = self.term_sent_at + TERM_GRACE_S
-        self.group_check_at = now
+        self.escalation.await_group(now)
 
     def _group_ended(self, now: float) -> bool:
-        """Whether the leader's group is empty; escalates TERM -> KILL -> give up."""
-        assert self.proc is not None and self.group_ends_at is not None
+        """Whether the leader's group is over: empty, or given up after SIGKILL."""
+        assert self.proc is not None
         if not contained.left_running(self.proc.pid, self.cell):
             return True
-        if now < self.group_ends_at:
-            self.group_check_at = now + GROUP_POLL_S
-            return False
-        if not self.kill_sent:
+        step = self.escalation.group_left(now)
+        if step is Step.KILL:
             self.kill_now()
-            self.group_ends_at = now + GROUP_KILL_WAIT_S
-            self.group_check_at = now + GROUP_POLL_S
-            return False
-        return True  # only zombies or processes stuck in the kernel are left: record anyway
+        return step is Step.GIVE_UP
 
     def _outcome(self, returncode: int) -> Outcome:
         """A timed-out attempt has no exit code (null, as in 0.4.11), only the
@@ -249,23 +227,21 @@ class Execution:
         return Outcome(returncode, FailureReason.PROCESS_EXIT, describe_exit(returncode), ended_by)
 
     def _enforce_timeout(self, now: float) -> None:
-        assert self.proc is not None
-        if self.term_sent_at is None and self.suspended is None and now >= self.warn_at:
+        if self.escalation.started:
+            if self.escalation.kill_due(now):
+                self.kill_now()
+            return
+        if self.timers.warning_due(now):
             self._warn(now)
-        if self.term_sent_at is None and self.suspended is None and now >= self.deadline:
+        if self.timers.expired(now):
             self.timed_out = True
             self.terminate(now)
-        elif (
-            self.term_sent_at is not None
-            and not self.kill_sent
-            and now >= self.term_sent_at + TERM_GRACE_S
-        ):
-            self.kill_now()
 
     def _warn(self, now: float) -> None:
         """`add --signal-before-timeout`: its signal to the whole attempt, once."""
         assert self.proc is not None and self.claim.warning is not None
-        self.warn_at, self.warned_at = math.inf, now
+        self.timers.warning_sent()
+        self.warned_at = now
         sig = signal.Signals[self.claim.warning[0]]
         contained.signal_attempt(self.proc.pid, self.cell, sig, self.claim.token)
 
@@ -273,8 +249,8 @@ class Execution:
         """Send `first` (SIGTERM unless a cancel chose another) to the group;
         poll() SIGKILLs it after the grace period. A suspended attempt is
         continued after the signal, so that it sees it."""
-        if self.proc is not None and self.term_sent_at is None:
-            self.term_sent_at = now
+        if self.proc is not None and not self.escalation.started:
+            self.escalation.first_sent(now)
             contained.signal_attempt(self.proc.pid, self.cell, first)
             self.resume(now)
 
@@ -287,28 +263,19 @@ class Execution:
 
     def suspend(self, now: float) -> bool:
         """Stop every process of the attempt (`contained.Suspended`); its
-        timeout stands still until `resume`. False if it was not running."""
-        if not self.leader_running or self.suspended is not None or self.term_sent_at is not None:
+        timers stand still until `resume`. False if it was not running, or
+        is suspended or being stopped already."""
+        if not self.leader_running or self.timers.suspended is not None or self.escalation.started:
             return False
         assert self.proc is not None
-        self.suspended = contained.Suspended.stop(self.proc.pid, self.cell, self.claim.token, now)
+        suspended = contained.Suspended.stop(self.proc.pid, self.cell, self.claim.token, now)
+        self.timers.stand_still(suspended)
         return True
 
     def resume(self, now: float) -> float | None:
         """Continue a suspended attempt; its timers move on by the time it
         stood still, which is returned (None: it was not suspended)."""
-        if self.suspended is None:
-            return None
-        span = self.suspended.release(now)
-        self.suspended = None
-        self.shift_timers(span)
-        return span
-
-    def shift_timers(self, span: float) -> None:
-        """Every timer of the attempt's running time, later by span (the
-        time it was suspended: not counted against its timeout)."""
-        self.deadline += span
-        self.warn_at += span  # inf stays inf: no warning, or sent
+        return self.timers.resume(now)
 
     def kill_now(self) -> None:
         """SIGKILL the group, and the whole cgroup where the attempt has one
@@ -317,12 +284,8 @@ class Execution:
             procs.signal_group(self.proc.pid, signal.SIGKILL)
             if self.cell is not None:
                 self.cell.kill()
-            if self.suspended is not None:  # frozen or stopped: its killed tasks exit once let go
-                self.suspended.release()
-                self.suspended = None
-            self.kill_sent = True
-            if self.term_sent_at is None:
-                self.term_sent_at = self.started_at
+            self.timers.let_go()
+            self.escalation.killed()
 
     def force_end(self, reason: FailureReason, error: str) -> None:
         """Kill the group now and report `reason` as the outcome (hard shutdown)."""
@@ -333,13 +296,8 @@ class Execution:
     def next_wakeup(self) -> float:
         if self.outcome is not None:
             return math.inf  # over: only its record is pending
-        if self.group_ends_at is not None:
-            return self.group_check_at
-        if self.term_sent_at is not None and not self.kill_sent:
-            return self.term_sent_at + TERM_GRACE_S
-        if self.suspended is not None:
-            return math.inf  # no timer runs while it stands still
-        return min(self.deadline, self.warn_at)
+        due = self.escalation.next_at()
+        return self.timers.next_at() if due is None else due
 
     def wait_blocking(self) -> None:
         """Reap the leader after a kill (it cannot ignore SIGKILL) and give the

@@ -6,7 +6,7 @@ the job's process group is carried by the `canceled` event's detail
 (`signal`, a name such as `SIGTERM`): SIGTERM unless the canceller chose
 another (`--signal`) or SIGKILL (`--now`). After any signal but SIGKILL the
 worker waits the grace period a timeout waits (`TERM_GRACE_S` in
-runner/supervise.py), then SIGKILLs the group. A `canceled` event without
+runner/stopping.py), then SIGKILLs the group. A `canceled` event without
 the key (written before it existed) means SIGKILL."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class Steering:
         return {
             e.claim.attempt_id: e
             for job_id, e in self.shift.running.items()
-            if job_id not in skip and e.leader_running and not e.lost and e.term_sent_at is None
+            if job_id not in skip and e.leader_running and not e.lost and not e.escalation.started
         }
 
     def look(self, now: float) -> None:
@@ -87,7 +87,11 @@ class Steering:
         """Settle each request `delivered` with its event (`control.deliver`);
         the ones this call settled, to act on after the commit."""
         targets = self._targets()
-        since = {a: e.suspended.since for a, e in targets.items() if e.suspended is not None}
+        since = {
+            a: e.timers.suspended.since
+            for a, e in targets.items()
+            if e.timers.suspended is not None
+        }
         settled = []
         for req in found:
             if req.attempt_id not in targets:

@@ -303,7 +303,13 @@ def test_only_the_registries_load_modules_by_names_held_in_data() -> None:
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli/", "web/", "exposition.py", "__main__.py"),
     ("worker/",),
-    ("runner/supervise.py", "runner/contained.py", "runner/liveness.py", "runner/capacity.py"),
+    (
+        "runner/supervise.py",
+        "runner/stopping.py",
+        "runner/contained.py",
+        "runner/liveness.py",
+        "runner/capacity.py",
+    ),
     ("services/",),
     ("db/backends/sqlite/", "db/backends/postgresql/"),
     ("db/",),
@@ -408,9 +414,12 @@ SIZE_EXEMPT: dict[str, str] = {
         " grows; split by length the two imported each other"
     ),
     "spoolctl/runner/supervise.py": (
-        "class Execution is one attempt's whole supervision (spawn, the TERM then KILL"
-        " escalation, the group's end, its cgroup); the escalation's state is what"
-        " to take out when signalling and suspending a running job join it"
+        "class Execution is one attempt from spawn to end: its process and cgroup, its"
+        " outcome, and every signal it gets (signal, suspend, continue, the warning, a"
+        " timeout's or a cancel's first signal, the group's end, SIGKILL), each a short"
+        " method over the process and cgroup it holds (when each is due and how far the"
+        " stopping has gone are runner/stopping.py's); the module adds the attempt's"
+        " output files and its spawn record"
     ),
     "spoolctl/worker/loop.py": (
         "class Worker sequences every duty of a worker's pass; its size is the"
