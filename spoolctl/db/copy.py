@@ -27,6 +27,7 @@ from spoolctl.db.backends.base import Driver
 from spoolctl.db.tables import (
     LEDGER_SEQUENCE,
     attempts,
+    control_requests,
     job_dependencies,
     job_events,
     jobs,
@@ -43,6 +44,7 @@ COPY_ORDER: tuple[Table, ...] = (
     workers,
     lanes,
     attempts,
+    control_requests,
     job_events,
     job_dependencies,
     output_chunks,
@@ -54,6 +56,7 @@ it is written."""
 SEQUENCED: tuple[Table, ...] = (
     jobs,
     attempts,
+    control_requests,
     job_events,
     output_chunks,
     schedules,

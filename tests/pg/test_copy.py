@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from spoolctl.db.backends.postgresql.output import CHUNK_BYTES as OUTPUT_CHUNK_BYTES
 from spoolctl.db.tables import metadata
-from tests.helpers import Result, rows
+from tests.helpers import Result, execute, rows
 from tests.pg_server import libpq_url
 from tests.populated import run_json, run_quiet
 from tests.unit.test_legacy import copy_fixture
@@ -87,6 +87,10 @@ def build_source(db: Path) -> Source:
         db, "--after-job", str(ids["scheduled"]), "--after-job", str(ids["done"]), "--", "true"
     )
     add(db, "--after-job-any", str(ids["scheduled"]), "--", "true")
+    ids["requeued"] = add(
+        db, "--requeue-exit", "75", "--max-requeues", "1", "--max-retries", "0", "-c", "exit 75"
+    )
+    ids["warned"] = add(db, "--after", "1h", "--signal-before-timeout", "USR1@1m", "--", "true")
     for name in ("nightly", "hourly"):
         ok(
             run_json(
@@ -117,6 +121,13 @@ def build_source(db: Path) -> Source:
     for _ in range(2):
         ok(run_json("retry", "--db", str(db), str(ids["retried"])))
         drain(db)
+    done_attempt = rows(db, "SELECT id FROM attempts WHERE job_id = ?", (ids["done"],))[0]["id"]
+    execute(  # a request its worker delivered, as `signal` leaves it
+        db,
+        "INSERT INTO control_requests (job_id, attempt_id, action, signal, requested_at, "
+        "settled_at, result) VALUES (?, ?, 'signal', 'SIGUSR1', 1.5, 1.625, 'delivered')",
+        (ids["done"], done_attempt),
+    )
     ok(run_json("pause", "--db", str(db), "other", "--reason", "moving up"))
     first = rows(
         db,
@@ -146,6 +157,13 @@ def test_the_source_has_what_the_copy_must_carry(source: Source) -> None:
         == 3
     )
     assert rows(source.db, "SELECT queue FROM lanes")[0]["queue"] == "other"
+    assert len(rows(source.db, "SELECT * FROM control_requests")) == 1
+    requeued = rows(
+        source.db,
+        "SELECT state FROM attempts WHERE job_id = ? ORDER BY id",
+        (source.ids["requeued"],),
+    )
+    assert [r["state"] for r in requeued] == ["requeued", "failed"]
     assert len(rows(source.db, "SELECT * FROM job_dependencies")) >= 2
     issued = rows(source.db, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")[0]["seq"]
     assert issued == source.pruned_top > max(states)
