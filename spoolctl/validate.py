@@ -10,7 +10,6 @@ import contextlib
 import math
 import os
 import re
-import signal as signals
 import time
 from datetime import datetime
 from typing import Any
@@ -174,7 +173,11 @@ def timeout_seconds(raw: str) -> int:
 
 def signal_number(raw: str) -> int:
     """A signal named as the shell user names it (`TERM`, `SIGTERM`, `term`)
-    or by number (`15`): one this platform knows, never 0."""
+    or by number (`15`): one this platform knows, never 0. (`signal` is
+    imported here, not with the module: it builds its enums at import, a
+    cost `add` of a job without a signal flag need not pay.)"""
+    import signal as signals
+
     text = raw.strip()
     if text.isascii() and text.isdigit():
         try:
@@ -193,7 +196,7 @@ def signal_number(raw: str) -> int:
     )
 
 
-UNHEEDED = frozenset({signals.SIGKILL, signals.SIGSTOP})
+UNHEEDED = frozenset({"SIGKILL", "SIGSTOP"})
 """Signals a job cannot catch: no warning to act on."""
 
 
@@ -208,8 +211,10 @@ def timeout_warning(raw: str) -> str:
             f"signal_before_timeout must look like USR1@2m (a signal, @, a duration), got {raw!r}",
             value=raw,
         )
+    import signal as signals
+
     number = signals.Signals(signal_number(text))
-    if number in UNHEEDED:
+    if number.name in UNHEEDED:
         raise InvalidInput(
             f"signal_before_timeout cannot be {number.name}: a job cannot catch it to act "
             "on the warning",
