@@ -32,11 +32,6 @@ NO_PIDFD_TICK_S = 0.005
 GUARD_FENCE_SHARE = 0.75
 """The lease guard kills a silent worker's jobs at this share of the hang
 threshold: a live worker has fenced itself at half of it already."""
-BUSY_LOOK_S = 0.1
-"""While others keep writing to the queue (its change watch has no quiet
-descriptor to wait on), a worker running jobs asks the watch, and reads
-the requests to its jobs, at most this often: a request waits at most this
-long plus a read, and a busy fleet does not pay a read per commit."""
 HARD_STOP_RECORD_S = 5.0
 """After a second signal, how long the worker tries to record its killed jobs."""
 HARD_STOP_ERROR = "worker stopped by a second signal"
@@ -227,7 +222,7 @@ class Worker:
         elif not shift.running or (now < self._look_at and not _readable(watch)):
             return False
         changed = watch.changed()
-        self._look_at = now + max(watch.wait_s(), BUSY_LOOK_S)
+        self._look_at = now + watch.wait_s()
         return changed
 
     def _wanted(self, now: float, ended: int, changed: bool) -> int:
