@@ -58,7 +58,7 @@ class Heartbeat:
             with shift.report.timings.db, write_tx(shift.engine, LOCK_SLICE_S) as conn:
                 lost = self._beat(conn, pairs, now)
                 first = cancel.first_signals(conn, lost) if lost else {}
-                steered = self.steering.in_heartbeat(conn, now, lost)
+                steered = self.steering.within(conn, now, lost)
         except TRANSIENT:
             shift.backoff.failed(now)
             return

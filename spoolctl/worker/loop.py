@@ -89,8 +89,8 @@ class Worker:
             LOCK_SLICE_S,
             log=on_log,
         )
-        self.settler = Settler(shift, self.reaping)
         self.steering = Steering(shift)
+        self.settler = Settler(shift, self.reaping, self.steering)
         self.heartbeat = duties.Heartbeat(shift, self.reaping, self.steering)
         self.fence = duties.LeaseFence(shift)
         self.duties: list[duties.Duty] = [
@@ -190,13 +190,14 @@ class Worker:
             ended = shift.ended(now)
             if not shift.backoff.blocks(now):  # a failed heartbeat holds back the rest
                 changed = self._changed(now, watch, len(ended))
-                if changed and shift.running:
-                    self.steering.look(now)
+                steer = changed and bool(shift.running)  # requests may wait for its jobs
                 wanted = self._wanted(now, len(ended), changed)
-                if ended or wanted:
-                    for claim in self.settler.settle_and_claim(now, ended, wanted):
+                if ended or wanted:  # a write anyway: the requests are settled in it
+                    for claim in self.settler.settle_and_claim(now, ended, wanted, steer=steer):
                         self.settler.start(claim, now)
                     shift.guard_groups()
+                elif steer:
+                    self.steering.look(now)
                 for duty in self.duties:
                     duty.run(now)
             if self._finished(now):

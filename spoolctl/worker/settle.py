@@ -11,7 +11,7 @@ from dataclasses import replace
 from sqlalchemy import Connection
 
 from spoolctl.runner import containment, supervise
-from spoolctl.services import reaper
+from spoolctl.services import control, reaper
 from spoolctl.services.claim import Claim, Claimant
 from spoolctl.services.outcome import Ending, Outcome
 from spoolctl.services.settle import Settled, settle
@@ -19,6 +19,7 @@ from spoolctl.worker import warnings
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, TRANSIENT, Shift
 from spoolctl.worker.spin import Spin
+from spoolctl.worker.steering import Steering
 
 Ended = list[tuple[supervise.Execution, Outcome]]
 
@@ -28,9 +29,10 @@ class Settler:
     (`next_claim_at`, and whether the last look found the lane exhausted),
     and the pass that records and claims."""
 
-    def __init__(self, shift: Shift, reaping: Reaping) -> None:
+    def __init__(self, shift: Shift, reaping: Reaping, steering: Steering) -> None:
         self.shift = shift
         self.reaping = reaping
+        self.steering = steering
         self.claimant = Claimant(
             shift.worker_id,
             shift.identity.pid,
@@ -50,9 +52,13 @@ class Settler:
         """The worker contains its attempts in `cells`: claim what they can enforce."""
         self.claimant = replace(self.claimant, enforces=cells.enforces)
 
-    def settle_and_claim(self, now: float, ended: Ended, wanted: int) -> list[Claim]:
+    def settle_and_claim(
+        self, now: float, ended: Ended, wanted: int, *, steer: bool = False
+    ) -> list[Claim]:
         """Record ended attempts and claim up to `wanted` (plus the slots they
-        free) in one write transaction. Nothing is lost when the write fails:
+        free) in one write transaction; with steer, the requests waiting for
+        this worker's attempts are settled in it too, and acted on once it
+        commits (`Steering.within`). Nothing is lost when the write fails:
         ended attempts stay in `running` and are recorded on a later pass.
         A claim looks for stale jobs to reap first, at most once per heartbeat
         interval (as the reap pass of a busy worker does): reaping waits for a
@@ -78,8 +84,10 @@ class Settler:
         def first(conn: Connection) -> None:
             warnings.record(conn, warned, shift.worker_id)
 
+        steered: list[control.Request] = []
         try:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
+                steered = self.steering.within(conn, now) if steer else []
                 settled = settle(
                     conn,
                     self.claimant,
@@ -97,6 +105,7 @@ class Settler:
         shift.backoff.ok()
         shift.output.landed()
         warnings.landed(warned)
+        self.steering.act(now, steered)
         for execution in riding:
             execution.spawn_recorded = True
         for (execution, outcome), state in zip(ended, settled.states, strict=True):

@@ -2,9 +2,11 @@
 attempts this worker runs (`services/control.py` holds the rows).
 
 The worker looks for them whenever its change watch says the queue changed
-while it runs jobs (one read of the pending requests for its attempts), and
-at every heartbeat, inside the heartbeat's own transaction, as a fallback
-for a missed wake-up. A request is settled `delivered`, with its event, in
+while it runs jobs: inside the write transaction of its pass when it
+records or claims anyway (a busy worker: no transaction of its own), else
+with one read of the pending requests for its attempts; and at every
+heartbeat, inside the heartbeat's own transaction, as a fallback for a
+missed wake-up. A request is settled `delivered`, with its event, in
 a write transaction; the worker acts only once that commits, in the order
 the requests were made, so a request is acted on at most once, and one its
 requester settled first (the attempt ended) is never acted on.
@@ -70,12 +72,13 @@ class Steering:
         else:
             shift.backoff.failed(now)
 
-    def in_heartbeat(
-        self, conn: Connection, now: float, lost: Collection[int]
+    def within(
+        self, conn: Connection, now: float, lost: Collection[int] = ()
     ) -> list[control.Request]:
-        """Within the heartbeat's write transaction: settle every request
-        waiting for this worker's attempts (not those just `lost`); the
-        caller acts on the answer once the transaction commits."""
+        """Within a write transaction the worker makes anyway (its heartbeat,
+        a pass that records and claims): settle every request waiting for
+        this worker's attempts (not those just `lost`); the caller acts on
+        the answer once the transaction commits (`act`)."""
         targets = self._targets(skip=lost)
         if not targets:
             return []
