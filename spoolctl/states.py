@@ -103,20 +103,25 @@ class EventKind(StrEnum):
     `suspend`, `continue`): detail has the `request_id`, the `action`, the
     `signal` where it is one, the `attempt_id` and `by` where known."""
     SIGNALED = "signaled"
-    """The owning worker sent a requested signal to every process of the
-    attempt (detail: `request_id`, `signal`)."""
+    """The owning worker settled a `signal` request and sent the signal to
+    every process of the attempt (detail: `request_id`, `attempt_id`,
+    `signal`)."""
     SUSPENDED = "suspended"
-    """The owning worker stopped every process of the attempt (detail:
-    `request_id`, `how`: `freeze` for its cgroup, `sigstop` for its group)."""
+    """The owning worker settled a `suspend` request and stopped every
+    process of the attempt: its cgroup frozen, else SIGSTOP to its group
+    (detail: `request_id`, `attempt_id`)."""
     CONTINUED = "continued"
     """The owning worker let a suspended attempt go on (detail: `request_id`,
-    `suspended_s`: how long it was stopped, not counted against its timeout)."""
+    `attempt_id`, `suspended_s`: how long it was stopped, not counted
+    against its timeout)."""
     WARNED = "warned"
     """The worker sent the job's `--signal-before-timeout` signal, once, that
-    long before its timeout (detail: `signal`, `before_s`)."""
+    long before its timeout (detail: `attempt`, its number; `signal`,
+    `before_s`)."""
     REQUEUED = "requeued"
     """The attempt exited with a `--requeue-exit` code and the job went back
-    to the queue, its retry budget kept (detail: `exit_code`, `requeues`)."""
+    to the queue, its retry budget kept (detail: `attempt`, its number;
+    `exit_code`, `requeues`)."""
     UPDATED = "updated"
     """A queued or waiting job was changed (`spoolctl update`): detail's
     `changes` maps each field to its `[old, new]` value."""
