@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-HEAD_REVISION = "0009_steering"
+HEAD_REVISION = "0010_resources"
 """The revision these statements were compiled against."""
 LISTED = (
     "argv",
@@ -31,8 +31,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.last_exit_code, jobs.last_error, jobs.last_failure_reason, "
         "jobs.memory_bytes, jobs.cpus, jobs.require_limits, jobs.suspended_at, "
         "jobs.signal_before_timeout, jobs.signal_before_timeout_s, jobs.requeue_exits, "
-        "jobs.max_requeues, jobs.requeues \nFROM jobs \nWHERE jobs.idempotency_key = ? "
-        "AND jobs.state IN (?, ?, ?)",
+        "jobs.max_requeues, jobs.requeues, jobs.weight, jobs.gpus, jobs.gpu_share, "
+        "jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs \nWHERE jobs.idempotency_key "
+        "= ? AND jobs.state IN (?, ?, ?)",
         "key param_1 param_2 param_3",
         {"param_1": "queued", "param_2": "running", "param_3": "waiting"},
     ),
@@ -87,8 +88,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "attempts.finished_at, attempts.exit_code, attempts.error, "
         "attempts.failure_reason, attempts.stdout_path, attempts.stderr_path, "
         "attempts.job_pid, attempts.job_pgid, attempts.job_started_at, attempts.cgroup, "
-        "attempts.peak_memory_bytes, attempts.cpu_time_s \nFROM attempts \nWHERE "
-        "attempts.job_id = ? ORDER BY attempts.attempt_no",
+        "attempts.peak_memory_bytes, attempts.cpu_time_s, attempts.host, "
+        "attempts.devices \nFROM attempts \nWHERE attempts.job_id = ? ORDER BY "
+        "attempts.attempt_no",
         "job_id",
         {},
     ),
@@ -101,7 +103,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.last_exit_code, jobs.last_error, jobs.last_failure_reason, "
         "jobs.memory_bytes, jobs.cpus, jobs.require_limits, jobs.suspended_at, "
         "jobs.signal_before_timeout, jobs.signal_before_timeout_s, jobs.requeue_exits, "
-        "jobs.max_requeues, jobs.requeues \nFROM jobs \nWHERE jobs.id = ?",
+        "jobs.max_requeues, jobs.requeues, jobs.weight, jobs.gpus, jobs.gpu_share, "
+        "jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs \nWHERE jobs.id = ?",
         "id",
         {},
     ),
@@ -382,7 +385,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "SELECT workers.id, workers.hostname, workers.pid, workers.process_started_at, "
         "workers.boot_id, workers.queue, workers.slots, workers.concurrency, "
         "workers.started_at, workers.heartbeat_at, workers.stopped_at, workers.state, "
-        "workers.jobs_run, workers.pid_space \nFROM workers ORDER BY workers.started_at",
+        "workers.jobs_run, workers.pid_space, workers.inventory \nFROM workers ORDER BY "
+        "workers.started_at",
         "",
         {},
     ),
@@ -390,8 +394,8 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "SELECT workers.id, workers.hostname, workers.pid, workers.process_started_at, "
         "workers.boot_id, workers.queue, workers.slots, workers.concurrency, "
         "workers.started_at, workers.heartbeat_at, workers.stopped_at, workers.state, "
-        "workers.jobs_run, workers.pid_space \nFROM workers \nWHERE workers.state = ? "
-        "ORDER BY workers.started_at",
+        "workers.jobs_run, workers.pid_space, workers.inventory \nFROM workers \nWHERE "
+        "workers.state = ? ORDER BY workers.started_at",
         "state_1",
         {"state_1": "running"},
     ),

@@ -14,6 +14,7 @@ KNOWN_REVISIONS: tuple[str, ...] = (
     "0007_containment",
     "0008_pid_space",
     "0009_steering",
+    "0010_resources",
 )
 """Every revision this code knows, oldest first."""
 HEAD_REVISION = KNOWN_REVISIONS[-1]

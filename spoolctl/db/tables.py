@@ -57,6 +57,12 @@ Int = Integer().with_variant(BigInteger(), "postgresql")
 there it is BIGINT (timeouts, budgets and ids take the same range on both)."""
 
 NEEDS_LIMITS_WHERE = "require_limits = 1"
+REQUESTS_WHERE = "weight IS NOT NULL OR gpus IS NOT NULL OR memory_bytes IS NOT NULL"
+"""A job the claim places (`services/placement.py`): it asks for more than one
+slot, for GPUs, or for memory. The same text in the partial index and in the
+claim's test, so that SQLite sees the index covers the test."""
+DEVICE_UNITS = 720720
+"""A device's capacity in units: divisible by every share 1/k, k = 1 … 16."""
 ACTIVE_KEY_WHERE = "idempotency_key IS NOT NULL AND state IN ('queued', 'running', 'waiting')"
 """An idempotency key is unique among unfinished jobs, waiting ones included."""
 
@@ -106,6 +112,11 @@ jobs = Table(
     Column("requeue_exits", Text),
     Column("max_requeues", Int),
     Column("requeues", Int, nullable=False, server_default="0"),
+    Column("weight", Int),
+    Column("gpus", Int),
+    Column("gpu_share", Int),
+    Column("gpu_memory_bytes", Int),
+    Column("gpu_model", Text),
     _one_of("state", JobState),
     _one_of("last_failure_reason", FailureReason, nullable=True),
     sqlite_autoincrement=True,
@@ -128,7 +139,14 @@ Index("ix_jobs_queue_id", jobs.c.queue, jobs.c.id)
 `signal_before_timeout` (a name such as SIGUSR1) is sent
 `signal_before_timeout_s` seconds before the timeout; `requeue_exits` is the
 JSON list of `--requeue-exit` codes, `max_requeues` their bound (null: the
-default) and `requeues` how many times the job went back to the queue so."""
+default) and `requeues` how many times the job went back to the queue so.
+
+Resources (0010): what the job needs of a worker (`resources.Request`):
+`weight` slots (null: one), `gpus` devices (null: none), each whole or, with
+`gpu_share` k, a 1/k share of one device; only devices with at least
+`gpu_memory_bytes` of memory whose model matches `gpu_model`. With
+`memory_bytes` (its --memory), a job with any of them is placed by the claim
+(`REQUESTS_WHERE`)."""
 
 attempts = Table(
     "attempts",
@@ -152,6 +170,8 @@ attempts = Table(
     Column("cgroup", Text),
     Column("peak_memory_bytes", Int),
     Column("cpu_time_s", Float),
+    Column("host", Text),
+    Column("devices", Text),
     UniqueConstraint("job_id", "attempt_no"),
     _one_of("state", AttemptState),
     _one_of("failure_reason", FailureReason, nullable=True),
@@ -175,6 +195,7 @@ workers = Table(
     Column("state", String(16), nullable=False),
     Column("jobs_run", Int, nullable=False, server_default="0"),
     Column("pid_space", Text),  # procs.pid_space: where `pid` names this worker (0008)
+    Column("inventory", Text),  # resources.Inventory as JSON: what it has to place jobs on (0010)
 )
 Index("ix_workers_state_heartbeat", workers.c.state, workers.c.heartbeat_at)
 
@@ -219,6 +240,43 @@ settles it `attempt_ended`. Whoever settles it first, by a conditional update
 of the null `settled_at`, decides: a request is acted on at most once."""
 Index("ix_control_requests_attempt_id", control_requests.c.attempt_id, control_requests.c.id)
 Index("ix_control_requests_job_id", control_requests.c.job_id)
+
+devices = Table(
+    "devices",
+    _metadata,
+    Column("uuid", String(96), primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("idx", Int, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("memory_bytes", Int),
+    Column("held", Int, nullable=False, server_default="0"),
+    Column("seen_at", Float, nullable=False),
+    CheckConstraint(f"held >= 0 AND held <= {DEVICE_UNITS}", name="held"),
+)
+"""Every GPU a worker registered, known by its UUID (unique across the
+fleet), with the host, NVML index, model and memory it was seen with.
+`held` is the units of it held by attempts (a whole device is DEVICE_UNITS,
+a 1/k share DEVICE_UNITS / k): the CHECK makes an over-hold impossible,
+whichever worker on whichever machine tries; `device_holds` says by whom."""
+
+device_holds = Table(
+    "device_holds",
+    _metadata,
+    Column("id", Int, primary_key=True, autoincrement=True),
+    Column("device_uuid", String(96), ForeignKey("devices.uuid"), nullable=False),
+    Column("attempt_id", Int, ForeignKey("attempts.id"), nullable=False),
+    Column("job_id", Int, nullable=False),
+    Column("units", Int, nullable=False),
+    Column("worker_id", Text, nullable=False),
+    Column("held_at", Float, nullable=False),
+    UniqueConstraint("device_uuid", "attempt_id"),
+    CheckConstraint(f"units > 0 AND units <= {DEVICE_UNITS}", name="units"),
+)
+"""Who holds what of a device: written with the claim that places the
+attempt, adding its units to `devices.held` in the same transaction, and
+deleted (subtracting them) when the attempt's end is recorded by its worker,
+or, after a crash, only once the reaper confirmed its processes gone."""
+Index("ix_device_holds_attempt_id", device_holds.c.attempt_id)
 
 lanes = Table(
     "lanes",
@@ -334,6 +392,17 @@ def _with_partial_indexes() -> MetaData:
             jobs.c.state,
             sqlite_where=text(NEEDS_LIMITS_WHERE),
             postgresql_where=text(NEEDS_LIMITS_WHERE),
+        )
+        # Queued jobs the claim places, in claim order: the claim's test that
+        # none is due in its lane reads this index only (empty without requests).
+        Index(
+            "ix_jobs_requests",
+            jobs.c.queue,
+            jobs.c.priority.desc(),
+            jobs.c.next_run_at,
+            jobs.c.id,
+            sqlite_where=text(f"state = 'queued' AND ({REQUESTS_WHERE})"),
+            postgresql_where=text(f"state = 'queued' AND ({REQUESTS_WHERE})"),
         )
         # PostgreSQL's ledger positions: unique, and the events still without
         # one found without a scan. Each index leaves out the other's rows, so

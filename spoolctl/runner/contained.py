@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from spoolctl.runner import containment, procs
-from spoolctl.services.claim import Claim
+from spoolctl.services.claimant import Claim
 from spoolctl.services.outcome import Outcome
 from spoolctl.states import FailureReason
 

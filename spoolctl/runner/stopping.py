@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from spoolctl.runner import contained
-from spoolctl.services.claim import Claim
+from spoolctl.services.claimant import Claim
 
 TERM_GRACE_S = 5.0
 """How long an attempt has after its first signal before SIGKILL."""

@@ -42,7 +42,7 @@ from spoolctl.runner import contained, containment, procs, spawn
 from spoolctl.runner.capacity import Place
 from spoolctl.runner.stopping import GROUP_KILL_WAIT_S, Escalation, Step, Timers
 from spoolctl.services import spawn_record
-from spoolctl.services.claim import Claim
+from spoolctl.services.claimant import Claim
 from spoolctl.services.job_defaults import HERE_ENV
 from spoolctl.services.outcome import Outcome, signal_name, signal_of
 from spoolctl.states import FailureReason

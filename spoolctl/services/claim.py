@@ -7,18 +7,15 @@ LOCKED (claimants skip each other's rows instead of waiting), and the update
 is still guarded by `state = 'queued'`. Either way two workers can never
 both take one job.
 
-Who claims is one value, `Claimant`; `claim_up_to` is the claim, and
+Who claims is one value, `Claimant`, and what each claim gives a worker
+another, `Claim` (`services/claimant.py`); `claim_up_to` is the claim, and
 `Claiming` the same in two halves for a pass that sends other statements
 beside it (`services/settle.py`).
 """
 
 from __future__ import annotations
 
-import signal
-from dataclasses import dataclass
-from functools import cached_property
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Connection, Select, case, delete, func, select, update
 
@@ -27,9 +24,12 @@ from spoolctl.db import codec
 from spoolctl.db.backends import statements
 from spoolctl.db.prepared import Sent, item_binds
 from spoolctl.db.tables import attempts, job_events, jobs
-from spoolctl.runner.containment import NO_LIMITS, Limits
-from spoolctl.services import claim_limits, lingering
+from spoolctl.resources import PLAIN, Free, Inventory, Request
+from spoolctl.services import claim_limits, lingering, placement
 from spoolctl.services import claim_statements as sql
+from spoolctl.services.claimant import Claim as Claim
+from spoolctl.services.claimant import Claimant as Claimant
+from spoolctl.services.claimant import steering_of
 from spoolctl.services.deadletter import RELEASE_LOCK
 from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.event_row import event_row
@@ -37,86 +37,6 @@ from spoolctl.services.events import record_event, record_events
 from spoolctl.services.lanes import is_paused
 from spoolctl.services.lingering import attempt_token
 from spoolctl.states import EventKind, JobState
-
-
-@dataclass(frozen=True)
-class Claim:
-    """Everything a worker needs to run one attempt, fixed at claim time."""
-
-    job_id: int
-    attempt_id: int
-    attempt_no: int
-    argv: list[str]
-    cwd: str | None
-    env: dict[str, str]
-    timeout_seconds: int
-    queue: str
-    stdout_path: str
-    stderr_path: str
-    token: str = ""
-    """SPOOLCTL_ATTEMPT_TOKEN: set in the job's environment before it is spawned."""
-    limits: Limits = NO_LIMITS
-    """The job's --memory and --cpus (enforced where the worker's cgroups can)."""
-    warning: tuple[str, int] | None = None
-    """`add --signal-before-timeout`: the signal's name and how many seconds
-    before the timeout it is sent."""
-    requeues: int = 0
-    """How many times a `--requeue-exit` code requeued the job so far."""
-
-
-def steering_of(row: Any) -> dict[str, Any]:
-    """The warning and the requeues a claimed row carries (a row read
-    without their columns: none; a warning this platform cannot send, or a
-    duration below 1 s, which only a damaged row holds: none)."""
-    name = getattr(row, "signal_before_timeout", None)
-    before_s = getattr(row, "signal_before_timeout_s", None)
-    sendable = isinstance(getattr(signal.Signals, str(name), None), signal.Signals)
-    fits = isinstance(before_s, int) and before_s > 0
-    warning = (str(name), before_s) if sendable and fits else None
-    requeues = getattr(row, "requeues", None)
-    return {"warning": warning, "requeues": requeues if isinstance(requeues, int) else 0}
-
-
-class LaneCap(Protocol):
-    """A lane's cap (`work --slots`) as a claimant applies it: a worker's
-    `runner.capacity.Capacity`."""
-
-    @property
-    def lane_cap(self) -> int | None:
-        """At most this many of the lane's jobs running fleet-wide (None: no cap)."""
-        ...
-
-    def within_lane_cap(self, wanted: int, running: int) -> int:
-        """How many of `wanted` the cap lets start while `running` run."""
-        ...
-
-
-@dataclass(frozen=True)
-class Claimant:
-    """Who claims, the same for every claim of one worker."""
-
-    worker_id: str
-    worker_pid: int
-    lane: str
-    """The lane it claims from."""
-    output_root: Path
-    """Where its attempts write their output files (`layout.attempt_paths`)."""
-    cap: LaneCap | None = None
-    """The lane's cap it claims within (None: none)."""
-    enforces: tuple[bool, bool] = (False, False)
-    """The limits (memory, cpu) its cgroups can enforce: a job that requires
-    one it cannot is left to another worker."""
-
-    @cached_property
-    def binds(self) -> dict[str, Any]:
-        """The claim statement's values that stay the same from claim to claim."""
-        return {
-            "b_queue": self.lane,
-            "b_worker": self.worker_id,
-            "b_pid": self.worker_pid,
-            "b_root": str(self.output_root),
-            **claim_limits.binds(self.enforces),
-        }
 
 
 def running_in_queue(conn: Connection, queue: str) -> int:
@@ -129,7 +49,9 @@ def running_in_queue(conn: Connection, queue: str) -> int:
     )
 
 
-def claim_up_to(conn: Connection, claimant: Claimant, wanted: int, now: float) -> list[Claim]:
+def claim_up_to(
+    conn: Connection, claimant: Claimant, wanted: int, now: float, room: Free | None = None
+) -> list[Claim]:
     """Claim up to `wanted` due jobs of the claimant's lane (a worker's free
     slots), in claim order: priority (high first), then next_run_at, then id.
 
@@ -142,11 +64,16 @@ def claim_up_to(conn: Connection, claimant: Claimant, wanted: int, now: float) -
     claimed from a paused lane. A job that requires its limits is claimed
     only when the claimant enforces them.
 
+    A job that asks for resources (a weight, GPUs, memory) is claimed only
+    if it fits `room` (what the worker has free; None: `wanted` slots), and
+    given its devices (`services/placement.py`).
+
     The common case is one statement for all of them (`claim_statements.take`:
     where the backend runs writes inside a WITH, it also creates the
     attempts and their events; else a statement each follows); where it
-    comes up short, the claim looks again one job at a time."""
-    return Claiming(conn, claimant, wanted, now).claims()
+    comes up short, or a due job asks for resources, the claim looks again
+    one job at a time."""
+    return Claiming(conn, claimant, wanted, now, room).claims()
 
 
 class Claiming:
@@ -158,12 +85,20 @@ class Claiming:
     and so sees what the caller did meanwhile (a pass: releasing the jobs
     that waited for its successes)."""
 
-    def __init__(self, conn: Connection, claimant: Claimant, wanted: int, now: float) -> None:
+    def __init__(
+        self,
+        conn: Connection,
+        claimant: Claimant,
+        wanted: int,
+        now: float,
+        room: Free | None = None,
+    ) -> None:
         cap = claimant.cap
         if cap is not None and cap.lane_cap is not None:
             statements(conn).before_cap_count(conn, claimant.lane)
             wanted = cap.within_lane_cap(wanted, running_in_queue(conn, claimant.lane))
         self._conn, self._claimant, self._wanted, self._now = conn, claimant, wanted, now
+        self._room = room
         self._take, self._begins = sql.take(conn)
         self._sent = self._send(wanted) if wanted > 0 else None
 
@@ -193,11 +128,10 @@ class Claiming:
             claims += _begin_attempts(conn, sound, self._claimant, now, begun=begins)
             more = len(rows) == asked and len(claims) < wanted
             self._sent = self._send(wanted - len(claims)) if more else None
-        while len(claims) < wanted:
-            claim = _look_again(conn, self._claimant, now)
-            if claim is None:
-                break
-            claims.append(claim)
+        if len(claims) < wanted:
+            room = self._room if self._room is not None else Free(wanted)
+            room.slots = min(room.slots, wanted) - len(claims)
+            claims += _look_again(conn, self._claimant, now, room)
         return claims
 
 
@@ -218,23 +152,39 @@ def _claimable_skipping(skip: list[int]) -> Select[Any]:
     return sql.CLAIMABLE_QUERY.where(jobs.c.id.not_in(skip))
 
 
-def _look_again(conn: Connection, claimant: Claimant, now: float) -> Claim | None:
-    """One job, where the claim's statement came up short: the lane is
-    paused, it has nothing due, or its first job's previous attempt was
-    ended elsewhere (checked here for a lingering process, in claim order,
-    skipping such jobs one by one)."""
+MAX_PASSED = 64
+"""The one-at-a-time claim passes over at most this many due jobs that do
+not fit (or whose previous attempt lingers) before it gives up until the
+next pass: its cost stays bounded however long the lane."""
+
+
+def _look_again(conn: Connection, claimant: Claimant, now: float, room: Free) -> list[Claim]:
+    """Claim one job at a time, in claim order, while `room` has slots: where
+    the claim's statement came up short (the lane is paused, it has nothing
+    due, its first job's previous attempt was ended elsewhere: checked here
+    for a lingering process) or a due job asks for resources. A job that does
+    not fit what is free is passed over (`placement.Walk`, which may reserve
+    for it)."""
     queue = claimant.lane
-    if is_paused(conn, queue):
-        return None
+    if room.slots <= 0 or is_paused(conn, queue):
+        return []
+    inventory = claimant.inventory or Inventory(room.slots, host=claimant.host)
+    if inventory.devices:
+        lock = statements(conn).writes_in_with()
+        room.units = placement.free_units(conn, [d.uuid for d in inventory.devices], lock=lock)
+    walk = placement.Walk(
+        conn, inventory, room, lane=queue, now=now, threshold_s=claimant.live_within_s
+    )
+    claims: list[Claim] = []
     skip: list[int] = []
-    while True:
+    while not walk.full and len(skip) <= MAX_PASSED:
         params = {"queue": queue, "now": now, **claim_limits.binds(claimant.enforces, "")}
         if skip:
             row = conn.execute(_claimable_skipping(skip), params).first()
         else:
             row = sql.CLAIMABLE.first(conn, params)
         if row is None:
-            return None
+            break
         previous = lingering.latest_attempt(conn, row.id)
         if lingering.still_running(previous, now):
             skip.append(row.id)
@@ -244,10 +194,23 @@ def _look_again(conn: Connection, claimant: Claimant, now: float) -> Claim | Non
         except codec.DamagedValue as exc:
             _quarantine(conn, row.id, str(exc), now)
             continue
+        request = Request.of_row(row)
+        devices = walk.take(row.id, request)
+        if devices is None:
+            skip.append(row.id)
+            continue
         taken = {"b_id": row.id, "b_worker": claimant.worker_id, "b_pid": claimant.worker_pid}
         sql.TAKE.execute(conn, {**taken, "b_now": now})
         attempt_no = 1 if previous is None else previous.attempt_no + 1
-        return _begin_attempts(conn, [(row, attempt_no, decoded)], claimant, now)[0]
+        placed = (request, devices)
+        claim = _begin_attempts(conn, [(row, attempt_no, decoded)], claimant, now, placed)[0]
+        if devices:
+            placement.hold(
+                conn, claim.attempt_id, row.id, request, devices, (claimant.worker_id, now)
+            )
+        claims.append(claim)
+        skip.append(row.id)
+    return claims
 
 
 _Taken = tuple[Any, int, _Decoded]
@@ -255,12 +218,19 @@ _Taken = tuple[Any, int, _Decoded]
 
 
 def _begin_attempts(
-    conn: Connection, taken: list[_Taken], claimant: Claimant, now: float, *, begun: bool = False
+    conn: Connection,
+    taken: list[_Taken],
+    claimant: Claimant,
+    now: float,
+    placed: tuple[Request, tuple[str, ...]] = (PLAIN, ()),
+    *,
+    begun: bool = False,
 ) -> list[Claim]:
     """The taken jobs' attempt rows and their `claimed` events (a statement
     each for all of them; `begun`: the claim's statement made both), in the
     order given; and for a job with limits the claimant cannot enforce,
-    `limits_not_enforced`."""
+    `limits_not_enforced`. placed: the request and devices of the one job
+    the walk placed (the claim's statement takes plain jobs only)."""
     if not taken:
         return []
     worker_id, enforces = claimant.worker_id, claimant.enforces
@@ -270,7 +240,7 @@ def _begin_attempts(
     else:
         root = claimant.output_root
         paths = [layout.attempt_paths(root, row.id, no) for row, no, _ in taken]
-        made = _insert_attempts(conn, taken, paths, claimant, now)
+        made = _insert_attempts(conn, taken, paths, claimant, now, placed[1])
     claims = []
     for (row, attempt_no, decoded), (stdout_path, stderr_path) in zip(taken, paths, strict=True):
         argv, env, timeout_seconds, cwd = decoded
@@ -293,6 +263,8 @@ def _begin_attempts(
                 stderr_path=stderr_path,
                 token=attempt_token(worker_id, attempt_id, now),
                 limits=limits,
+                request=placed[0],
+                devices=placed[1],
                 **steering_of(row),
             )
         )
@@ -305,21 +277,25 @@ def _insert_attempts(
     paths: list[tuple[str, str]],
     claimant: Claimant,
     now: float,
+    devices: tuple[str, ...] = (),
 ) -> dict[int, int]:
-    """The attempts' rows and `claimed` events: each job's new attempt id."""
+    """The attempts' rows and `claimed` events: each job's new attempt id
+    (devices: the GPUs of the one job the walk placed)."""
     worker_id = claimant.worker_id
+    held = ",".join(devices) or None
     items = [
-        {"b_job": row.id, "b_no": no, "b_stdout": stdout, "b_stderr": stderr}
+        {"b_job": row.id, "b_no": no, "b_stdout": stdout, "b_stderr": stderr, "b_devices": held}
         for (row, no, _), (stdout, stderr) in zip(taken, paths, strict=True)
     ]
     params = {**item_binds(items), "b_worker": worker_id, "b_pid": claimant.worker_pid}
-    params["b_now"] = now
+    params["b_now"], params["b_host"] = now, claimant.host
     made = {r.job_id: int(r.id) for r in sql.INSERT_ATTEMPTS.of(len(taken)).all(conn, params)}
     record_events(
         conn,
         [
-            event_row(row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail={"attempt": no})
+            event_row(row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail=detail)
             for row, no, _ in taken
+            for detail in [{"attempt": no, **({"devices": list(devices)} if devices else {})}]
         ],
     )
     return made

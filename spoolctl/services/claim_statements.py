@@ -24,6 +24,7 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
+    or_,
     select,
     update,
 )
@@ -40,6 +41,14 @@ LIMIT_COLUMNS = (jobs.c.memory_bytes, jobs.c.cpus)
 STEERING_COLUMNS = (jobs.c.signal_before_timeout, jobs.c.signal_before_timeout_s, jobs.c.requeues)
 """What an attempt needs of `add --signal-before-timeout` and `--requeue-exit`:
 the warning it gets, and the requeues so far (SPOOLCTL_REQUEUES)."""
+REQUEST_COLUMNS = (
+    jobs.c.weight,
+    jobs.c.gpus,
+    jobs.c.gpu_share,
+    jobs.c.gpu_memory_bytes,
+    jobs.c.gpu_model,
+)
+"""What the one-at-a-time claim places a job by (`resources.Request`)."""
 CLAIMABLE_QUERY = (
     select(
         jobs.c.id,
@@ -49,6 +58,7 @@ CLAIMABLE_QUERY = (
         jobs.c.timeout_seconds,
         *LIMIT_COLUMNS,
         *STEERING_COLUMNS,
+        *REQUEST_COLUMNS,
     )
     .where(
         jobs.c.state == JobState.QUEUED.value,
@@ -98,6 +108,8 @@ def _insert_attempts(n: int) -> Any:
                     "started_at": bindparam("b_now"),
                     "stdout_path": bindparam(item_bind("b_stdout", i)),
                     "stderr_path": bindparam(item_bind("b_stderr", i)),
+                    "host": bindparam("b_host"),
+                    "devices": bindparam(item_bind("b_devices", i)),
                 }
                 for i in range(n)
             ]
@@ -111,6 +123,21 @@ INSERT_ATTEMPTS = PreparedFor(_insert_attempts)
 
 
 _PICK = jobs.alias("pick")
+_ASKING = jobs.alias("asking")
+NO_REQUEST_DUE = ~exists().where(
+    _ASKING.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
+    or_(
+        _ASKING.c.weight.is_not(None),
+        _ASKING.c.gpus.is_not(None),
+        _ASKING.c.memory_bytes.is_not(None),
+    ),
+    _ASKING.c.queue == bindparam("b_queue"),
+    _ASKING.c.next_run_at <= bindparam("b_now"),
+)
+"""No due job of the lane asks for resources (`tables.REQUESTS_WHERE`, read
+from the partial index ix_jobs_requests alone): the claim's one statement
+takes jobs only then, so each job that does is placed by the walk
+(`services/placement.py`) in its place in claim order."""
 
 
 def _first_due(allowed: ColumnElement[bool]) -> Any:
@@ -127,6 +154,7 @@ def _first_due(allowed: ColumnElement[bool]) -> Any:
             _PICK.c.queue == bindparam("b_queue"),
             _PICK.c.next_run_at <= bindparam("b_now"),
             allowed,
+            NO_REQUEST_DUE,
         )
         .order_by(_PICK.c.priority.desc(), _PICK.c.next_run_at, _PICK.c.id)
         .limit(bindparam("b_limit"))
@@ -229,6 +257,7 @@ def _take_and_begin() -> Any:
                 "worker_pid",
                 "state",
                 "started_at",
+                "host",
                 *(f"{stream}_path" for stream in STREAMS),
             ],
             select(
@@ -238,6 +267,7 @@ def _take_and_begin() -> Any:
                 bindparam("b_pid"),
                 literal(AttemptState.RUNNING.value),
                 bindparam("b_now"),
+                bindparam("b_host", type_=Text),
                 *(_attempt_path(taken.c.id, number, stream) for stream in STREAMS),
             ),
         )

@@ -15,6 +15,8 @@ from sqlalchemy import Connection, exists, select, update
 
 from spoolctl.db.backends import statements
 from spoolctl.db.tables import attempts, jobs, workers
+from spoolctl.resources import Inventory
+from spoolctl.services import placement
 from spoolctl.services.events import record_event
 from spoolctl.states import AttemptState, EventKind, JobState, WorkerState
 
@@ -33,12 +35,16 @@ class WorkerInfo:
     pid_space: str | None = None
     """Where `pid` names this worker (`procs.pid_space`): machine id, PID and
     cgroup namespace; None where it could not be read."""
+    inventory: Inventory | None = None
+    """What it has to place jobs on (its devices are registered with it)."""
 
 
 def register_worker(conn: Connection, info: WorkerInfo, now: float) -> None:
     """Insert the worker row, or take over a row of a stopped or dead worker that
     used the same --worker-id (the caller checks that one is not alive)."""
     statements(conn).upsert(conn, workers, worker_row(info, now), "id")
+    if info.inventory is not None:
+        placement.register(conn, info.inventory, now)
 
 
 def worker_row(info: WorkerInfo, now: float) -> dict[str, Any]:
@@ -53,6 +59,7 @@ def worker_row(info: WorkerInfo, now: float) -> dict[str, Any]:
         queue=info.lane,
         slots=info.cap,
         concurrency=info.concurrency,
+        inventory=None if info.inventory is None else info.inventory.as_json(),
         started_at=now,
         heartbeat_at=now,
         state=WorkerState.RUNNING.value,

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from spoolctl.db.prepared import Sent, item_binds
 from spoolctl.services import outcome_statements as sql
+from spoolctl.services import placement
 from spoolctl.services.deadletter import requeue_on_exit, requeue_or_dead, requeues_on
 from spoolctl.services.dependencies import release_dependents_of
 from spoolctl.services.event_row import event_row
@@ -88,6 +89,9 @@ class Ending:
     attempt_no: int
     outcome: Outcome
     pid: int | None = None
+    holds: bool = False
+    """The attempt holds devices: released with its end (its worker saw its
+    processes end), whether or not the attempt was still this worker's."""
 
 
 def record_outcomes(
@@ -122,6 +126,7 @@ class Recording:
         answer_now: bool,
     ) -> None:
         self._endings = endings
+        placement.release(conn, [e.attempt_id for e in endings if e.holds])
         self._successes = _Successes(
             conn, [e for e in endings if e.outcome.succeeded], worker_id=worker_id, now=now
         )

@@ -32,6 +32,7 @@ from sqlalchemy import (
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, job_events, jobs, workers
 from spoolctl.runner import procs
+from spoolctl.services import placement
 from spoolctl.services.deadletter import requeue_or_dead
 from spoolctl.services.events import record_event
 from spoolctl.services.lingering import attempt_token
@@ -235,8 +236,13 @@ def _abandon(
     """The job's running attempt ends abandoned by a worker crash (counted
     against max_crashes), the `reaped` event is written, and the job is
     requeued with backoff or dead-lettered. `attempt_id` None: whichever
-    attempt of the job still runs."""
+    attempt of the job still runs. Its processes are confirmed gone (or it
+    never spawned): the devices it held are released."""
     mine = attempts.c.id == attempt_id if attempt_id is not None else attempts.c.job_id == job.id
+    held = conn.execute(
+        select(attempts.c.id).where(mine, attempts.c.state == AttemptState.RUNNING.value)
+    ).scalars()
+    placement.release(conn, list(held))
     conn.execute(
         update(attempts)
         .where(mine, attempts.c.state == AttemptState.RUNNING.value)

@@ -17,6 +17,7 @@ from sqlalchemy import Connection
 
 from spoolctl.db.backends import statements
 from spoolctl.db.backends.base import OutputWriter
+from spoolctl.resources import Free
 from spoolctl.services import due
 from spoolctl.services.claim import Claim, Claimant, Claiming
 from spoolctl.services.outcome import Ending, Recording
@@ -48,6 +49,7 @@ def settle(
     output: OutputWriter | None = None,
     beside: Callable[[Connection], bool] | None = None,
     first: Callable[[Connection], None] | None = None,
+    room: Free | None = None,
 ) -> Settled:
     """Record `endings` (their attempts' remaining output stored first by
     `output`, so whoever sees an attempt ended finds all of its output in the
@@ -60,7 +62,10 @@ def settle(
     their successes released.
 
     first: what the caller writes before the outcomes (a worker's `warned`
-    events, which come before the ends they warned of)."""
+    events, which come before the ends they warned of).
+
+    room: what the worker has free once these attempts ended (None:
+    `wanted` slots), which jobs that ask for resources must fit."""
     with statements(conn).pipeline(conn) as gathered:  # its end: one wait for all
         if first is not None:
             first(conn)
@@ -69,7 +74,7 @@ def settle(
         worker_id = claimant.worker_id
         recording = Recording(conn, endings, worker_id=worker_id, now=now, answer_now=not gathered)
         claims_now = beside is None or beside(conn)
-        claiming = Claiming(conn, claimant, wanted, now) if claims_now else None
+        claiming = Claiming(conn, claimant, wanted, now, room) if claims_now else None
     states = recording.states()
     if claiming is None:
         return Settled(states, [], False, None)

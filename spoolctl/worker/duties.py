@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import signal
+from functools import partial
 from typing import Protocol
 
 from sqlalchemy import Connection
@@ -14,7 +15,7 @@ from sqlalchemy import Connection
 from spoolctl.db.engine import write_quietly, write_tx
 from spoolctl.errors import StorageFault
 from spoolctl.runner import supervise
-from spoolctl.services import cancel, heartbeat, lease, reaper
+from spoolctl.services import cancel, heartbeat, lease, placement, reaper
 from spoolctl.states import FailureReason
 from spoolctl.worker.reaping import Reaping
 from spoolctl.worker.shift import LOCK_SLICE_S, NEVER, TRANSIENT, Shift
@@ -70,6 +71,7 @@ class Heartbeat:
         self.steering.act(now, steered)
         with shift.report.timings.db:
             self.reaping.bury_dead_workers(now, shift)
+        killed: list[int] = []
         for job_id in lost:
             execution = shift.running[job_id]
             sig = first.get(job_id, signal.SIGKILL)
@@ -80,12 +82,18 @@ class Heartbeat:
             execution.kill_now()
             execution.wait_blocking()
             shift.finished_one(execution, None, None)
+            if execution.claim.devices:
+                killed.append(execution.claim.attempt_id)
+        if killed:  # their processes are gone: else the sweep of a later beat
+            release = partial(placement.release, attempt_ids=killed)
+            write_quietly(shift.engine, release, LOCK_SLICE_S)
 
     def _beat(self, conn: Connection, pairs: list[tuple[int, int]], now: float) -> list[int]:
         shift = self.shift
         done = shift.report.executed
         lost = heartbeat.beat(conn, shift.worker_id, pairs, now, done)
         reaper.release_forgotten(conn, shift.worker_id, shift.identity.pid, set(shift.running), now)
+        placement.release_lingering(conn, now, shift.timing.reap_threshold_s)
         return lost
 
     def _check_database_file(self) -> None:

@@ -73,6 +73,7 @@ def info(shift: Shift) -> heartbeat.WorkerInfo:
         lane=shift.options.lane,
         cap=shift.options.cap,
         concurrency=shift.options.concurrency,
+        inventory=shift.capacity.inventory,
     )
 
 

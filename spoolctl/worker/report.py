@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from spoolctl.resources import Device
 from spoolctl.runner import procs
 from spoolctl.services.outcome import SUCCEEDED
 
@@ -30,6 +31,10 @@ class WorkerOptions:
     worker_id: str | None = None
     poll_interval_s: float = 1.0
     concurrency: int = 1
+    gpus: tuple[Device, ...] = ()
+    """The GPUs it places jobs on (`work --gpus`, found by `runner/gpus.py`)."""
+    memory_bytes: int | None = None
+    """Its memory budget (`work --memory`): jobs' --memory is reserved against it."""
     server_wait_s: float | None = None
     """How long a start waits for a server that cannot be reached (None:
     until it answers or a signal comes); then the server's error is raised."""

@@ -39,6 +39,8 @@ class Settler:
             shift.options.lane,
             shift.queue.output_root,
             cap=shift.capacity,
+            inventory=shift.capacity.inventory,
+            live_within_s=shift.timing.reap_threshold_s,
         )
         """Fixed as the worker starts; what its cells enforce once probed (`contain`)."""
         self.next_claim_at = 0.0
@@ -84,6 +86,7 @@ class Settler:
         def first(conn: Connection) -> None:
             warnings.record(conn, warned, shift.worker_id)
 
+        room = shift.capacity.room(execution.place for execution, _ in ended)
         steered: list[control.Request] = []
         try:
             with shift.report.timings.db, shift.held.write_tx(LOCK_SLICE_S) as conn:
@@ -97,6 +100,7 @@ class Settler:
                     output=shift.output,
                     beside=beside,
                     first=first,
+                    room=room,
                 )
         except TRANSIENT:
             shift.output.failed()
@@ -138,7 +142,9 @@ class Settler:
     def _claim_only(self, now: float, wanted: int) -> list[Claim]:
         try:
             with self.shift.report.timings.db, self.shift.held.write_tx(LOCK_SLICE_S) as conn:
-                settled = settle(conn, self.claimant, [], wanted, now)
+                settled = settle(
+                    conn, self.claimant, [], wanted, now, room=self.shift.capacity.room()
+                )
         except TRANSIENT:
             self.shift.backoff.failed(now)
             return []
@@ -185,4 +191,5 @@ def _ending(execution: supervise.Execution, outcome: Outcome) -> Ending:
     recorded yet has its pid stored with its end."""
     claim = execution.claim
     pid = None if execution.spawn_recorded else execution.pid
-    return Ending(claim.job_id, claim.attempt_id, claim.attempt_no, outcome, pid)
+    held = bool(claim.devices)
+    return Ending(claim.job_id, claim.attempt_id, claim.attempt_no, outcome, pid, held)

@@ -105,7 +105,14 @@ class Shift:
 
     def __post_init__(self) -> None:
         self.held = HeldConnection(self.queue.engine)
-        self.capacity = Capacity(self.options.concurrency, self.options.cap)
+        options = self.options
+        self.capacity = Capacity(
+            options.concurrency,
+            options.cap,
+            memory_bytes=options.memory_bytes,
+            devices=options.gpus,
+            host=self.hostname,
+        )
 
     @property
     def engine(self) -> Engine:

@@ -85,7 +85,7 @@ def claim_for(tmp_path: Path, argv: list[str], **fields: object) -> Claim:
 
 def run(spawner: spawn.Spawner, claim: Claim) -> tuple[Execution, Outcome]:
     """Start the claim's job as the worker does and wait for its outcome."""
-    execution = Execution(claim, Place(0))
+    execution = Execution(claim, Place((0,)))
     execution.start(dict(os.environb), "w-test", 0.0, spawner)
     if execution.proc is not None:
         execution.proc.wait()
@@ -196,7 +196,7 @@ def test_the_environment_is_the_same_bytes_as_through_popen(tmp_path: Path) -> N
     outputs = {}
     for way in ("posix", "popen"):
         claim = claim_for(tmp_path, ["env", "-0"], env=env, job_id=7, token="w-env/7/1.5")
-        execution = Execution(claim, Place(3))
+        execution = Execution(claim, Place((3,)))
         execution.start(base, "w-env", 0.0, spawner_for(way))
         assert execution.proc is not None
         execution.proc.wait()
@@ -204,7 +204,7 @@ def test_the_environment_is_the_same_bytes_as_through_popen(tmp_path: Path) -> N
         outputs[way] = Path(claim.stdout_path).read_bytes()
     assert outputs["posix"] == outputs["popen"]
     got = dict(entry.split(b"=", 1) for entry in outputs["posix"].split(b"\0") if entry)
-    assert got == job_environment(base, claim, "w-env", Place(3))
+    assert got == job_environment(base, claim, "w-env", Place((3,)))
 
 
 def program(folder: Path, name: str, says: str, *, mode: int = 0o755) -> Path:
@@ -316,7 +316,7 @@ def test_the_job_leads_its_own_session_and_a_group_kill_ends_it(way: str, tmp_pa
     assert seen["sid"] != os.getsid(0)
 
     claim = claim_for(tmp_path, ["sh", "-c", "sleep 60 & echo $!; wait"])
-    execution = Execution(claim, Place(0))
+    execution = Execution(claim, Place((0,)))
     execution.start(dict(os.environb), "w-test", 0.0, spawner)
     assert execution.proc is not None and execution.proc.poll() is None
     grandchild = int(wait_for(lambda: Path(claim.stdout_path).read_text().strip()))

@@ -57,8 +57,8 @@ def claimed(queue: Queue, argv: list[str]) -> claim.Claim:
 
 
 def test_no_pid_is_recorded_for_a_job_already_waited_for(queue: Queue, db: Db) -> None:
-    ended = supervise.Execution(claimed(queue, ["true"]), Place(0))
-    running = supervise.Execution(claimed(queue, ["sleep", "30"]), Place(1))
+    ended = supervise.Execution(claimed(queue, ["true"]), Place((0,)))
+    running = supervise.Execution(claimed(queue, ["sleep", "30"]), Place((1,)))
     base = supervise.encoded_environment()
     try:
         for execution in (ended, running):

@@ -23,8 +23,8 @@ def test_a_released_place_is_reused_lowest_first() -> None:
     places = [capacity.allocate(claim(i)) for i in range(4)]
     capacity.release(places[2])
     capacity.release(places[0])
-    assert capacity.allocate(claim(10)) == Place(0)
-    assert capacity.allocate(claim(11)) == Place(2)
+    assert capacity.allocate(claim(10)) == Place((0,))
+    assert capacity.allocate(claim(11)) == Place((2,))
 
 
 def test_never_more_places_than_slots() -> None:
@@ -72,8 +72,8 @@ def test_the_lane_cap_bounds_what_is_claimed() -> None:
 
 
 def test_a_place_gives_the_job_its_slot() -> None:
-    assert Place(0).environment == {b"SPOOLCTL_SLOT": b"0"}
-    assert Place(7).environment == {b"SPOOLCTL_SLOT": b"7"}
+    assert Place((0,)).environment == {b"SPOOLCTL_SLOT": b"0"}
+    assert Place((7,)).environment == {b"SPOOLCTL_SLOT": b"7"}
 
 
 def test_a_worker_has_at_least_one_slot() -> None:

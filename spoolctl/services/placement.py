@@ -1,0 +1,255 @@
+"""Where the claim puts a job that asks for resources, and the device holds.
+
+A job with a request (`resources.Request`: a weight, GPUs, memory) is claimed
+by the claim's one-at-a-time walk (`services/claim.py`), which asks `Walk`
+whether each due job of the lane fits what the worker has free, in claim
+order, skipping those that do not. The devices a job is given are held in
+the database in the claim's own transaction: `devices.held` grows by the
+hold's units under a CHECK that makes an over-hold impossible, whichever
+worker on whichever machine tries, and a `device_holds` row says by whom.
+
+A hold is released when the attempt's end is recorded by its worker
+(`services/outcome.py`), or, after a crash, by the reap that confirmed its
+processes gone (`services/reaper.py`); a hold whose attempt was ended by
+someone else (canceled, reaped) while its worker died too is released by the
+sweep once the attempt's processes are gone (`release_lingering`).
+
+Big jobs are not starved: the first due job of the lane that does not fit
+now but that this worker could hold is reserved for (`Free.reserve`): what it
+needs is withheld from the jobs ranked after it. For a GPU job only the
+workers of one host reserve: the live host with enough devices of its kind
+that has the most of them free (ties: the host's name), so the rest of the
+fleet goes on; for slots and memory every worker that could hold it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
+
+from spoolctl.db.tables import attempts, device_holds, devices, workers
+from spoolctl.resources import DEVICE_UNITS, Free, Inventory, Request
+from spoolctl.services import lingering
+from spoolctl.states import AttemptState, WorkerState
+
+
+def register(conn: Connection, inventory: Inventory, now: float) -> None:
+    """The worker's devices as rows of `devices` (new ones free; known ones
+    keep what they hold and take what this worker saw of them)."""
+    if not inventory.devices:
+        return
+    known = set(
+        conn.execute(
+            select(devices.c.uuid).where(devices.c.uuid.in_([d.uuid for d in inventory.devices]))
+        ).scalars()
+    )
+    for device in inventory.devices:
+        seen = {
+            "host": inventory.host,
+            "idx": device.index,
+            "model": device.model,
+            "memory_bytes": device.memory_bytes,
+            "seen_at": now,
+        }
+        if device.uuid in known:
+            conn.execute(update(devices).where(devices.c.uuid == device.uuid).values(**seen))
+        else:
+            conn.execute(insert(devices).values(uuid=device.uuid, held=0, **seen))
+
+
+def free_units(conn: Connection, uuids: Iterable[str], *, lock: bool) -> dict[str, int]:
+    """Each device's free units, read in the claim's transaction (`lock`: the
+    rows are locked until it commits, PostgreSQL's way of serialising two
+    workers placing on one host; SQLite's write lock already does)."""
+    wanted = list(uuids)
+    if not wanted:
+        return {}
+    query = select(devices.c.uuid, devices.c.held).where(devices.c.uuid.in_(wanted))
+    if lock:
+        query = query.with_for_update()
+    return {uuid: DEVICE_UNITS - int(held) for uuid, held in conn.execute(query)}
+
+
+_ADD_HELD = update(devices).where(devices.c.uuid == bindparam("b_uuid"))
+
+
+def hold(
+    conn: Connection,
+    attempt_id: int,
+    job_id: int,
+    request: Request,
+    uuids: tuple[str, ...],
+    by: tuple[str, float],
+) -> None:
+    """The attempt holds `request.units` of each of `uuids`. IntegrityError
+    (the CHECK) if that would over-hold one: the claim's transaction rolls
+    back, nothing is claimed."""
+    worker_id, now = by
+    for uuid in uuids:
+        conn.execute(_ADD_HELD.values(held=devices.c.held + request.units), {"b_uuid": uuid})
+    conn.execute(
+        insert(device_holds),
+        [
+            {
+                "device_uuid": uuid,
+                "attempt_id": attempt_id,
+                "job_id": job_id,
+                "units": request.units,
+                "worker_id": worker_id,
+                "held_at": now,
+            }
+            for uuid in uuids
+        ],
+    )
+
+
+def release(conn: Connection, attempt_ids: Iterable[int]) -> int:
+    """Release every hold of these attempts (their processes are gone); how
+    many holds went."""
+    ids = list(attempt_ids)
+    if not ids:
+        return 0
+    rows = conn.execute(
+        select(device_holds.c.id, device_holds.c.device_uuid, device_holds.c.units).where(
+            device_holds.c.attempt_id.in_(ids)
+        )
+    ).all()
+    for _, uuid, units in rows:
+        conn.execute(_ADD_HELD.values(held=devices.c.held - units), {"b_uuid": uuid})
+    if rows:
+        conn.execute(delete(device_holds).where(device_holds.c.id.in_([r.id for r in rows])))
+    return len(rows)
+
+
+def release_lingering(conn: Connection, now: float, threshold_s: float) -> list[int]:
+    """Release the holds of attempts ended by someone else (canceled,
+    reaped) whose worker is gone too, once their processes are gone
+    (`lingering.still_running`, the rule the claim follows before a rerun):
+    their own worker would have released them with its record of the end.
+    The attempts released."""
+    alive = (
+        select(workers.c.id)
+        .where(
+            workers.c.state == WorkerState.RUNNING.value,
+            workers.c.heartbeat_at >= now - threshold_s,
+        )
+        .scalar_subquery()
+    )
+    query = (
+        select(
+            attempts.c.id,
+            attempts.c.attempt_no,
+            attempts.c.state,
+            attempts.c.job_pid,
+            attempts.c.job_started_at,
+            attempts.c.worker_id,
+            attempts.c.started_at,
+        )
+        .distinct()
+        .select_from(device_holds.join(attempts, attempts.c.id == device_holds.c.attempt_id))
+        .where(
+            attempts.c.state != AttemptState.RUNNING.value,
+            device_holds.c.worker_id.not_in(alive),
+        )
+    )
+    gone = [int(a.id) for a in conn.execute(query) if not lingering.still_running(a, now)]
+    release(conn, gone)
+    return gone
+
+
+def holds_of(conn: Connection, attempt_ids: Iterable[int]) -> dict[int, list[str]]:
+    """Attempt id -> the UUIDs of the devices it still holds."""
+    ids = list(attempt_ids)
+    held: dict[int, list[str]] = {}
+    if not ids:
+        return held
+    query = (
+        select(device_holds.c.attempt_id, device_holds.c.device_uuid)
+        .where(device_holds.c.attempt_id.in_(ids))
+        .order_by(device_holds.c.id)
+    )
+    for attempt_id, uuid in conn.execute(query):
+        held.setdefault(int(attempt_id), []).append(str(uuid))
+    return held
+
+
+def live_inventories(
+    conn: Connection, now: float, threshold_s: float
+) -> list[tuple[str, str, Inventory]]:
+    """(worker id, lane, inventory) of every worker whose heartbeat is within
+    the reap threshold."""
+    query = select(workers.c.id, workers.c.queue, workers.c.concurrency, workers.c.inventory).where(
+        workers.c.state == WorkerState.RUNNING.value, workers.c.heartbeat_at >= now - threshold_s
+    )
+    return [
+        (str(r.id), str(r.queue), Inventory.from_json(r.inventory, int(r.concurrency or 1)))
+        for r in conn.execute(query)
+    ]
+
+
+class Walk:
+    """One claim's view of what a worker has free, asked job by job in claim
+    order (`take`), with the reservation for the first big job it meets."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        inventory: Inventory,
+        free: Free,
+        *,
+        lane: str,
+        now: float,
+        threshold_s: float,
+    ) -> None:
+        self.conn, self.inventory, self.free = conn, inventory, free
+        self.lane, self.now, self.threshold_s = lane, now, threshold_s
+        self.reserved_for: int | None = None
+        """The job this walk reserved for (at most one per claim)."""
+
+    @property
+    def full(self) -> bool:
+        """No slot is left for any job."""
+        return self.free.slots <= 0
+
+    def take(self, job_id: int, request: Request) -> tuple[str, ...] | None:
+        """The devices the job gets if it fits (() for none), taken from what
+        is free; None: not now (skip it), after reserving for it where it is
+        the first job met that this worker should reserve for."""
+        placed = self.free.fit(request, self.inventory)
+        if placed is not None:
+            return placed
+        if self.reserved_for is None and self._reserves_for(request):
+            self.reserved_for = job_id
+            self.free.reserve(request, self.inventory)
+        return None
+
+    def _reserves_for(self, request: Request) -> bool:
+        if self.inventory.cannot_hold(request) is not None:
+            return False
+        if not request.gpus:
+            return True
+        return self._chosen_host(request) == self.inventory.host
+
+    def _chosen_host(self, request: Request) -> str | None:
+        """The live host that reserves for a GPU job: of those with enough
+        devices of its kind, the one with most of them free (ties: name)."""
+        by_host: dict[str, dict[str, Any]] = {}
+        live = live_inventories(self.conn, self.now, self.threshold_s)
+        for lane, inventory in [(self.lane, self.inventory), *((r[1], r[2]) for r in live)]:
+            if lane != self.lane or inventory.cannot_hold(request) is not None:
+                continue
+            for device in inventory.devices:
+                if request.eligible(device):
+                    by_host.setdefault(inventory.host, {})[device.uuid] = device
+        if not by_host:
+            return None
+        everyone = [uuid for kind in by_host.values() for uuid in kind]
+        free = free_units(self.conn, everyone, lock=False)
+
+        def room(host: str) -> tuple[int, str]:
+            best = sorted((free.get(u, 0) for u in by_host[host]), reverse=True)
+            return (-sum(best[: request.gpus]), host)
+
+        return min(by_host, key=room)
