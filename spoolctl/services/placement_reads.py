@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, literal_column, or_, select
 
 from spoolctl.db.tables import DEVICE_UNITS, device_holds, devices, jobs
-from spoolctl.resources import Request, gpus_text
+from spoolctl.resources import Inventory, Request, gpus_text
 from spoolctl.services.placement import live_inventories
 from spoolctl.states import JobState
 
@@ -67,7 +67,7 @@ def unplaceable(conn: Connection, now: float, threshold_s: float) -> Unplaceable
     has (16 GPUs where the largest has 8, a model nobody has). A lane with
     no live worker at all is not counted: a worker may join, and `status`
     says no worker serves it."""
-    by_lane: dict[str, list[Any]] = {}
+    by_lane: dict[str, list[Inventory]] = {}
     for _, lane, inventory in live_inventories(conn, now, threshold_s):
         by_lane.setdefault(lane, []).append(inventory)
     if not by_lane:
@@ -75,16 +75,16 @@ def unplaceable(conn: Connection, now: float, threshold_s: float) -> Unplaceable
     found: list[Unplaceable] = []
     count = 0
     for row in conn.execute(_asking().order_by(jobs.c.id)):
-        lane = by_lane.get(row.queue)
-        if not lane:
+        serving = by_lane.get(row.queue)
+        if not serving:
             continue
         request = Request.of_row(row)
-        reasons = [inventory.cannot_hold(request) for inventory in lane]
+        reasons = [inventory.cannot_hold(request) for inventory in serving]
         if any(reason is None for reason in reasons):
             continue
         count += 1
         if len(found) < UNPLACEABLE_LIMIT:
-            largest = max(lane, key=lambda inv: (len(inv.devices), inv.slots))
+            largest = max(serving, key=lambda inv: (len(inv.devices), inv.slots))
             why = largest.cannot_hold(request) or reasons[0] or ""
             found.append(
                 Unplaceable(
