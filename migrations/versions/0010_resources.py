@@ -103,7 +103,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_jobs_requests",
         "jobs",
-        ["queue", sa.text("priority DESC"), "next_run_at", "id"],
+        ["state", "queue", "next_run_at"],
         sqlite_where=sa.text(f"state = 'queued' AND ({REQUESTS_WHERE})"),
         postgresql_where=sa.text(f"state = 'queued' AND ({REQUESTS_WHERE})"),
     )

@@ -393,14 +393,15 @@ def _with_partial_indexes() -> MetaData:
             sqlite_where=text(NEEDS_LIMITS_WHERE),
             postgresql_where=text(NEEDS_LIMITS_WHERE),
         )
-        # Queued jobs the claim places, in claim order: the claim's test that
-        # none is due in its lane reads this index only (empty without requests).
+        # Queued jobs the claim places: the claim's test that none is due in
+        # its lane reads this index only (empty without requests). `state`
+        # leads, as in ix_jobs_claim, and `next_run_at` follows `queue`: the
+        # one more bound term makes SQLite's planner choose it.
         Index(
             "ix_jobs_requests",
+            jobs.c.state,
             jobs.c.queue,
-            jobs.c.priority.desc(),
             jobs.c.next_run_at,
-            jobs.c.id,
             sqlite_where=text(f"state = 'queued' AND ({REQUESTS_WHERE})"),
             postgresql_where=text(f"state = 'queued' AND ({REQUESTS_WHERE})"),
         )
