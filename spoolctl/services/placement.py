@@ -45,7 +45,7 @@ def register(conn: Connection, inventory: Inventory, now: float) -> None:
             select(devices.c.uuid).where(devices.c.uuid.in_([d.uuid for d in inventory.devices]))
         ).scalars()
     )
-    for device in inventory.devices:
+    for device in sorted(inventory.devices, key=lambda d: d.uuid):
         seen = {
             "host": inventory.host,
             "idx": device.index,
@@ -62,11 +62,17 @@ def register(conn: Connection, inventory: Inventory, now: float) -> None:
 def free_units(conn: Connection, uuids: Iterable[str], *, lock: bool) -> dict[str, int]:
     """Each device's free units, read in the claim's transaction (`lock`: the
     rows are locked until it commits, PostgreSQL's way of serialising two
-    workers placing on one host; SQLite's write lock already does)."""
+    workers placing on one host; SQLite's write lock already does). Every
+    writer of `devices.held` takes its rows in UUID order, so two
+    transactions never wait for each other in a circle."""
     wanted = list(uuids)
     if not wanted:
         return {}
-    query = select(devices.c.uuid, devices.c.held).where(devices.c.uuid.in_(wanted))
+    query = (
+        select(devices.c.uuid, devices.c.held)
+        .where(devices.c.uuid.in_(wanted))
+        .order_by(devices.c.uuid)
+    )
     if lock:
         query = query.with_for_update()
     return {uuid: DEVICE_UNITS - int(held) for uuid, held in conn.execute(query)}
@@ -87,7 +93,7 @@ def hold(
     (the CHECK) if that would over-hold one: the claim's transaction rolls
     back, nothing is claimed."""
     worker_id, now = by
-    for uuid in uuids:
+    for uuid in sorted(uuids):
         conn.execute(_ADD_HELD.values(held=devices.c.held + request.units), {"b_uuid": uuid})
     conn.execute(
         insert(device_holds),
@@ -116,7 +122,7 @@ def release(conn: Connection, attempt_ids: Iterable[int]) -> int:
             device_holds.c.attempt_id.in_(ids)
         )
     ).all()
-    for _, uuid, units in rows:
+    for _, uuid, units in sorted(rows, key=lambda r: str(r.device_uuid)):
         conn.execute(_ADD_HELD.values(held=devices.c.held - units), {"b_uuid": uuid})
     if rows:
         conn.execute(delete(device_holds).where(device_holds.c.id.in_([r.id for r in rows])))
