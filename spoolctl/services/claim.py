@@ -171,7 +171,7 @@ def _look_again(conn: Connection, claimant: Claimant, now: float, room: Free) ->
     inventory = claimant.inventory or Inventory(room.slots, host=claimant.host)
     if inventory.devices:
         lock = statements(conn).writes_in_with()
-        room.units = placement.free_units(conn, [d.uuid for d in inventory.devices], lock=lock)
+        room.units = placement.free_units(conn, inventory, lock=lock)
     walk = placement.Walk(
         conn, inventory, room, lane=queue, now=now, threshold_s=claimant.live_within_s
     )

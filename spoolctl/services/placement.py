@@ -27,8 +27,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Integer, bindparam, delete, insert, select, update
 
+from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, device_holds, devices, workers
 from spoolctl.resources import DEVICE_UNITS, Free, Inventory, Request
 from spoolctl.services import lingering
@@ -59,26 +60,54 @@ def register(conn: Connection, inventory: Inventory, now: float) -> None:
             conn.execute(insert(devices).values(uuid=device.uuid, held=0, **seen))
 
 
-def free_units(conn: Connection, uuids: Iterable[str], *, lock: bool) -> dict[str, int]:
-    """Each device's free units, read in the claim's transaction (`lock`: the
-    rows are locked until it commits, PostgreSQL's way of serialising two
-    workers placing on one host; SQLite's write lock already does). Every
-    writer of `devices.held` takes its rows in UUID order, so two
-    transactions never wait for each other in a circle."""
-    wanted = list(uuids)
-    if not wanted:
-        return {}
+def _free_units(lock: bool) -> Prepared:
     query = (
         select(devices.c.uuid, devices.c.held)
-        .where(devices.c.uuid.in_(wanted))
+        .where(devices.c.host == bindparam("b_host"))
         .order_by(devices.c.uuid)
     )
-    if lock:
-        query = query.with_for_update()
-    return {uuid: DEVICE_UNITS - int(held) for uuid, held in conn.execute(query)}
+    return Prepared(query.with_for_update() if lock else query)
 
 
-_ADD_HELD = update(devices).where(devices.c.uuid == bindparam("b_uuid"))
+_FREE_UNITS = {lock: _free_units(lock) for lock in (False, True)}
+_ADD_HELD = Prepared(
+    update(devices)
+    .where(devices.c.uuid == bindparam("b_uuid"))
+    .values(held=devices.c.held + bindparam("b_units", type_=Integer))
+)
+_INSERT_HOLD = Prepared(
+    insert(device_holds).values(
+        device_uuid=bindparam("b_uuid"),
+        attempt_id=bindparam("b_attempt"),
+        job_id=bindparam("b_job"),
+        units=bindparam("b_units"),
+        worker_id=bindparam("b_worker"),
+        held_at=bindparam("b_now"),
+    )
+)
+_HOLDS_OF = Prepared(
+    select(device_holds.c.device_uuid, device_holds.c.units).where(
+        device_holds.c.attempt_id == bindparam("b_attempt")
+    )
+)
+_DROP_HOLDS = Prepared(
+    delete(device_holds).where(device_holds.c.attempt_id == bindparam("b_attempt"))
+)
+"""Built once: the claim and the record of an end bind values."""
+
+
+def free_units(conn: Connection, inventory: Inventory, *, lock: bool) -> dict[str, int]:
+    """Each of the inventory's devices' free units, read in the claim's
+    transaction (`lock`: the host's device rows are locked until it commits,
+    PostgreSQL's way of serialising workers placing on one host; SQLite's
+    write lock already does). Every writer of `devices.held` takes its rows
+    in UUID order, so two transactions never wait for each other in a
+    circle."""
+    mine = {d.uuid for d in inventory.devices}
+    if not mine:
+        return {}
+    rows = _FREE_UNITS[lock].all(conn, {"b_host": inventory.host})
+    return {r.uuid: DEVICE_UNITS - int(r.held) for r in rows if r.uuid in mine}
 
 
 def hold(
@@ -89,43 +118,34 @@ def hold(
     uuids: tuple[str, ...],
     by: tuple[str, float],
 ) -> None:
-    """The attempt holds `request.units` of each of `uuids`. IntegrityError
-    (the CHECK) if that would over-hold one: the claim's transaction rolls
-    back, nothing is claimed."""
+    """The attempt holds `request.units` of each of `uuids`. An integrity
+    error (the CHECK) if that would over-hold one: the claim's transaction
+    rolls back, nothing is claimed."""
     worker_id, now = by
     for uuid in sorted(uuids):
-        conn.execute(_ADD_HELD.values(held=devices.c.held + request.units), {"b_uuid": uuid})
-    conn.execute(
-        insert(device_holds),
-        [
+        _ADD_HELD.execute(conn, {"b_uuid": uuid, "b_units": request.units})
+        _INSERT_HOLD.execute(
+            conn,
             {
-                "device_uuid": uuid,
-                "attempt_id": attempt_id,
-                "job_id": job_id,
-                "units": request.units,
-                "worker_id": worker_id,
-                "held_at": now,
-            }
-            for uuid in uuids
-        ],
-    )
+                "b_uuid": uuid,
+                "b_attempt": attempt_id,
+                "b_job": job_id,
+                "b_units": request.units,
+                "b_worker": worker_id,
+                "b_now": now,
+            },
+        )
 
 
 def release(conn: Connection, attempt_ids: Iterable[int]) -> int:
     """Release every hold of these attempts (their processes are gone); how
     many holds went."""
     ids = list(attempt_ids)
-    if not ids:
-        return 0
-    rows = conn.execute(
-        select(device_holds.c.id, device_holds.c.device_uuid, device_holds.c.units).where(
-            device_holds.c.attempt_id.in_(ids)
-        )
-    ).all()
-    for _, uuid, units in sorted(rows, key=lambda r: str(r.device_uuid)):
-        conn.execute(_ADD_HELD.values(held=devices.c.held - units), {"b_uuid": uuid})
-    if rows:
-        conn.execute(delete(device_holds).where(device_holds.c.id.in_([r.id for r in rows])))
+    rows = [(r.device_uuid, r.units) for i in ids for r in _HOLDS_OF.all(conn, {"b_attempt": i})]
+    for uuid, units in sorted(rows):
+        _ADD_HELD.execute(conn, {"b_uuid": uuid, "b_units": -int(units)})
+    for attempt_id in ids:
+        _DROP_HOLDS.execute(conn, {"b_attempt": attempt_id})
     return len(rows)
 
 
@@ -251,8 +271,10 @@ class Walk:
                     by_host.setdefault(inventory.host, {})[device.uuid] = device
         if not by_host:
             return None
-        everyone = [uuid for kind in by_host.values() for uuid in kind]
-        free = free_units(self.conn, everyone, lock=False)
+        free = {
+            r.uuid: DEVICE_UNITS - int(r.held)
+            for r in self.conn.execute(select(devices.c.uuid, devices.c.held))
+        }
 
         def room(host: str) -> tuple[int, str]:
             best = sorted((free.get(u, 0) for u in by_host[host]), reverse=True)
