@@ -170,15 +170,21 @@ def _look_again(conn: Connection, claimant: Claimant, now: float, room: Free) ->
         return []
     inventory = claimant.inventory or Inventory(room.slots, host=claimant.host)
     if inventory.devices:
-        lock = statements(conn).writes_in_with()
-        room.units = placement.free_units(conn, inventory, lock=lock)
+        room.units = placement.free_units(conn, inventory)
     walk = placement.Walk(
         conn, inventory, room, lane=queue, now=now, threshold_s=claimant.live_within_s
     )
     claims: list[Claim] = []
     skip: list[int] = []
+    params = {
+        "queue": queue,
+        "now": now,
+        "w_slots": inventory.slots,
+        "w_gpus": len(inventory.devices),
+        "w_memory": inventory.memory_bytes or sql.UNBOUNDED,
+        **claim_limits.binds(claimant.enforces, ""),
+    }
     while not walk.full and len(skip) <= MAX_PASSED:
-        params = {"queue": queue, "now": now, **claim_limits.binds(claimant.enforces, "")}
         if skip:
             row = conn.execute(_claimable_skipping(skip), params).first()
         else:

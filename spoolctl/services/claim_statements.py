@@ -65,13 +65,21 @@ CLAIMABLE_QUERY = (
         jobs.c.queue == bindparam("queue"),
         jobs.c.next_run_at <= bindparam("now"),
         claim_limits.enforceable(jobs, ""),
+        func.coalesce(jobs.c.weight, 1) <= bindparam("w_slots"),
+        func.coalesce(jobs.c.gpus, 0) <= bindparam("w_gpus"),
+        func.coalesce(jobs.c.memory_bytes, 0) <= bindparam("w_memory"),
     )
     .order_by(jobs.c.priority.desc(), jobs.c.next_run_at, jobs.c.id)
     .limit(1)
     .with_for_update(skip_locked=True)
 )
 CLAIMABLE = Prepared(CLAIMABLE_QUERY)
-"""Built once: the hot path binds values instead of rebuilding statements."""
+"""Built once: the hot path binds values instead of rebuilding statements.
+It passes over jobs the worker could never hold (`w_slots`, `w_gpus`,
+`w_memory`: all it has), so a worker without GPUs in a lane of GPU jobs
+still reaches the plain jobs behind them."""
+UNBOUNDED = 1 << 62
+"""`w_memory` of a worker without a memory budget."""
 
 _TAKEN: dict[str, Any] = {
     "state": JobState.RUNNING.value,

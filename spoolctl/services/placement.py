@@ -60,16 +60,12 @@ def register(conn: Connection, inventory: Inventory, now: float) -> None:
             conn.execute(insert(devices).values(uuid=device.uuid, held=0, **seen))
 
 
-def _free_units(lock: bool) -> Prepared:
-    query = (
-        select(devices.c.uuid, devices.c.held)
-        .where(devices.c.host == bindparam("b_host"))
-        .order_by(devices.c.uuid)
-    )
-    return Prepared(query.with_for_update() if lock else query)
-
-
-_FREE_UNITS = {lock: _free_units(lock) for lock in (False, True)}
+_FREE_UNITS = Prepared(
+    select(devices.c.uuid, devices.c.held)
+    .where(devices.c.host == bindparam("b_host"))
+    .order_by(devices.c.uuid)
+    .with_for_update()
+)
 _ADD_HELD = Prepared(
     update(devices)
     .where(devices.c.uuid == bindparam("b_uuid"))
@@ -96,17 +92,17 @@ _DROP_HOLDS = Prepared(
 """Built once: the claim and the record of an end bind values."""
 
 
-def free_units(conn: Connection, inventory: Inventory, *, lock: bool) -> dict[str, int]:
+def free_units(conn: Connection, inventory: Inventory) -> dict[str, int]:
     """Each of the inventory's devices' free units, read in the claim's
-    transaction (`lock`: the host's device rows are locked until it commits,
-    PostgreSQL's way of serialising workers placing on one host; SQLite's
-    write lock already does). Every writer of `devices.held` takes its rows
-    in UUID order, so two transactions never wait for each other in a
-    circle."""
+    transaction with the host's device rows locked until it commits
+    (PostgreSQL's way of serialising workers placing on one host; SQLite's
+    write lock already does, and SQLite has no FOR UPDATE). Every writer
+    of `devices.held` takes its rows in UUID order, so two transactions
+    never wait for each other in a circle."""
     mine = {d.uuid for d in inventory.devices}
     if not mine:
         return {}
-    rows = _FREE_UNITS[lock].all(conn, {"b_host": inventory.host})
+    rows = _FREE_UNITS.all(conn, {"b_host": inventory.host})
     return {r.uuid: DEVICE_UNITS - int(r.held) for r in rows if r.uuid in mine}
 
 

@@ -233,3 +233,12 @@ def test_a_big_job_is_reserved_for_while_small_ones_keep_coming(queue: Queue) ->
     got = host.take()
     assert [c.job_id for c in got][:1] == [big]
     assert later
+
+
+@pytest.mark.both_backends
+def test_a_worker_without_gpus_reaches_plain_jobs_behind_many_gpu_jobs(queue: Queue) -> None:
+    host = Host(queue, "cpu", gpus=0, slots=2)
+    for _ in range(100):  # more than the walk passes over (claim.MAX_PASSED)
+        add(queue, priority=5, gpus=1)
+    plain = add(queue, priority=1)
+    assert [c.job_id for c in host.take()] == [plain]
