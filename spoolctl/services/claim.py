@@ -130,8 +130,8 @@ class Claiming:
             self._sent = self._send(wanted - len(claims)) if more else None
         if len(claims) < wanted:
             room = self._room if self._room is not None else Free(wanted)
-            room.slots = min(room.slots, wanted) - len(claims)
-            claims += _look_again(conn, self._claimant, now, room)
+            room.slots -= len(claims)  # each job the statement took has one slot
+            claims += _look_again(conn, self._claimant, now, room, wanted - len(claims))
         return claims
 
 
@@ -158,15 +158,18 @@ not fit (or whose previous attempt lingers) before it gives up until the
 next pass: its cost stays bounded however long the lane."""
 
 
-def _look_again(conn: Connection, claimant: Claimant, now: float, room: Free) -> list[Claim]:
-    """Claim one job at a time, in claim order, while `room` has slots: where
+def _look_again(
+    conn: Connection, claimant: Claimant, now: float, room: Free, most: int
+) -> list[Claim]:
+    """Claim one job at a time, in claim order, at most `most` of them while
+    `room` has slots: where
     the claim's statement came up short (the lane is paused, it has nothing
     due, its first job's previous attempt was ended elsewhere: checked here
     for a lingering process) or a due job asks for resources. A job that does
     not fit what is free is passed over (`placement.Walk`, which may reserve
     for it)."""
     queue = claimant.lane
-    if room.slots <= 0 or is_paused(conn, queue):
+    if room.slots <= 0 or most <= 0 or is_paused(conn, queue):
         return []
     inventory = claimant.inventory or Inventory(room.slots, host=claimant.host)
     if inventory.devices:
@@ -184,7 +187,7 @@ def _look_again(conn: Connection, claimant: Claimant, now: float, room: Free) ->
         "w_memory": inventory.memory_bytes or sql.UNBOUNDED,
         **claim_limits.binds(claimant.enforces, ""),
     }
-    while not walk.full and len(skip) <= MAX_PASSED:
+    while not walk.full and len(claims) < most and len(skip) <= MAX_PASSED:
         if skip:
             row = conn.execute(_claimable_skipping(skip), params).first()
         else:

@@ -242,3 +242,12 @@ def test_a_worker_without_gpus_reaches_plain_jobs_behind_many_gpu_jobs(queue: Qu
         add(queue, priority=5, gpus=1)
     plain = add(queue, priority=1)
     assert [c.job_id for c in host.take()] == [plain]
+
+
+@pytest.mark.both_backends
+def test_one_job_wanted_may_take_several_slots(queue: Queue) -> None:
+    """`work --once` wants one job, not one slot: a weight-3 job is it."""
+    host = Host(queue, "a", gpus=0, slots=4)
+    heavy = add(queue, priority=9, weight=3)
+    add(queue, priority=5)
+    assert [c.job_id for c in host.take(1)] == [heavy]
