@@ -81,7 +81,9 @@ def later_job(capsys: Any, db: Db, *args: str) -> int:
     return int(added.envelope["data"]["job_id"])
 
 
-def hold_a_device(db: Db, job_id: int, attempt_state: str = "canceled") -> int:
+def hold_a_device(
+    db: Db, job_id: int, attempt_state: str = "canceled", uuid: str = UUID, attempt_no: int = 1
+) -> int:
     """The job's attempt holds a whole device, as a claim on host h1 leaves it
     (a canceled one: an orphan not yet confirmed gone keeps its hold)."""
     now = time.time()
@@ -90,21 +92,25 @@ def hold_a_device(db: Db, job_id: int, attempt_state: str = "canceled") -> int:
         db,
         "INSERT INTO attempts (job_id, attempt_no, worker_id, worker_pid, state, started_at, "
         "finished_at, stdout_path, stderr_path, host, devices) "
-        "VALUES (?, 1, 'w1', 1, ?, ?, ?, 'o', 'e', 'h1', ?)",
-        (job_id, attempt_state, now, ended, UUID),
+        "VALUES (?, ?, 'w1', 1, ?, ?, ?, 'o', 'e', 'h1', ?)",
+        (job_id, attempt_no, attempt_state, now, ended, uuid),
     )
-    attempt_id = int(rows(db, "SELECT id FROM attempts WHERE job_id = ?", (job_id,))[0][0])
+    attempt_id = int(
+        rows(
+            db, "SELECT id FROM attempts WHERE job_id = ? AND attempt_no = ?", (job_id, attempt_no)
+        )[0][0]
+    )
     execute(
         db,
         "INSERT INTO devices (uuid, host, idx, model, memory_bytes, held, seen_at) "
         "VALUES (?, 'h1', 0, 'NVIDIA H100 80GB HBM3', 85000000000, ?, ?)",
-        (UUID, WHOLE, now),
+        (uuid, WHOLE, now),
     )
     execute(
         db,
         "INSERT INTO device_holds (device_uuid, attempt_id, job_id, units, worker_id, held_at) "
         "VALUES (?, ?, ?, ?, 'w1', ?)",
-        (UUID, attempt_id, job_id, WHOLE, now),
+        (uuid, attempt_id, job_id, WHOLE, now),
     )
     return attempt_id
 
