@@ -95,7 +95,6 @@ def upgrade() -> None:
             "device_uuid", "attempt_id", name="uq_device_holds_device_uuid_attempt_id"
         ),
         sa.CheckConstraint(f"units > 0 AND units <= {DEVICE_UNITS}", name="units"),
-        sqlite_autoincrement=True,
     )
     op.create_index("ix_device_holds_attempt_id", "device_holds", ["attempt_id"])
     op.create_index(
