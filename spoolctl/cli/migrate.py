@@ -98,7 +98,7 @@ DROP_FLAGS = {
     "drop_resources",
     is_flag=True,
     help="Let a --downgrade below 0010_resources release the device holds and drop the "
-    "requests (--weight, --gpus) of unfinished jobs, which then run as plain jobs; without "
+    "requests (a weight, GPUs) of unfinished jobs, which then run as plain jobs; without "
     "it such a downgrade is refused while any is held or asked for.",
 )
 @click.option(
