@@ -37,8 +37,6 @@ depends_on: str | Sequence[str] | None = None
 
 DEVICE_UNITS = 720720
 REQUESTS_WHERE = "weight IS NOT NULL OR gpus IS NOT NULL OR memory_bytes IS NOT NULL"
-DROP_FLAG = "--drop-resources"
-DROP_ATTRIBUTE = "drop_resources"
 
 
 def _postgres() -> bool:
@@ -97,7 +95,6 @@ def upgrade() -> None:
             "device_uuid", "attempt_id", name="uq_device_holds_device_uuid_attempt_id"
         ),
         sa.CheckConstraint(f"units > 0 AND units <= {DEVICE_UNITS}", name="units"),
-        sqlite_autoincrement=True,
     )
     op.create_index("ix_device_holds_attempt_id", "device_holds", ["attempt_id"])
     op.create_index(
@@ -112,6 +109,8 @@ def upgrade() -> None:
 def _refuse_what_0009_cannot_hold() -> None:
     if context.is_offline_mode():
         return
+    from spoolctl.db.revision import DROP_RESOURCES
+    from spoolctl.db.revision import DROP_RESOURCES_FLAG as FLAG
     from spoolctl.errors import SafetyBlock
 
     conn = op.get_bind()
@@ -123,7 +122,7 @@ def _refuse_what_0009_cannot_hold() -> None:
             "(weight IS NOT NULL OR gpus IS NOT NULL) ORDER BY id"
         )
     ]
-    if (held or asking) and not context.config.attributes.get(DROP_ATTRIBUTE):
+    if (held or asking) and not context.config.attributes.get(DROP_RESOURCES):
         target = context.get_revision_argument()
         jobs = sorted({*map(int, held), *asking})
         raise SafetyBlock(
@@ -131,14 +130,18 @@ def _refuse_what_0009_cannot_hold() -> None:
             f"the requests of {len(asking)} unfinished job(s) "
             f"({', '.join(map(str, jobs[:10]))}{' ...' if len(jobs) > 10 else ''}); nothing "
             "was changed. Let them end, or cancel them; or, to drop them (queued jobs then "
-            f"run as plain jobs): spoolctl migrate --downgrade {target} --yes {DROP_FLAG}",
+            f"run as plain jobs): spoolctl migrate --downgrade {target} --yes {FLAG}",
             jobs=jobs,
-            flag=DROP_FLAG,
+            flag=FLAG,
         )
 
 
 def downgrade() -> None:
     _refuse_what_0009_cannot_hold()
+    # Told to (or none held): the holds go before the tables, children
+    # first, so no reference dangles at any step (the processes holding the
+    # devices are not touched).
+    op.execute("DELETE FROM device_holds")
     op.drop_index("ix_jobs_requests", table_name="jobs")
     op.drop_index("ix_device_holds_attempt_id", table_name="device_holds")
     op.drop_table("device_holds")

@@ -18,6 +18,7 @@ from spoolctl.cli.reply import Reply, emit
 from spoolctl.db.backends.base import Driver
 from spoolctl.db.revision import (
     DELETE_STORED_OUTPUT_FLAG,
+    DROP_RESOURCES_FLAG,
     DROP_SCHEDULES_FLAG,
     HEAD_REVISION,
     KNOWN_REVISIONS,
@@ -27,6 +28,13 @@ from spoolctl.errors import InvalidInput, SafetyBlock
 
 MODES = ("status", "history", "sql")
 REVISION_FLAGS = ("to", "downgrade")
+DROPS = ("delete_stored_output", "drop_schedules", "drop_resources")
+"""The flags that let a downgrade delete what the older revision cannot hold."""
+DROP_FLAGS = {
+    "delete_stored_output": DELETE_STORED_OUTPUT_FLAG,
+    "drop_schedules": DROP_SCHEDULES_FLAG,
+    "drop_resources": DROP_RESOURCES_FLAG,
+}
 
 
 @verb(
@@ -36,11 +44,10 @@ REVISION_FLAGS = ("to", "downgrade")
         *(
             (a, b)
             for a in ("status", "history")
-            for b in (*REVISION_FLAGS, "yes", "no_backup", "delete_stored_output", "drop_schedules")
+            for b in (*REVISION_FLAGS, "yes", "no_backup", *DROPS)
         ),
         ("to", "downgrade"),
-        ("to", "delete_stored_output"),
-        ("to", "drop_schedules"),
+        *(("to", drop) for drop in DROPS),
         ("sql", "yes"),
         ("sql", "no_backup"),
     ),
@@ -87,6 +94,14 @@ REVISION_FLAGS = ("to", "downgrade")
     "stay); without it such a downgrade is refused while any exists.",
 )
 @click.option(
+    DROP_RESOURCES_FLAG,
+    "drop_resources",
+    is_flag=True,
+    help="Let a --downgrade below 0010_resources release the device holds and drop the "
+    "requests (a weight, GPUs) of unfinished jobs, which then run as plain jobs; without "
+    "it such a downgrade is refused while any is held or asked for.",
+)
+@click.option(
     "--no-backup", is_flag=True, help="Skip the VACUUM INTO backup beside the file (SQLite)."
 )
 @db_option
@@ -100,6 +115,7 @@ def migrate(
     yes: bool,
     delete_stored_output: bool,
     drop_schedules: bool,
+    drop_resources: bool,
     no_backup: bool,
     db: str | None,
     as_json: bool,
@@ -121,20 +137,23 @@ def migrate(
     refused (exit 2, SAFETY_BLOCK, naming how much) while any is stored,
     unless given --delete-stored-output. Output files are kept. A downgrade
     below 0006_schedules is refused the same way while any schedule exists,
-    unless given --drop-schedules.
+    unless given --drop-schedules, and one below 0010_resources while a
+    device is held or an unfinished job asks for a weight or GPUs, unless
+    given --drop-resources.
     """
-    if delete_stored_output and downgrade is None:
-        raise InvalidInput(
-            f"{DELETE_STORED_OUTPUT_FLAG} only applies to a downgrade: "
-            f"spoolctl migrate --downgrade REV --yes {DELETE_STORED_OUTPUT_FLAG}",
-            flag=DELETE_STORED_OUTPUT_FLAG,
-        )
-    if drop_schedules and downgrade is None:
-        raise InvalidInput(
-            f"{DROP_SCHEDULES_FLAG} only applies to a downgrade: "
-            f"spoolctl migrate --downgrade REV --yes {DROP_SCHEDULES_FLAG}",
-            flag=DROP_SCHEDULES_FLAG,
-        )
+    drops = {
+        "delete_stored_output": delete_stored_output,
+        "drop_schedules": drop_schedules,
+        "drop_resources": drop_resources,
+    }
+    for name, given in drops.items():
+        if given and downgrade is None:
+            flag = DROP_FLAGS[name]
+            raise InvalidInput(
+                f"{flag} only applies to a downgrade: "
+                f"spoolctl migrate --downgrade REV --yes {flag}",
+                flag=flag,
+            )
     where = driver_of(db)
     if status:
         return emit(status_reply(where), as_json)
@@ -149,17 +168,7 @@ def migrate(
             "confirm with --yes",
             target=downgrade,
         )
-    return emit(
-        change_reply(
-            where,
-            target,
-            downgrade is not None,
-            not no_backup,
-            delete_stored_output,
-            drop_schedules,
-        ),
-        as_json,
-    )
+    return emit(change_reply(where, target, downgrade is not None, not no_backup, drops), as_json)
 
 
 def status_reply(where: Driver) -> Reply:
@@ -242,19 +251,12 @@ def change_reply(
     target: str,
     downgrade: bool,
     backup: bool,
-    delete_stored_output: bool = False,
-    drop_schedules: bool = False,
+    drops: dict[str, bool] | None = None,
 ) -> Reply:
+    """drops: the downgrade's flags by name (`DROPS`), each False when left out."""
     from spoolctl.db.migration import migrate_file
 
-    result = migrate_file(
-        where,
-        target,
-        downgrade=downgrade,
-        backup=backup,
-        delete_stored_output=delete_stored_output,
-        drop_schedules=drop_schedules,
-    )
+    result = migrate_file(where, target, downgrade=downgrade, backup=backup, **(drops or {}))
     data = {
         "db_path": where.display,
         "from_revision": result.from_revision,

@@ -508,6 +508,7 @@ DATA_SCHEMAS: dict[str, Schema] = {
             "deleted_output_chunks": INT,
             "deleted_output_bytes": INT,
             "deleted_occurrences": INT,
+            "held_jobs": arr(INT),
         },
     ),
     "events": obj({"count": INT, "events": arr(EVENT)}),

@@ -220,7 +220,8 @@ def prune(
 
     Never deletes a file outside the spool's output folder, whatever a row says.
     Past schedule occurrences whose job is gone go too (each schedule's latest
-    one stays).
+    one stays). A job whose attempt still holds a device (an orphan not
+    confirmed gone) is kept, named in held_jobs.
     """
     if not (dry_run or yes):
         raise SafetyBlock("prune deletes jobs and output: add --dry-run to look or --yes to delete")
@@ -243,6 +244,9 @@ def prune(
         )
     if report.deleted_occurrences:
         text += f"; {report.deleted_occurrences} past schedule occurrences"
+    if report.held_jobs:  # an orphan not confirmed gone keeps its device, and its job
+        kept = ", ".join(map(str, report.held_jobs))
+        text += f"; kept job(s) {kept}: an attempt still holds a device"
     return emit(Reply(data, text=text), as_json)
 
 

@@ -28,6 +28,8 @@ from spoolctl.db.tables import (
     LEDGER_SEQUENCE,
     attempts,
     control_requests,
+    device_holds,
+    devices,
     job_dependencies,
     job_events,
     jobs,
@@ -44,6 +46,8 @@ COPY_ORDER: tuple[Table, ...] = (
     workers,
     lanes,
     attempts,
+    devices,
+    device_holds,
     control_requests,
     job_events,
     job_dependencies,
@@ -52,10 +56,12 @@ COPY_ORDER: tuple[Table, ...] = (
     schedule_occurrences,
 )
 """Every queue table, parents before children: each reference is checked as
-it is written."""
+it is written (a device's holds after the device and the attempt holding
+it, `devices.held` copied as it is: the sum of its holds)."""
 SEQUENCED: tuple[Table, ...] = (
     jobs,
     attempts,
+    device_holds,
     control_requests,
     job_events,
     output_chunks,

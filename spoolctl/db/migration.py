@@ -13,7 +13,7 @@ operator runs pg_dump), and holds no legacy layout to adopt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Connection
@@ -48,6 +48,15 @@ class Adoption:
     quarantined_attempts: int = 0
 
 
+@dataclass(frozen=True)
+class Drops:
+    """What a downgrade was told it may delete (each refused without it)."""
+
+    delete_stored_output: bool = False
+    drop_schedules: bool = False
+    drop_resources: bool = False
+
+
 def migrate_file(
     driver: Driver,
     target: str | None = None,
@@ -56,13 +65,15 @@ def migrate_file(
     backup: bool = True,
     delete_stored_output: bool = False,
     drop_schedules: bool = False,
+    drop_resources: bool = False,
 ) -> MigrationResult:
     """Bring the queue to `target` (default: the head; creating an SQLite file
     when missing), backing it up first where the driver takes backups. A
     downgrade below 0004_output_chunks is refused (SafetyBlock, nothing
     changed) while output is stored in the database, unless
     `delete_stored_output`; below 0006_schedules while a schedule exists,
-    unless `drop_schedules`.
+    unless `drop_schedules`; below 0010_resources while a device is held or
+    an unfinished job asks for a weight or GPUs, unless `drop_resources`.
 
     One transaction: its write lock (and the driver's migration lock) held
     from the first look at the revision to the commit, so two racing runs
@@ -81,9 +92,8 @@ def migrate_file(
             if not steps:
                 return MigrationResult(status.current, status.current, [], None, False)
             saved = driver.take_backup(status.label) if backup and status.has_tables else None
-            adoption = _apply(
-                conn, driver, status, target, downgrade, delete_stored_output, drop_schedules
-            )
+            drops = Drops(delete_stored_output, drop_schedules, drop_resources)
+            adoption = _apply(conn, driver, status, target, downgrade, drops)
             revision.check_foreign_keys(conn)
             reached = revision.inspect_schema(conn).current
         committed = True
@@ -167,17 +177,11 @@ def _apply(
     status: SchemaStatus,
     target: str,
     downgrade: bool,
-    delete_stored_output: bool = False,
-    drop_schedules: bool = False,
+    drops: Drops | None = None,
 ) -> Adoption:
     """Run the change inside the caller's transaction."""
     if downgrade:
-        revision.downgrade_in(
-            conn,
-            target,
-            delete_stored_output=delete_stored_output,
-            drop_schedules=drop_schedules,
-        )
+        revision.downgrade_in(conn, target, **asdict(drops or Drops()))
         return Adoption()
     adoption = Adoption()
     if status.is_legacy:  # only a driver whose files the original wrote finds one

@@ -38,6 +38,13 @@ DROP_SCHEDULES_FLAG = "--drop-schedules"
 schedules; without it such a downgrade is refused while any exists."""
 DROP_SCHEDULES = "drop_schedules"
 """The alembic Config attribute that carries that flag to the revision script."""
+DROP_RESOURCES_FLAG = "--drop-resources"
+"""The `migrate` flag that lets a downgrade below 0010_resources release the
+device holds and forget the requests of unfinished jobs; without it such a
+downgrade is refused while a device is held or an unfinished job asks for a
+weight or GPUs."""
+DROP_RESOURCES = "drop_resources"
+"""The alembic Config attribute that carries that flag to the revision script."""
 
 
 @dataclass(frozen=True)
@@ -205,16 +212,20 @@ def downgrade_in(
     *,
     delete_stored_output: bool = False,
     drop_schedules: bool = False,
+    drop_resources: bool = False,
 ) -> None:
     """Run downgrade scripts on a connection already inside a write transaction.
     Below 0004_output_chunks its script refuses while output is stored,
     unless `delete_stored_output`; below 0006_schedules while a schedule
-    exists, unless `drop_schedules`."""
+    exists, unless `drop_schedules`; below 0010_resources while a device is
+    held or an unfinished job asks for a weight or GPUs, unless
+    `drop_resources`."""
     from alembic import command
 
     config = alembic_config(conn)
     config.attributes[DELETE_STORED_OUTPUT] = delete_stored_output
     config.attributes[DROP_SCHEDULES] = drop_schedules
+    config.attributes[DROP_RESOURCES] = drop_resources
     command.downgrade(config, target)
 
 

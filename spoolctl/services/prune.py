@@ -24,6 +24,12 @@ the cutoff, except each schedule's latest fire time's: the rows are history
 for `schedule show`, and without this a schedule's table grows by a row a
 fire time forever. Rows whose job is still there stay, whatever `--state` says.
 
+A job an attempt of which still holds a device (`device_holds`: an orphan
+of a canceled or reaped attempt not yet confirmed gone keeps its hold, see
+`services/placement.py`) is left in place, with its attempts, events and
+output, and named in `held_jobs`: its rows go with a later prune, once the
+hold is released.
+
 On a PostgreSQL queue the attempts' output stored in the database
 (`output_chunks`) is deleted with the attempts, in the same transaction
 (counted in `deleted_output_chunks` and `deleted_output_bytes`); the local
@@ -44,6 +50,7 @@ from sqlalchemy import ColumnElement, Connection, Select, and_, delete, func, or
 from spoolctl import layout
 from spoolctl.db.tables import (
     attempts,
+    device_holds,
     job_events,
     jobs,
     output_chunks,
@@ -69,11 +76,31 @@ class PruneReport:
     """Output stored in the database (PostgreSQL queues; 0 on SQLite)."""
     deleted_occurrences: int = 0
     """Schedule occurrence rows without a job, older than the cutoff."""
+    held_jobs: list[int] = field(default_factory=list)
+    """Jobs that matched but were kept: an attempt of theirs still holds a
+    device (an orphan not confirmed gone)."""
+
+
+_HOLDING = select(attempts.c.job_id).select_from(
+    device_holds.join(attempts, attempts.c.id == device_holds.c.attempt_id)
+)
+"""The jobs an attempt of which holds a device (a small table: holds are few)."""
+
+
+def _finished(states: tuple[str, ...], cutoff: float) -> ColumnElement[bool]:
+    return and_(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
 
 
 def _prunable(states: tuple[str, ...], cutoff: float) -> Select[tuple[int]]:
-    """Terminal jobs finished before cutoff (index: state, finished_at)."""
-    return select(jobs.c.id).where(jobs.c.state.in_(states), jobs.c.finished_at < cutoff)
+    """Terminal jobs finished before cutoff (index: state, finished_at) that
+    hold no device: deleting their attempts would leave a hold dangling."""
+    return select(jobs.c.id).where(_finished(states, cutoff), jobs.c.id.not_in(_HOLDING))
+
+
+def held(conn: Connection, states: tuple[str, ...], cutoff: float) -> list[int]:
+    """The jobs prune would delete but for a device an attempt of theirs holds."""
+    query = select(jobs.c.id).where(_finished(states, cutoff), jobs.c.id.in_(_HOLDING))
+    return [int(r.id) for r in conn.execute(query.order_by(jobs.c.id))]
 
 
 def candidates(
@@ -255,6 +282,7 @@ def prune_batch(
     """Delete one batch of rows inside the caller's transaction; None when none
     is left. The caller removes the batch's output after the commit."""
     ids = candidates(conn, states, cutoff, BATCH_SIZE)
+    report.held_jobs = held(conn, states, cutoff)  # as the last batch found them
     if not ids:
         return None
     report.matched += len(ids)
@@ -278,6 +306,7 @@ def survey(
     """What prune_batch would delete, counted in one read snapshot (dry run)."""
     ids = candidates(conn, states, cutoff, None)
     report.matched = report.deleted_jobs = len(ids)
+    report.held_jobs = held(conn, states, cutoff)
     for start in range(0, len(ids), BATCH_SIZE):
         chunk = ids[start : start + BATCH_SIZE]
         batch = PrunedBatch(chunk, stored_paths(conn, chunk))

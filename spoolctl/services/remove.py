@@ -11,7 +11,9 @@ job, with a null job_id (the job row is gone) and the job in its detail:
 Every id is checked before anything changes: an id that names no job is
 NOT_FOUND, a job that runs or ended, or one that already had an attempt (a
 queued job waiting for its retry: its output stays), is CONFLICT, and then
-nothing is removed.
+nothing is removed. A job an attempt of which still holds a device (an
+orphan not confirmed gone keeps its hold) is CONFLICT naming the devices,
+before anything else is said of it.
 
 Jobs that waited for a removed job (`--after-job`) are canceled with
 `dependency_failed`, as `cancel` does for its dependents (its parent will
@@ -31,7 +33,14 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, or_, select, update
 
 from spoolctl.db import codec
-from spoolctl.db.tables import attempts, job_dependencies, job_events, jobs, schedule_occurrences
+from spoolctl.db.tables import (
+    attempts,
+    device_holds,
+    job_dependencies,
+    job_events,
+    jobs,
+    schedule_occurrences,
+)
 from spoolctl.errors import Conflict, NotFound
 from spoolctl.services.dependencies import cancel_dependents
 from spoolctl.services.events import record_event
@@ -59,6 +68,7 @@ def remove(conn: Connection, job_ids: Sequence[int], *, now: float) -> Removed:
         raise NotFound(f"no job {listed}; nothing was removed", job_id=missing[0], job_ids=missing)
     for job_id in wanted:
         _check_removable(job_id, found[job_id].state)
+    _refuse_holding(conn, wanted)
     ran = conn.execute(
         select(attempts.c.job_id, func.count())
         .where(attempts.c.job_id.in_(wanted))
@@ -103,6 +113,31 @@ def remove(conn: Connection, job_ids: Sequence[int], *, now: float) -> Removed:
     for job_id in wanted:
         record_event(conn, None, EventKind.REMOVED, now, detail=_detail(found[job_id]))
     return Removed(removed=wanted, dependents_canceled=sorted(set(canceled)))
+
+
+def _refuse_holding(conn: Connection, job_ids: list[int]) -> None:
+    """CONFLICT if an attempt of one of the jobs still holds a device: its
+    rows must stay while its process may still run on it."""
+    query = (
+        select(attempts.c.job_id, attempts.c.attempt_no, device_holds.c.device_uuid)
+        .select_from(device_holds.join(attempts, attempts.c.id == device_holds.c.attempt_id))
+        .where(attempts.c.job_id.in_(job_ids))
+        .order_by(attempts.c.job_id, device_holds.c.id)
+    )
+    found = conn.execute(query).all()
+    if not found:
+        return
+    job_id, attempt_no = int(found[0].job_id), int(found[0].attempt_no)
+    devices = [str(r.device_uuid) for r in found if r.job_id == job_id]
+    raise Conflict(
+        f"job {job_id}'s attempt {attempt_no} still holds device(s) {', '.join(devices)} "
+        "(its process may still run on them: the hold goes once it is confirmed gone); "
+        f"remove takes only jobs that never ran: cancel it with: spoolctl cancel {job_id}; "
+        "nothing was removed",
+        job_id=job_id,
+        attempt_no=attempt_no,
+        devices=devices,
+    )
 
 
 def _check_removable(job_id: int, state: str) -> None:

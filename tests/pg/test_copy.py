@@ -129,6 +129,7 @@ def build_source(db: Path) -> Source:
         (ids["done"], done_attempt),
     )
     ok(run_json("pause", "--db", str(db), "other", "--reason", "moving up"))
+    place_on_devices(db, ids)
     first = rows(
         db,
         "SELECT stdout_path FROM attempts WHERE job_id = ? AND attempt_no = 1",
@@ -136,6 +137,51 @@ def build_source(db: Path) -> Source:
     )[0]
     Path(first["stdout_path"]).unlink()
     return Source(db, ids, pruned_top=top, missing_attempt=(ids["retried"], 1))
+
+
+HELD, FREE = (f"GPU-5f1a3c9e-0000-4000-8000-00000000000{n}" for n in (1, 2))
+WHOLE = 720720
+"""A whole device's units (`tables.DEVICE_UNITS`)."""
+
+
+def place_on_devices(db: Path, ids: dict[str, int]) -> None:
+    """What placement leaves behind, written as its statements would: the
+    worker's inventory and two registered devices, the done job's request
+    and the devices its attempt ran on, and a hold that outlived its
+    attempt (the retried job's last: an orphan not confirmed gone)."""
+    inventory = (
+        '{"slots": 4, "memory_bytes": 68719476736, "host": "gpu-a", "devices": '
+        f'[{{"uuid": "{HELD}", "index": 0, "model": "NVIDIA H100 80GB HBM3", '
+        '"memory_bytes": 85520809984}]}'
+    )
+    execute(db, "UPDATE workers SET inventory = ?", (inventory,))
+    for n, uuid in enumerate((HELD, FREE)):
+        execute(
+            db,
+            "INSERT INTO devices (uuid, host, idx, model, memory_bytes, held, seen_at) "
+            "VALUES (?, 'gpu-a', ?, 'NVIDIA H100 80GB HBM3', 85520809984, ?, 1.0000000000000002)",
+            (uuid, n, WHOLE // 2 if uuid == HELD else 0),
+        )
+    execute(
+        db,
+        "UPDATE jobs SET weight = 2, gpus = 1, gpu_share = 2, gpu_memory_bytes = 40000000000, "
+        "gpu_model = 'H100*' WHERE id = ?",
+        (ids["done"],),
+    )
+    execute(
+        db,
+        "UPDATE attempts SET host = 'gpu-a', devices = ? WHERE job_id IN (?, ?)",
+        (HELD, ids["done"], ids["retried"]),
+    )
+    last = rows(
+        db, "SELECT id FROM attempts WHERE job_id = ? ORDER BY attempt_no DESC", (ids["retried"],)
+    )[0]["id"]
+    execute(
+        db,
+        "INSERT INTO device_holds (device_uuid, attempt_id, job_id, units, worker_id, held_at) "
+        "SELECT ?, ?, ?, ?, min(id), 2.5 FROM workers",
+        (HELD, last, ids["retried"], WHOLE // 2),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -165,6 +211,21 @@ def test_the_source_has_what_the_copy_must_carry(source: Source) -> None:
     )
     assert [r["state"] for r in requeued] == ["requeued", "failed"]
     assert len(rows(source.db, "SELECT * FROM job_dependencies")) >= 2
+    assert [
+        (r["device_uuid"], r["units"]) for r in rows(source.db, "SELECT * FROM device_holds")
+    ] == [(HELD, WHOLE // 2)]
+    assert [r["held"] for r in rows(source.db, "SELECT held FROM devices ORDER BY uuid")] == [
+        WHOLE // 2,
+        0,
+    ]
+    asked = rows(
+        source.db, "SELECT weight, gpus, gpu_model FROM jobs WHERE id = ?", (source.ids["done"],)
+    )
+    assert [tuple(r) for r in asked] == [(2, 1, "H100*")]
+    assert (
+        rows(source.db, "SELECT count(*) AS n FROM attempts WHERE devices = ?", (HELD,))[0]["n"] > 1
+    )
+    assert all(r["inventory"] for r in rows(source.db, "SELECT inventory FROM workers"))
     issued = rows(source.db, "SELECT seq FROM sqlite_sequence WHERE name = 'jobs'")[0]["seq"]
     assert issued == source.pruned_top > max(states)
     assert 1 not in states
@@ -274,6 +335,7 @@ def test_copy_to_postgresql_is_lossless(source: Source, pg_url: str) -> None:
     assert data["source"] == str(source.db) and data["dry_run"] is False
     assert data["target"] == pg_url.replace(pg_password(pg_url), "***")
     assert data["next_ids"]["jobs"] == source.pruned_top + 1
+    assert data["next_ids"]["device_holds"] == 2, "a new hold never takes a copied one's id"
 
     new_job = add_on(pg_url)
     assert new_job == source.pruned_top + 1, "ids the file gave out are never reused"

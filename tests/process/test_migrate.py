@@ -366,7 +366,23 @@ OLD_RELEASE = (
     "(attempts, 'cpu_time_s'), (tables.workers, 'pid_space'))]; "
     "[jobs._columns.remove(jobs.c[n]) for n in ('suspended_at', 'signal_before_timeout', "
     "'signal_before_timeout_s', 'requeue_exits', 'max_requeues', 'requeues')]; "
-    "del sql._TAKEN['suspended_at']; from sqlalchemy import update, bindparam; "
+    "[t._columns.remove(t.c[n]) for t, n in ((jobs, 'weight'), (jobs, 'gpus'), "
+    "(jobs, 'gpu_share'), (jobs, 'gpu_memory_bytes'), (jobs, 'gpu_model'), "
+    "(attempts, 'host'), (attempts, 'devices'), (tables.workers, 'inventory'))]; "
+    "from spoolctl.db.prepared import PreparedFor, item_bind; "
+    "sql.INSERT_ATTEMPTS = PreparedFor(lambda n: insert(attempts).values([{"
+    "'job_id': bindparam(item_bind('b_job', i)), 'attempt_no': bindparam(item_bind('b_no', i)), "
+    "'worker_id': bindparam('b_worker'), 'worker_pid': bindparam('b_pid'), "
+    "'state': 'running', 'started_at': bindparam('b_now'), "
+    "'stdout_path': bindparam(item_bind('b_stdout', i)), "
+    "'stderr_path': bindparam(item_bind('b_stderr', i))} for i in range(n)])"
+    ".returning(attempts.c.id, attempts.c.job_id)); "
+    "import spoolctl.services.placement as placement; "
+    "placement.release = lambda conn, attempt_ids: 0; "
+    "placement.release_lingering = lambda conn, now, threshold_s: []; "
+    "import spoolctl.services.control as control; "
+    "control.pending = lambda conn, attempt_ids: []; "
+    "del sql._TAKEN['suspended_at']; from sqlalchemy import update, bindparam, insert; "
     "sql.TAKE = Prepared(update(jobs).where(jobs.c.id == bindparam('b_id'), "
     "jobs.c.state == 'queued').values(**sql._TAKEN)); "
     "import spoolctl.services.job_spec as spec; "
@@ -379,18 +395,20 @@ OLD_RELEASE = (
     "{c: bindparam(c) for c in spec.ROW_COLUMNS}).returning(jobs.c.id)); "
     "import spoolctl.services.heartbeat as beat; row = beat.worker_row; "
     "beat.worker_row = lambda info, now: {k: v for k, v in row(info, now).items() "
-    "if k != 'pid_space'}; "
+    "if k not in ('pid_space', 'inventory')}; "
     "import spoolctl.worker.firing as firing; firing.due_schedules = lambda conn, now: []; "
     "from spoolctl.cli import main; main(sys.argv[1:])"
 )
 """spoolctl as the release whose head was the oldest revision: the same code,
 except that it knows no later revision and never looks at the tables or
 columns later revisions added (paused lanes, job dependencies, schedules,
-0007's limits and cgroups, 0008's pid space): its jobs carry no limits,
-its claims take the one-by-one path
-(the one-statement claim reads the lanes table in SQL) without the limit columns,
-it runs jobs without cgroups (whose path and usage 0007 records), and it
-registers without a pid space."""
+0007's limits and cgroups, 0008's pid space, 0009's steering, 0010's
+requests, devices and holds): its jobs carry no limits or requests, its
+claims take the one-by-one path (the one-statement claim reads the lanes
+table in SQL) without the limit and request columns, its attempts record no
+host or devices and hold none, it looks for no requests to steer its
+jobs, it runs jobs without cgroups (whose path and
+usage 0007 records), and it registers without a pid space or an inventory."""
 
 
 def old_release(*args: str, stdout: Any = subprocess.PIPE) -> subprocess.Popen[str]:

@@ -54,11 +54,11 @@ def test_head_constants_match_the_scripts() -> None:
 
 
 def shape(db: Path) -> dict[str, Any]:
-    """Everything that defines a table, independent of how its DDL was spelled."""
+    """Everything that defines each table, independent of how its DDL was spelled."""
     conn = sqlite3.connect(db)
     try:
         found: dict[str, Any] = {}
-        for table in TABLES:
+        for table in (t.name for t in metadata.sorted_tables):
             sql = conn.execute(
                 "SELECT sql FROM sqlite_master WHERE type='table' AND name=?", (table,)
             ).fetchone()[0]
