@@ -579,7 +579,13 @@ DATA_SCHEMAS: dict[str, Schema] = {
                 "scheduling",
                 "config",
             )
-        }
+        },
+        {
+            "gpus": obj(
+                {"available": BOOL, "library": STR, "module": STR, "extra": STR},
+                {"flag": STR, "limited_by": STR, "test_knob": STR},
+            )
+        },
     ),
     "schema": obj(
         {
