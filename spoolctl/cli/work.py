@@ -100,6 +100,7 @@ MAX_CONCURRENCY = 256
 )
 @click.option(
     "--memory",
+    "memory_budget",
     type=Rule("size", memory_size, LIMITS["memory_bytes"]),
     default=None,
     help="Memory budget (64G): jobs' --memory is reserved against it.",
@@ -132,7 +133,7 @@ def work(
     poll_interval: float,
     concurrency: int,
     gpu_spec: gpus.Spec | None,
-    memory: int | None,
+    memory_budget: int | None,
     log_format: str,
     quiet: bool,
     verbose: bool,
@@ -177,7 +178,7 @@ def work(
         concurrency=concurrency,
         server_wait_s=None if mode == "loop" else ONE_SHOT_WAIT_S,
         gpus=devices,
-        memory_bytes=memory,
+        memory_bytes=memory_budget,
     )
     inventory = inventory_data(options)
     text_log = log_format == "text" and (verbose or (not quiet and sys.stderr.isatty()))
@@ -198,7 +199,7 @@ def work(
         else None,
         on_containment=None
         if as_json or log_format == "json"
-        else containment_notice(gpus.summary(devices, memory)),
+        else containment_notice(gpus.summary(devices, memory_budget)),
         on_stopping=None if log_format == "json" else clearing(progress, stopping_notice),
     )
     # A worker lives long: collect cycles again, but never rescan what import made.

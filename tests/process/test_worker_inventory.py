@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from spoolctl.errors import install_command
-from tests.helpers import Db, Result, add_job, child_env, job, rows
+from tests.helpers import REPO, Db, Result, add_job, child_env, job, rows
 
 pytestmark = pytest.mark.subprocess
 
@@ -169,6 +169,10 @@ def test_the_worker_says_what_it_places_jobs_on(db: Path) -> None:
     assert said[1]["gpus"] == 2 and said[1]["memory_bytes"] == 1 << 30
     assert [d["uuid"] for d in said[1]["devices"]] == UUIDS
     assert said[1]["worker_id"] == said[0]["worker_id"]
+    keys = {"event", "at", "worker_id", "slots", "memory_bytes", "gpus", "devices"}
+    assert set(said[1]) == keys
+    monitoring = (REPO / "docs" / "monitoring.md").read_text(encoding="utf-8")
+    assert all(f"| `{key}` |" in monitoring for key in keys), "each key documented"
 
 
 def test_without_gpus_nvml_is_never_loaded_and_jobs_keep_the_workers_devices(
