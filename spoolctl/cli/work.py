@@ -180,7 +180,7 @@ def work(
         gpus=devices,
         memory_bytes=memory_budget,
     )
-    inventory = inventory_data(options)
+    inventory = inventory_data(options, looked=gpu_spec is not None)
     text_log = log_format == "text" and (verbose or (not quiet and sys.stderr.isatty()))
     progress = ProgressLine(as_json or mode != "drain" or log_format == "json" or text_log)
     worker = Worker(
@@ -199,7 +199,7 @@ def work(
         else None,
         on_containment=None
         if as_json or log_format == "json"
-        else containment_notice(gpus.summary(devices, memory_budget)),
+        else containment_notice(gpus.summary(devices, memory_budget, looked=gpu_spec is not None)),
         on_stopping=None if log_format == "json" else clearing(progress, stopping_notice),
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
@@ -218,11 +218,11 @@ def work(
     return emit(Reply(data, text=lambda: report_text(report, mode)), as_json)
 
 
-def inventory_data(options: WorkerOptions) -> dict[str, Any] | None:
-    """What a worker with GPUs or a memory budget places jobs on (its `--json`
-    report's and its JSON log's `inventory`); None: it has neither."""
+def inventory_data(options: WorkerOptions, *, looked: bool) -> dict[str, Any] | None:
+    """What a worker given --gpus (`looked`) or --memory places jobs on (its
+    `--json` report's and its JSON log's `inventory`); None: neither."""
     devices: tuple[Device, ...] = options.gpus
-    if not devices and options.memory_bytes is None:
+    if not looked and options.memory_bytes is None:
         return None
     return {
         "slots": options.concurrency,

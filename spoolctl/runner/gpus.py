@@ -16,9 +16,11 @@ as it is), `all` (every GPU found), `none`, or NVML indexes and UUIDs
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -35,6 +37,8 @@ MAX_DEVICES = 1024
 """At most this many devices on one worker (the knob's and the flag's bound)."""
 SPEC_GRAMMAR = "all, none, or NVML indexes and GPU UUIDs, comma-separated (0,1 or GPU-8f3c…)"
 DEVICE_KEYS = ("uuid", "index", "model", "memory")
+NAME_RE = re.compile(r"[0-9]+|[A-Za-z][A-Za-z0-9-]*")
+"""How `--gpus` names a device: its NVML index, or its UUID (GPU-8f3c…) or a prefix of it."""
 
 
 class Spec(NamedTuple):
@@ -63,7 +67,7 @@ def read_spec(raw: str) -> Spec:
     if len(names) > MAX_DEVICES:
         raise _bad(f"at most {MAX_DEVICES} devices", raw)
     for name in names:
-        if not (name.isascii() and name.isprintable()) or name.startswith("-"):
+        if not NAME_RE.fullmatch(name):
             raise _bad(
                 f"a device is named by its NVML index (0, 1 …) or its UUID, not {name!r}", raw
             )
@@ -178,7 +182,8 @@ def nvml_devices() -> tuple[Device, ...]:
     except (failure, OSError) as exc:
         raise _unusable(exc) from None
     finally:
-        pynvml.nvmlShutdown()
+        with contextlib.suppress(failure, OSError):  # what was read stands
+            pynvml.nvmlShutdown()
     return tuple(devices)
 
 
@@ -245,13 +250,17 @@ def _bad_knob(why: str) -> InvalidInput:
     return InvalidInput(f"{TEST_GPUS_ENV} {why}", name=TEST_GPUS_ENV)
 
 
-def summary(devices: tuple[Device, ...], memory_bytes: int | None) -> str | None:
-    """What a worker with GPUs or a memory budget says of them as it starts
-    (None: it has neither)."""
+def summary(
+    devices: tuple[Device, ...], memory_bytes: int | None, *, looked: bool = False
+) -> str | None:
+    """What a worker says of its GPUs (`looked`: --gpus was given) and its
+    memory budget as it starts (None: it was given neither)."""
     parts = []
     if devices:
         listed = ", ".join(f"{d.index} {d.uuid}" for d in devices)
         parts.append(f"{len(devices)} GPU{'' if len(devices) == 1 else 's'} ({listed})")
+    elif looked:
+        parts.append("no GPU (--gpus found none)")
     if memory_bytes is not None:
         parts.append(f"a memory budget of {size_text(memory_bytes)}")
     return "places jobs on " + " and ".join(parts) if parts else None

@@ -133,11 +133,14 @@ def test_gpus_names_limit_the_worker_and_cuda_visible_devices_does_too(
         (["--gpus", "0"], declared(), ["GPU-aaaa-1111"]),
         (["--gpus", "GPU-bbbb"], declared(), ["GPU-bbbb-2222"]),
         (["--gpus", "all"], declared(CUDA_VISIBLE_DEVICES="GPU-bbbb-2222"), ["GPU-bbbb-2222"]),
+        (["--gpus", "all"], declared(CUDA_VISIBLE_DEVICES=""), []),
+        (["--gpus", "none"], declared(), []),
     ):
-        worker_id = f"w-{len(found)}-{found[0]}-{args[1]}"
+        worker_id = f"w-{'-'.join(found)}-{args[1]}"
         result = work(db, *args, "--worker-id", worker_id, env=env)
         assert result.exit_code == 0, result.stderr + result.stdout
         assert [d["uuid"] for d in result.data["inventory"]["devices"]] == found, args
+        assert result.data["inventory"]["gpus"] == len(found)
         assert [d["uuid"] for d in registered(db, worker_id)["devices"]] == found
 
 

@@ -47,7 +47,9 @@ def test_the_spec_reads_all_none_and_names(raw: str, spec: Spec) -> None:
     assert read_spec(raw) == spec
 
 
-@pytest.mark.parametrize("raw", ["", " ", ",", "0,", "0,,1", "-1", "é", "0\x00", "x" * 5000])
+@pytest.mark.parametrize(
+    "raw", ["", " ", ",", "0,", "0,,1", "-1", "0.5", "1/2", "é", "0\x00", "GPU 0", "x" * 5000]
+)
 def test_a_malformed_spec_is_invalid_input_naming_the_flag(raw: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         read_spec(raw)
@@ -257,6 +259,12 @@ def test_nvml_failing_on_a_device_still_shuts_down(monkeypatch: pytest.MonkeyPat
     assert fake.calls[-1] == "nvmlShutdown"
 
 
+def test_a_shutdown_that_fails_leaves_what_was_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNvml(TWO, fail="nvmlShutdown", as_bytes=False)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert [d.uuid for d in find(Spec(True), {})] == ["GPU-aaaa-1111", "GPU-bbbb-2222"]
+
+
 def test_without_nvidia_ml_py_it_is_extra_missing_naming_the_gpu_extra(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -276,6 +284,7 @@ def test_importing_the_module_does_not_load_pynvml() -> None:
 
 def test_summary_and_discovery() -> None:
     assert gpus.summary((), None) is None
+    assert gpus.summary((), None, looked=True) == "places jobs on no GPU (--gpus found none)"
     assert gpus.summary((DEV_A,), None) == "places jobs on 1 GPU (0 GPU-aaaa-1111)"
     assert gpus.summary(ALL[:2], 64 << 30) == (
         "places jobs on 2 GPUs (0 GPU-aaaa-1111, 1 GPU-bbbb-2222) and a memory budget of 64G"
