@@ -22,6 +22,9 @@ OPERATORS_VERBS = frozenset({"migrate", "copy-to", "web", "metrics", "prune", "s
 """Verbs an operator runs by hand, rarely a program's loop: the brief lists
 them without their flags (`schema --verb` and `--help` give every verb's),
 so the loop's verbs keep theirs within the budget."""
+REQUEST_FLAGS = frozenset({"weight", "gpus", "gpu_memory_bytes", "gpu_model"})
+"""The flags of a job's request (slots and GPUs): the brief leaves them out
+to stay within its budget; `add --help` and `schema --verb add` give them."""
 SHARED_LINES = {"signal": ("suspend", "continue")}
 """Verbs the brief lists on one line, the first's: they take the same
 arguments, and the line's flags are the first's (the others take fewer)."""
@@ -45,6 +48,7 @@ def usage(name: str, command: SpoolCommand) -> str:
         for p in command.params
         if isinstance(p, click.Option)
         and p.name not in COMMON_FLAGS
+        and p.name not in REQUEST_FLAGS
         and p.name not in command.for_people
         and name not in OPERATORS_VERBS
     ]
