@@ -32,7 +32,7 @@ from spoolctl.db.location import DbLocation, config_location, locate_db, resolve
 from spoolctl.db.queue import open_for_read
 from spoolctl.db.where import RULES, current_folder, project_config
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
-from spoolctl.services import placement_reads, query
+from spoolctl.services import placement_reads, placement_views, query
 from spoolctl.services.job_defaults import config_defaults
 
 SOURCE_NAMES = {
@@ -162,7 +162,7 @@ def unplaceable_check(driver: Driver, checks: list[Check]) -> Check:
     if any(c.id in ("schema_version", "integrity") and c.status != "pass" for c in checks):
         return Check("unplaceable", "skip", "queue not readable", blocked_by="schema_version")
     queue = open_for_read(driver)
-    found = placement_reads.NONE_UNPLACEABLE
+    found = placement_views.NONE_UNPLACEABLE
     if queue is not None:
         now, live = queue.now(), Timing.from_env().reap_threshold_s
         found = queue.read(lambda conn: placement_reads.unplaceable(conn, now, live))

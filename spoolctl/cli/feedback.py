@@ -15,7 +15,7 @@ from spoolctl.config import Timing
 from spoolctl.db.queue import Queue
 from spoolctl.db.where import named_db
 from spoolctl.errors import InvalidInput
-from spoolctl.services import placement_reads
+from spoolctl.services import placement_views
 from spoolctl.services.attempt_output import STREAMS, AttemptOutput, confine, find_attempt
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
 from spoolctl.services.job_defaults import config_defaults, timeout_words
@@ -119,7 +119,7 @@ def feedback_facts(
     assert row is not None  # find_attempt raised NotFound otherwise
     job = decode_job(row)
     live = Timing.from_env().reap_threshold_s
-    why = placement_reads.unplaceable_reason(reads(conn), job, now, live)
+    why = placement_views.unplaceable_reason(reads(conn), job, now, live)
     return job, ref, waits_for(conn, [job_id]).get(job_id, []), why
 
 

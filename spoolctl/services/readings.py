@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Protocol
 
 from spoolctl.db import codec
 from spoolctl.db.lean_sql import LISTED
-from spoolctl.services import placement_reads
+from spoolctl.services import placement_views
 from spoolctl.states import EventKind, JobState
 
 LANE_COUNTS = "lane_counts"
@@ -233,7 +233,7 @@ def live_workers(run: Reads, now: float, *, include_all: bool = False) -> list[d
             r["id"] for r in jobs if suspended_since({**r, "state": "running"}) is not None
         ]
         entry = {**row, "heartbeat_age_s": None, "running_jobs": running}
-        entry["inventory"] = placement_reads.inventory_view(
+        entry["inventory"] = placement_views.inventory_view(
             row.get("inventory"), row["concurrency"]
         )
         entry["suspended_jobs"] = suspended
@@ -243,7 +243,7 @@ def live_workers(run: Reads, now: float, *, include_all: bool = False) -> list[d
         else:
             entry["damaged"] = [f"heartbeat_at: not a number {row['heartbeat_at']!r:.80}"]
         result.append(entry)
-    placement_reads.with_holds(result, run)
+    placement_views.with_holds(result, run)
     return result
 
 
@@ -340,6 +340,6 @@ def status_data(run: Reads, now: float, dead_limit: int, live_within_s: float) -
     data["paused_lanes"] = paused
     data["schedules"] = schedule_summary(run)
     data["waiting_for_limits"] = waiting_for_limits(run, now)
-    data["devices"] = placement_reads.device_totals(run)
-    data["unplaceable"] = placement_reads.unplaceable_summary(run, now, live_within_s)
+    data["devices"] = placement_views.device_totals(run)
+    data["unplaceable"] = placement_views.unplaceable_summary(run, now, live_within_s)
     return data

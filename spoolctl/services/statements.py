@@ -42,7 +42,7 @@ from spoolctl.db.tables import (
     schedules,
     workers,
 )
-from spoolctl.services import placement_reads as p
+from spoolctl.services import placement_views as p
 from spoolctl.services import readings as r
 from spoolctl.services.claim_limits import needs_limits
 from spoolctl.services.events import INSERT_EVENT_STATEMENT
@@ -160,7 +160,7 @@ PLACEMENT_READS: dict[str, Prepared] = {
         )
     ),
 }
-"""What the views read of placement (`services/placement_reads.py` names them)."""
+"""What the views read of placement (`services/placement_views.py` names them)."""
 
 READS: dict[str, Prepared] = {
     r.LANE_COUNTS: Prepared(
