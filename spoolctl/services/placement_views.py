@@ -89,8 +89,13 @@ NONE_UNPLACEABLE = Unplaceables(0, [])
 
 
 def share(units: object) -> float:
-    """Units of a device as a share of it (0 … 1, four places)."""
-    return round(int(units) / DEVICE_UNITS, 4) if isinstance(units, int) else 0.0
+    """Units of a device as a share of it (0 … 1, four places; a sum of them
+    is PostgreSQL's numeric, a Decimal)."""
+    try:
+        whole = int(units)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return 0.0
+    return round(whole / DEVICE_UNITS, 4)
 
 
 def device_totals(run: Reads) -> dict[str, Any]:

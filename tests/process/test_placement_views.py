@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import Connection, update
 
 from spoolctl.cli.database import open_write
+from spoolctl.cli.schemas import DATA_SCHEMAS
 from spoolctl.db.queue import Queue
 from spoolctl.db.tables import attempts, jobs
 from spoolctl.resources import Device
@@ -25,6 +26,7 @@ from spoolctl.services import claim, heartbeat
 from spoolctl.services.job_spec import JobSpec
 from spoolctl.services.submit import submit
 from tests.helpers import Db, Result, cli, cli_json
+from tests.schema_check import errors as schema_errors
 
 pytestmark = pytest.mark.both_backends
 
@@ -82,8 +84,10 @@ def text_of(*args: str, db: Db) -> str:
 
 
 def json_of(*args: str, db: Db) -> Result:
+    """The verb's JSON, checked against its published schema."""
     result = cli_json(*args, db=db, env=LIVE)
     assert result.exit_code == 0, result.stderr
+    assert schema_errors(result.data, DATA_SCHEMAS[args[0]]) == [], args
     return result
 
 
