@@ -92,7 +92,7 @@ def share(units: object) -> float:
     """Units of a device as a share of it (0 … 1, four places; a sum of them
     is PostgreSQL's numeric, a Decimal)."""
     try:
-        whole = int(units)  # type: ignore[call-overload]
+        whole: int = int(units)  # type: ignore[call-overload]
     except (TypeError, ValueError):
         return 0.0
     return round(whole / DEVICE_UNITS, 4)
