@@ -242,4 +242,5 @@ WARNING_CODES: dict[str, str] = {
     "NO_QUEUE": "no queue exists where --db points yet: a read verb's answer is empty",
     "CONFIG_UNKNOWN_KEY": "the config file holds keys this version does not know: ignored",
     "HERE_ENV_SKIPPED": "add --here left out variables a job's env cannot hold",
+    "UNPLACEABLE": "the job asks for more than any live worker of its lane has: it waits",
 }

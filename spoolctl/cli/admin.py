@@ -32,7 +32,7 @@ from spoolctl.db.location import DbLocation, config_location, locate_db, resolve
 from spoolctl.db.queue import open_for_read
 from spoolctl.db.where import RULES, current_folder, project_config
 from spoolctl.errors import EXIT_OK, EXIT_TOOL, InvalidInput, SpoolError
-from spoolctl.services import query
+from spoolctl.services import placement_reads, placement_views, query
 from spoolctl.services.job_defaults import config_defaults
 
 SOURCE_NAMES = {
@@ -108,6 +108,7 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
             "schema_version",
             "integrity",
             "orphans_unconfirmed",
+            "unplaceable",
         )
         checks += [
             Check(n, "skip", "no database path", blocked_by="db_path_resolved") for n in names
@@ -118,6 +119,7 @@ def run_checks(db: str | None) -> tuple[list[Check], DbLocation | None]:
         )
         checks += location.driver.health_checks()
         checks.append(orphans_check(location.driver, checks))
+        checks.append(unplaceable_check(location.driver, checks))
     checks.append(containment_check())
     checks.append(contract_check())
     return checks, location
@@ -151,6 +153,27 @@ def orphans_check(driver: Driver, checks: list[Check]) -> Check:
         "warn",
         f"{len(orphans)} job(s) kept running, not requeued: {named}"[:500],
         "end the named process (or confirm it is gone); a worker then requeues the job",
+    )
+
+
+def unplaceable_check(driver: Driver, checks: list[Check]) -> Check:
+    """Queued jobs that ask for more than any live worker of their lane has:
+    a warning (a worker that can hold them may join), naming them and why."""
+    if any(c.id in ("schema_version", "integrity") and c.status != "pass" for c in checks):
+        return Check("unplaceable", "skip", "queue not readable", blocked_by="schema_version")
+    queue = open_for_read(driver)
+    found = placement_views.NONE_UNPLACEABLE
+    if queue is not None:
+        now, live = queue.now(), Timing.from_env().reap_threshold_s
+        found = queue.read(lambda conn: placement_reads.unplaceable(conn, now, live))
+    if not found.count:
+        return Check("unplaceable", "pass", "every queued job fits a live worker of its lane")
+    named = "; ".join(f"job {u.job_id}: {u.reason}" for u in found.jobs)
+    return Check(
+        "unplaceable",
+        "warn",
+        f"{found.count} queued job(s) no live worker can hold: {named}"[:500],
+        "start a worker that has what they ask for, or lower their requests (spoolctl show ID)",
     )
 
 

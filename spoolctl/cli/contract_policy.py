@@ -142,6 +142,7 @@ CODE_NOTES: dict[str, tuple[str, bool | None, str]] = {
     ),
     "CONFIG_UNKNOWN_KEY": ("Unknown config file key: ignored.", None, "spoolctl status --json"),
     "HERE_ENV_SKIPPED": ("add --here skipped variables an env cannot hold.", None, "add --here"),
+    "UNPLACEABLE": ("No live worker of its lane could hold the job: it waits.", None, "feedback"),
 }
 
 # Codes 0.4.11 published that this version never emits (appears_in is empty).

@@ -11,14 +11,17 @@ from spoolctl.cli.options import JOB_ID, BoundedInt, db_option, json_option, ver
 from spoolctl.cli.output import STREAM_CHOICE, open_existing, refuse_outside, selected
 from spoolctl.cli.render import style
 from spoolctl.cli.reply import Reply, emit
+from spoolctl.config import Timing
 from spoolctl.db.queue import Queue
 from spoolctl.db.where import named_db
 from spoolctl.errors import InvalidInput
+from spoolctl.services import placement_views
 from spoolctl.services.attempt_output import STREAMS, AttemptOutput, confine, find_attempt
 from spoolctl.services.dependencies import FAILED_PARENT_STATES, waits_for
 from spoolctl.services.job_defaults import config_defaults, timeout_words
 from spoolctl.services.job_spec import DEFAULT_TIMEOUT_S
 from spoolctl.services.query import decode_job, get_job_row
+from spoolctl.services.statements import reads
 from spoolctl.states import TERMINAL_JOB_STATES, FailureReason, JobState
 from spoolctl.text import shown
 
@@ -46,10 +49,12 @@ from spoolctl.text import shown
 def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json: bool) -> int:
     """One verdict on a job: how it ended, the tail of its output, what to run next."""
     queue = open_existing(db, job_id)
-    job, found, after_jobs = queue.read(lambda conn: feedback_facts(conn, job_id))
+    now = queue.now()
+    job, found, after_jobs, unplaceable = queue.read(lambda conn: feedback_facts(conn, job_id, now))
     ref = confine(found, queue.output_root)
-    data = verdict(job, ref, queue.now())
+    data = verdict(job, ref, now)
     data["after_jobs"] = after_jobs
+    data["unplaceable"] = unplaceable
     if data["failure_reason"] == FailureReason.DEPENDENCY_FAILED:
         data["remediation"] = dependency_remediation(job_id, after_jobs)
     # JSON always carries both streams (as 0.4.11 did); --stream picks what text shows
@@ -60,6 +65,8 @@ def feedback(job_id: int, tail_bytes: int, stream: str, db: str | None, as_json:
     refuse_outside(queue, reply, ref, data["streams"])
     if ref.attempt_no is None:
         reply.warn("NO_ATTEMPTS_YET", f"job {job_id} has no attempt yet")
+    if unplaceable is not None:
+        reply.warn("UNPLACEABLE", f"job {job_id} cannot be placed: {unplaceable}")
     return emit(reply, as_json)
 
 
@@ -103,12 +110,17 @@ def tails(queue: Queue, ref: AttemptOutput, budget: int) -> dict[str, dict[str, 
 
 
 def feedback_facts(
-    conn: Any, job_id: int
-) -> tuple[dict[str, Any], AttemptOutput, list[dict[str, Any]]]:
+    conn: Any, job_id: int, now: float
+) -> tuple[dict[str, Any], AttemptOutput, list[dict[str, Any]], str | None]:
+    """The job, its latest attempt, what it waits for, and why no live
+    worker could hold it (None: one could, or it is not queued)."""
     ref = find_attempt(conn, job_id, None)
     row = get_job_row(conn, job_id)
     assert row is not None  # find_attempt raised NotFound otherwise
-    return decode_job(row), ref, waits_for(conn, [job_id]).get(job_id, [])
+    job = decode_job(row)
+    live = Timing.from_env().reap_threshold_s
+    why = placement_views.unplaceable_reason(reads(conn), job, now, live)
+    return job, ref, waits_for(conn, [job_id]).get(job_id, []), why
 
 
 def dependency_remediation(job_id: int, after_jobs: list[dict[str, Any]]) -> str:
@@ -181,6 +193,8 @@ def feedback_text(
     if data.get("after_jobs"):
         waits = ", ".join(f"{p['job_id']} ({shown(p['state'])})" for p in data["after_jobs"])
         lines.append(f"  after jobs: {waits}")
+    if data.get("unplaceable"):
+        lines.append(style(f"  unplaceable: {shown(data['unplaceable'])}", fg="yellow"))
     for name, info in data["streams"].items():
         if info["tail"] and name in picked:
             lines += [

@@ -27,6 +27,7 @@ from spoolctl.cli.options import (
 from spoolctl.cli.read_text import STATE_COLORS, command_text, list_text
 from spoolctl.cli.render import wide_option
 from spoolctl.cli.reply import Reply, emit
+from spoolctl.config import Timing
 from spoolctl.errors import NotFound
 from spoolctl.services import job_defaults, job_reads, job_spec, query
 from spoolctl.services.outcome import exit_label
@@ -43,17 +44,22 @@ from spoolctl.text import shown, size_text
 def show(job_id: int, db: str | None, as_json: bool) -> int:
     """One job: every column, its attempts and its events."""
     queue = open_read(db)
+    now = 0.0 if queue is None else queue.now()
     detail = (
-        None if queue is None else queue.read(lambda conn: detail_with_dependencies(conn, job_id))
+        None
+        if queue is None
+        else queue.read(lambda conn: detail_with_dependencies(conn, job_id, now))
     )
     if detail is None:
         raise no_job(job_id, db) if queue is None else NotFound(f"no job {job_id}", job_id=job_id)
     return emit(Reply(detail, text=lambda: show_text(detail)), as_json)
 
 
-def detail_with_dependencies(conn: Any, job_id: int) -> dict[str, Any] | None:
-    """`show`'s data plus what the job waits for and what waits for it."""
-    return job_reads.show_data(reads(conn), job_id)
+def detail_with_dependencies(conn: Any, job_id: int, now: float) -> dict[str, Any] | None:
+    """`show`'s data plus what the job waits for and what waits for it, and
+    why no live worker could hold it."""
+    live = Timing.from_env().reap_threshold_s
+    return job_reads.show_data(reads(conn), job_id, now, live)
 
 
 def show_text(detail: dict[str, Any]) -> str:
@@ -75,8 +81,10 @@ def show_text(detail: dict[str, Any]) -> str:
         *job_facts(job),
         *links_text(detail),
     ]
+    if detail.get("unplaceable"):
+        lines.append(style(f"  unplaceable: {shown(detail['unplaceable'])}", fg="yellow"))
     if detail["attempts"]:
-        lines += ["", attempts_table(detail["attempts"])]
+        lines += ["", attempts_table(detail["attempts"]), *devices_text(detail["attempts"])]
     if detail.get("events"):
         lines += ["", style("events:", bold=True)]
         lines += [f"  {event_line(e)}" for e in detail["events"]]
@@ -148,10 +156,29 @@ def attempts_table(attempts: list[dict[str, Any]]) -> str:
             shown(exit_label(a["exit_code"], a.get("signal")) or "-"),
             local_time(a["started_at"]),
             shown(a["worker_id"]),
+            shown(a.get("host") or "-"),
         ]
         for a in attempts
     ]
-    return table(["#", "STATE", "REASON", "EXIT", "STARTED", "WORKER"], rows)
+    return table(["#", "STATE", "REASON", "EXIT", "STARTED", "WORKER", "HOST"], rows)
+
+
+def devices_text(attempts: list[dict[str, Any]]) -> list[str]:
+    """The devices each attempt was given, and whether it still holds them
+    (an ended attempt whose orphan may still run on them keeps its hold)."""
+    lines = []
+    for a in attempts:
+        if not a.get("devices") and not a.get("holds"):
+            continue
+        given = ", ".join(shown(u) for u in a.get("devices") or a["holds"])
+        if not a.get("holds"):
+            held = "released"
+        elif a["state"] == "running":
+            held = "held"
+        else:
+            held = style("still held: orphan not confirmed gone", fg="red")
+        lines.append(f"  attempt {a['attempt_no']} devices {given} ({held})")
+    return lines
 
 
 @verb(

@@ -19,7 +19,7 @@ from spoolctl import validate
 from spoolctl.cli.look import line_width
 from spoolctl.cli.read_text import list_text, status_text
 from spoolctl.cli.reply import Reply, emit, emit_error
-from spoolctl.config import auto_migrate, busy_timeout_s, local_clock
+from spoolctl.config import Timing, auto_migrate, busy_timeout_s, local_clock
 from spoolctl.db.lean import LeanQueue, Unanswered
 from spoolctl.db.where import named_db
 from spoolctl.errors import InvalidInput, NotFound, SpoolError
@@ -98,7 +98,8 @@ def status(args: list[str]) -> Answer | None:
     flags, _ = found
     limit = validate.int_in_range(flags.get("--limit", "10"), "value", 0, 1000)
     shown_at = time.time()
-    data = _read(flags.get("--db"), lambda run, now: readings.status_data(run, now, limit))
+    live = Timing.from_env().reap_threshold_s
+    data = _read(flags.get("--db"), lambda run, now: readings.status_data(run, now, limit, live))
     as_json = "--json" in flags
     text = None if as_json else status_text(data, shown_at, line_width("--wide" in flags))
     return Reply(data, text=text), as_json
@@ -149,7 +150,8 @@ def show(args: list[str]) -> Answer | None:
         return None  # the text of `show` is the click verb's
     flags, (word,) = found
     job_id = validate.int_in_range(word, "value", 1, validate.INT64_MAX)
-    detail = _read(flags.get("--db"), lambda run, _now: job_reads.show_data(run, job_id))
+    live = Timing.from_env().reap_threshold_s
+    detail = _read(flags.get("--db"), lambda run, now: job_reads.show_data(run, job_id, now, live))
     if detail is None:
         return NotFound(f"no job {job_id}", job_id=job_id), True
     return Reply(detail), True

@@ -103,12 +103,30 @@ def status_text(data: dict[str, Any], now: float, width: int | None = None) -> s
         lines.append(table(headers, rows, width, flexible, (2, 4)))
     lines += orphans_text(data["orphans_unconfirmed"], now, width)
     lines += paused_text(data.get("paused_lanes", []), now, width)
+    lines += placement_text(data, width)
     waiting = data.get("waiting_for_limits") or []
     if waiting:
         listed = ", ".join(map(str, waiting))
         waits = f"waiting for a worker that can enforce their limits: job(s) {listed}"
         lines += ["", fit_line(waits, width)]
     return "\n".join(lines)
+
+
+def placement_text(data: dict[str, Any], width: int | None = None) -> list[str]:
+    """How much of the registered GPUs is held, and the queued jobs no live
+    worker could hold (the first named, with why)."""
+    lines = []
+    devices = data.get("devices") or {}
+    if devices.get("count"):
+        lines.append(f"GPUs: {devices['held']:g} of {devices['count']} held")
+    unplaceable = data.get("unplaceable") or {}
+    if unplaceable.get("count"):
+        first = unplaceable["jobs"][0]
+        n = unplaceable["count"]
+        said = f"unplaceable: {n} job{'' if n == 1 else 's'} (job {first['job_id']}:"
+        said += f" {shown(first['reason'])})"
+        lines.append(style(fit_line(said, width), fg="yellow"))
+    return ["", *lines] if lines else []
 
 
 def jobs_text(worker: dict[str, Any]) -> str:
@@ -172,12 +190,21 @@ def list_text(jobs: list[dict[str, Any]], width: int | None = None) -> str:
         for j in jobs
     ]
     headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
+    extra: list[tuple[str, list[str]]] = []
     needs = [needs_cell(j) for j in jobs]
     if any(needs):  # a column only where some job on the page asks for more than a slot
-        headers.insert(7, "NEEDS")
-        rows = [[*row[:7], cell or "-", row[7]] for row, cell in zip(rows, needs, strict=True)]
-        return table(headers, rows, width, {2: NAME_MIN, 8: TEXT_MIN}, (3, 5, 4, 6, 7))
-    return table(headers, rows, width, {2: NAME_MIN, 7: TEXT_MIN}, (3, 5, 4, 6))
+        extra.append(("NEEDS", [cell or "-" for cell in needs]))
+    if width is None and any(j.get("devices") for j in jobs):
+        # --wide: the devices running jobs hold, before the command
+        held = [",".join(shown(u) for u in j.get("devices") or ()) or "-" for j in jobs]
+        extra.append(("DEVICES", held))
+    for offset, (header, cells) in enumerate(extra):
+        headers.insert(7 + offset, header)
+        for row, cell in zip(rows, cells, strict=True):
+            row.insert(7 + offset, cell)
+    command = 7 + len(extra)
+    dropped = (3, 5, 4, 6, *range(7, command))  # the request and devices go last when narrow
+    return table(headers, rows, width, {2: NAME_MIN, command: TEXT_MIN}, dropped)
 
 
 def needs_cell(job: dict[str, Any]) -> str:

@@ -114,10 +114,13 @@ LIST_JOB = obj(
         **attributes(LIST_JOB_0411, listed=True),
         "suspended_at": opt(NUM),
         "suspended": BOOL,
+        "host": opt(STR),
+        "devices": STR_LIST,
     },
 )
 """`suspended` is true for a running job whose processes are suspended (its
-state stays `running`); `suspended_at` is since when, null unless it is."""
+state stays `running`); `suspended_at` is since when, null unless it is.
+`host` and `devices` (GPU UUIDs): where a running job's attempt runs."""
 SHOW_JOB_0411 = {
     **{k: v for k, v in LIST_JOB_0411.items() if k != "env_keys"},
     "max_crashes": opt(INT),
@@ -153,13 +156,23 @@ ATTEMPT = obj(
         "stdout_path": STR,
         "stderr_path": STR,
     },
-    {"signal": opt(INT), "cgroup": opt(STR), "peak_memory_bytes": opt(INT), "cpu_time_s": opt(NUM)},
+    {
+        "signal": opt(INT),
+        "cgroup": opt(STR),
+        "peak_memory_bytes": opt(INT),
+        "cpu_time_s": opt(NUM),
+        "host": opt(STR),
+        "devices": STR_LIST,
+        "holds": STR_LIST,
+    },
 )
 """exit_code is null for a timed-out attempt (as in 0.4.11); `signal` is the
 signal that ended the job, when one did (15 for a timeout's SIGTERM).
 `cgroup` is the attempt's cgroup directories, one a line (the first holds
 the kill), where its worker contained it; `peak_memory_bytes` and
-`cpu_time_s` what that cgroup measured."""
+`cpu_time_s` what that cgroup measured. `host` is the machine it ran on,
+`devices` the UUIDs of the GPUs it was given, `holds` those it still holds
+(a running attempt's, or an ended one's whose orphan is not confirmed gone)."""
 
 EVENT = obj(
     {
@@ -177,6 +190,18 @@ names the queue."""
 SERVER_WAIT = obj({"waited_s": NUM, "failed_tries": INT, "error": STR})
 """How a worker's start waited for an unreachable database server (PostgreSQL)."""
 
+HOLDER = obj({"job_id": INT, "attempt_id": INT, "worker_id": STR, "share": NUM})
+DEVICE = obj(
+    {"uuid": STR, "index": INT, "model": STR, "memory_bytes": opt(INT)},
+    {"held_share": NUM, "holders": arr(HOLDER), "host": STR},
+)
+"""A GPU, known by its UUID: `held_share` (0 … 1) is how much of it attempts
+hold, `holders` which."""
+INVENTORY = obj({"slots": INT, "memory_bytes": opt(INT), "host": STR, "devices": arr(DEVICE)})
+"""A worker's inventory: its slots, its memory budget (null: none) and GPUs."""
+UNPLACEABLE = obj({"job_id": INT, "queue": STR, "gpus": opt(STR), "weight": INT, "reason": STR})
+"""A queued job no live worker of its lane could hold, and why."""
+
 WORKER = obj(
     {
         "id": STR,
@@ -190,9 +215,15 @@ WORKER = obj(
         "heartbeat_age_s": NUM,
         "running_jobs": arr(INT),
     },
-    {"lane_paused": BOOL, "waited_for_server": opt(SERVER_WAIT), "suspended_jobs": arr(INT)},
+    {
+        "lane_paused": BOOL,
+        "waited_for_server": opt(SERVER_WAIT),
+        "suspended_jobs": arr(INT),
+        "inventory": opt(INVENTORY),
+    },
 )
-"""`suspended_jobs`: those of `running_jobs` that are suspended."""
+"""`suspended_jobs`: those of `running_jobs` that are suspended; `inventory`
+what it places jobs on (null: a worker that registered none)."""
 
 STEERED = obj(
     {
@@ -456,12 +487,14 @@ DATA_SCHEMAS: dict[str, Schema] = {
             ),
             "waiting_for_limits": arr(INT),
             "suspended": INT,
+            "devices": obj({"count": INT, "held": NUM, "free": NUM}),
+            "unplaceable": obj({"count": INT, "jobs": arr(UNPLACEABLE)}),
         },
     ),
     "list": obj({"count": INT, "jobs": arr(LIST_JOB)}),
     "show": obj(
         {"job": SHOW_JOB, "attempts": arr(ATTEMPT), "events": arr(EVENT)},
-        {"after_jobs": WAITS_FOR, "dependents": arr(INT)},
+        {"after_jobs": WAITS_FOR, "dependents": arr(INT), "unplaceable": opt(STR)},
     ),
     "output": obj(
         {
@@ -489,7 +522,7 @@ DATA_SCHEMAS: dict[str, Schema] = {
             "remediation": opt(STR),
             "streams": streams_of(TAIL),
         },
-        {"after_jobs": WAITS_FOR},
+        {"after_jobs": WAITS_FOR, "unplaceable": opt(STR)},
     ),
     "retry": obj(
         {"job_id": INT, "state": JOB_STATE}, {"previous_state": STR, "restored": arr(INT)}

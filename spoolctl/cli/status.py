@@ -13,16 +13,17 @@ from typing import Any
 import click
 
 from spoolctl.cli.database import open_read, warn_no_queue
-from spoolctl.cli.look import age, line_width, local_time, table
+from spoolctl.cli.look import age, fit_line, line_width, local_time, table
 from spoolctl.cli.options import BoundedInt, Seconds, db_option, json_option, verb
 from spoolctl.cli.outages import waits_text
 from spoolctl.cli.read_text import NAME_MIN, jobs_text, orphans_text, paused_text, status_text
 from spoolctl.cli.render import wide_option
 from spoolctl.cli.reply import Reply, emit
+from spoolctl.config import Timing
 from spoolctl.services import lanes, query, readings
 from spoolctl.services.statements import reads
 from spoolctl.states import JobState
-from spoolctl.text import shown
+from spoolctl.text import shown, size_text
 
 
 def empty_status() -> dict[str, Any]:
@@ -37,6 +38,8 @@ def empty_status() -> dict[str, Any]:
         "paused_lanes": [],
         "schedules": {"count": 0, "next": None},
         "waiting_for_limits": [],
+        "devices": {"count": 0, "held": 0.0, "free": 0.0},
+        "unplaceable": {"count": 0, "jobs": []},
     }
 
 
@@ -97,7 +100,8 @@ def status_data(db: str | None, limit: int, now: float) -> dict[str, Any]:
     if queue is None:
         return EMPTY_STATUS
     now = queue.now()  # the server's on PostgreSQL
-    return queue.read(lambda conn: readings.status_data(reads(conn), now, limit))
+    live = Timing.from_env().reap_threshold_s
+    return queue.read(lambda conn: readings.status_data(reads(conn), now, limit, live))
 
 
 def watch_status(db: str | None, limit: int, interval: float, wide: bool = False) -> int:
@@ -193,4 +197,30 @@ def workers_text(
     headers = ["WORKER", "HOST", "PID", "QUEUE", "SLOTS", "STATE", "JOBS", "STARTED", "HEARTBEAT"]
     flexible = {0: NAME_MIN, 1: NAME_MIN // 2, 3: NAME_MIN, 6: NAME_MIN // 2}
     lines_ = table(headers, lines, width, flexible, (1, 4, 7, 2, 6))
-    return "\n".join([lines_, *orphans_text(orphans or [], now, width)])
+    has = [line for w in rows for line in inventory_text(w, width)]
+    return "\n".join([lines_, *has, *orphans_text(orphans or [], now, width)])
+
+
+def inventory_text(worker: dict[str, Any], width: int | None = None) -> list[str]:
+    """What a worker has to place jobs on, where it registered more than its
+    slots: its memory budget and each GPU with its holders (`GPUs: 0 A100
+    (held 0.5 by job 12, 13), 1 A100 (free)`)."""
+    inventory = worker.get("inventory") or {}
+    parts = []
+    if inventory.get("memory_bytes") is not None:
+        parts.append(f"memory budget {size_text(inventory['memory_bytes'])}")
+    if inventory.get("devices"):
+        parts.append("GPUs: " + ", ".join(device_text(d) for d in inventory["devices"]))
+    if not parts:
+        return []
+    return [fit_line(f"  {shown(worker['id'])}: {'; '.join(parts)}", width)]
+
+
+def device_text(device: dict[str, Any]) -> str:
+    """One GPU: its index and model, and what is held of it by which jobs."""
+    held = device.get("held_share") or 0
+    jobs = ", ".join(dict.fromkeys(str(h["job_id"]) for h in device.get("holders") or ()))
+    holds = (
+        f"held {held:g} by job {jobs}" if held and jobs else f"held {held:g}" if held else "free"
+    )
+    return f"{device['index']} {shown(device['model'])} ({holds})"

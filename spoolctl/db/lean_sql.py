@@ -41,6 +41,14 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "key param_1 param_2 param_3",
         {"param_1": "queued", "param_2": "running", "param_3": "waiting"},
     ),
+    "asking": (
+        "SELECT jobs.id, jobs.queue, jobs.weight, jobs.gpus, jobs.gpu_share, "
+        "jobs.gpu_memory_bytes, jobs.gpu_model, jobs.memory_bytes \nFROM jobs \nWHERE "
+        "jobs.state = 'queued' AND (jobs.weight IS NOT NULL OR jobs.gpus IS NOT NULL OR "
+        "jobs.memory_bytes IS NOT NULL) ORDER BY jobs.id",
+        "",
+        {},
+    ),
     "attempt_counts": (
         "SELECT attempts.job_id, count(*) AS n \nFROM attempts \nWHERE attempts.job_id "
         "IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
@@ -63,6 +71,25 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "job_dependencies.after_job_id = ? ORDER BY job_dependencies.job_id",
         "job_id",
         {},
+    ),
+    "device_holders": (
+        "SELECT device_holds.device_uuid, device_holds.job_id, device_holds.attempt_id, "
+        "device_holds.worker_id, device_holds.units \nFROM device_holds ORDER BY "
+        "device_holds.id",
+        "",
+        {},
+    ),
+    "device_rows": (
+        "SELECT devices.uuid, devices.host, devices.idx, devices.model, "
+        "devices.memory_bytes, devices.held, devices.seen_at \nFROM devices ORDER BY "
+        "devices.host, devices.idx",
+        "",
+        {},
+    ),
+    "device_totals": (
+        "SELECT count(*) AS n, coalesce(sum(devices.held), ?) AS held \nFROM devices",
+        "coalesce_1",
+        {"coalesce_1": 0},
     ),
     "first_job_id": (
         "SELECT min(jobs.id) AS n \nFROM jobs",
@@ -117,6 +144,13 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "SELECT job_events.id, job_events.job_id, job_events.at, job_events.event, "
         "job_events.worker_id, job_events.detail \nFROM job_events \nWHERE "
         "job_events.job_id = ? ORDER BY job_events.id",
+        "job_id",
+        {},
+    ),
+    "job_holds": (
+        "SELECT device_holds.attempt_id, device_holds.device_uuid \nFROM device_holds "
+        "JOIN attempts ON attempts.id = device_holds.attempt_id \nWHERE attempts.job_id "
+        "= ? ORDER BY device_holds.id",
         "job_id",
         {},
     ),
@@ -313,6 +347,12 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "state priority_min limit param_1",
         {"param_1": 0},
     ),
+    "live_inventories": (
+        "SELECT workers.id, workers.queue, workers.concurrency, workers.inventory "
+        "\nFROM workers \nWHERE workers.state = ? AND workers.heartbeat_at >= ?",
+        "state_1 since",
+        {"state_1": "running"},
+    ),
     "next_schedule": (
         "SELECT schedules.name, schedules.next_fire_at \nFROM schedules \nWHERE "
         "schedules.paused_at IS NULL ORDER BY schedules.next_fire_at\n LIMIT ? OFFSET ?",
@@ -346,6 +386,23 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "DESC",
         "state_1",
         {"state_1": "dead"},
+    ),
+    "running_places": (
+        "SELECT attempts.job_id, attempts.host, attempts.devices \nFROM attempts "
+        "\nWHERE attempts.job_id IN (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?) AND attempts.state = ?",
+        "id_0 id_1 id_2 id_3 id_4 id_5 id_6 id_7 id_8 id_9 id_10 id_11 id_12 id_13 "
+        "id_14 id_15 id_16 id_17 id_18 id_19 id_20 id_21 id_22 id_23 id_24 id_25 id_26 "
+        "id_27 id_28 id_29 id_30 id_31 id_32 id_33 id_34 id_35 id_36 id_37 id_38 id_39 "
+        "id_40 id_41 id_42 id_43 id_44 id_45 id_46 id_47 id_48 id_49 id_50 id_51 id_52 "
+        "id_53 id_54 id_55 id_56 id_57 id_58 id_59 id_60 id_61 id_62 id_63 id_64 id_65 "
+        "id_66 id_67 id_68 id_69 id_70 id_71 id_72 id_73 id_74 id_75 id_76 id_77 id_78 "
+        "id_79 id_80 id_81 id_82 id_83 id_84 id_85 id_86 id_87 id_88 id_89 id_90 id_91 "
+        "id_92 id_93 id_94 id_95 id_96 id_97 id_98 id_99 state_1",
+        {"state_1": "running"},
     ),
     "schedule_count": (
         "SELECT count(*) AS n \nFROM schedules",

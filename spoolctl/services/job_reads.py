@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from spoolctl.db import codec
+from spoolctl.services import placement_views
 from spoolctl.services.readings import (
     ATTEMPT_COUNTS,
     CHUNK,
@@ -57,6 +58,15 @@ def waits_for(run: Reads, job_ids: Sequence[int]) -> dict[int, list[dict[str, An
                 {"job_id": int(row["after_job_id"]), "state": row["state"]}
             )
     return found
+
+
+def running_places(run: Reads, job_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Job id -> `host` and `devices` (GPU UUIDs) of its running attempt."""
+    return {
+        int(r["job_id"]): {"host": r["host"], "devices": placement_views.device_ids(r["devices"])}
+        for binds in (chunks(job_ids) if job_ids else [])
+        for r in run.all(placement_views.RUNNING_PLACES, binds)
+    }
 
 
 def list_entry(row: dict[str, Any]) -> dict[str, Any]:
@@ -118,9 +128,14 @@ def with_waits(run: Reads, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ids = [j["id"] for j in jobs]
     waits = waits_for(run, ids)
     counts = attempt_counts(run, ids)
+    running = [j["id"] for j in jobs if j["state"] == "running"]
+    places = running_places(run, running)
     for job in jobs:
         job["after_jobs"] = [p["job_id"] for p in waits.get(job["id"], [])]
         job["attempts_total"] = counts.get(job["id"], 0)
+        place = places.get(job["id"], {})
+        job["host"] = place.get("host")
+        job["devices"] = place.get("devices", [])
     return jobs
 
 
@@ -153,9 +168,18 @@ def job_detail(run: Reads, job_id: int) -> dict[str, Any] | None:
         for e in run.all(JOB_EVENTS, {"job_id": job_id})
     ]
     signals = attempt_signals(events)
+    holds = placement_views.job_holds(run, job_id) if attempts else {}
     return {
         "job": decode_job(row),
-        "attempts": [{**a, "signal": signals.get(a["attempt_no"])} for a in attempts],
+        "attempts": [
+            {
+                **a,
+                "signal": signals.get(a["attempt_no"]),
+                "devices": placement_views.device_ids(a.get("devices")),
+                "holds": holds.get(a["id"], []),
+            }
+            for a in attempts
+        ],
         "events": events,
     }
 
@@ -164,12 +188,16 @@ def dependents_of(run: Reads, job_id: int) -> list[int]:
     return [int(r["job_id"]) for r in run.all(DEPENDENTS, {"job_id": job_id})]
 
 
-def show_data(run: Reads, job_id: int) -> dict[str, Any] | None:
-    """`show`'s answer: the job in full, what it waits for and what waits for it."""
+def show_data(run: Reads, job_id: int, now: float, live_within_s: float) -> dict[str, Any] | None:
+    """`show`'s answer: the job in full, what it waits for and what waits for
+    it, and why no worker heard from within `live_within_s` could hold it
+    (`unplaceable`: a queued job's, else null)."""
     detail = job_detail(run, job_id)
     if detail is not None:
         detail["after_jobs"] = waits_for(run, [job_id]).get(job_id, [])
         detail["dependents"] = dependents_of(run, job_id)
+        job = detail["job"]
+        detail["unplaceable"] = placement_views.unplaceable_reason(run, job, now, live_within_s)
     return detail
 
 

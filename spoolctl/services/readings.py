@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Protocol
 
 from spoolctl.db import codec
 from spoolctl.db.lean_sql import LISTED
+from spoolctl.services import placement_views
 from spoolctl.states import EventKind, JobState
 
 LANE_COUNTS = "lane_counts"
@@ -246,6 +247,9 @@ def live_workers(run: Reads, now: float, *, include_all: bool = False) -> list[d
             r["id"] for r in jobs if suspended_since({**r, "state": "running"}) is not None
         ]
         entry = {**row, "heartbeat_age_s": None, "running_jobs": running}
+        entry["inventory"] = placement_views.inventory_view(
+            row.get("inventory"), row["concurrency"]
+        )
         entry["suspended_jobs"] = suspended
         entry["waited_for_server"] = waits.get(row["id"])
         if isinstance(row["heartbeat_at"], int | float):
@@ -253,6 +257,7 @@ def live_workers(run: Reads, now: float, *, include_all: bool = False) -> list[d
         else:
             entry["damaged"] = [f"heartbeat_at: not a number {row['heartbeat_at']!r:.80}"]
         result.append(entry)
+    placement_views.with_holds(result, run)
     return result
 
 
@@ -336,9 +341,11 @@ def waiting_for_limits(run: Reads, now: float) -> list[int]:
     return [int(r["id"]) for r in run.all(WAITING_FOR_LIMITS, {"now": now})]
 
 
-def status_data(run: Reads, now: float, dead_limit: int) -> dict[str, Any]:
+def status_data(run: Reads, now: float, dead_limit: int, live_within_s: float) -> dict[str, Any]:
     """`status`'s answer: the summary, the paused lanes (and a `paused` flag
-    on each lane), the schedules and the jobs waiting for limits."""
+    on each lane), the schedules, the jobs waiting for limits, the devices
+    held and the queued jobs no worker heard from within `live_within_s`
+    (the reap threshold) could hold."""
     data = status_summary(run, now, dead_limit=dead_limit)
     paused = paused_lanes(run)
     names = {p["queue"] for p in paused}
@@ -347,4 +354,6 @@ def status_data(run: Reads, now: float, dead_limit: int) -> dict[str, Any]:
     data["paused_lanes"] = paused
     data["schedules"] = schedule_summary(run)
     data["waiting_for_limits"] = waiting_for_limits(run, now)
+    data["devices"] = placement_views.device_totals(run)
+    data["unplaceable"] = placement_views.unplaceable_summary(run, now, live_within_s)
     return data

@@ -15,7 +15,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select
+from sqlalchemy import (
+    Connection,
+    Select,
+    bindparam,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+)
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.elements import BindParameter
 
@@ -23,6 +33,8 @@ from spoolctl.db.prepared import Prepared
 from spoolctl.db.revisions import HEAD_REVISION
 from spoolctl.db.tables import (
     attempts,
+    device_holds,
+    devices,
     job_dependencies,
     job_events,
     jobs,
@@ -30,6 +42,7 @@ from spoolctl.db.tables import (
     schedules,
     workers,
 )
+from spoolctl.services import placement_views as p
 from spoolctl.services import readings as r
 from spoolctl.services.claim_limits import needs_limits
 from spoolctl.services.events import INSERT_EVENT_STATEMENT
@@ -89,6 +102,65 @@ def _workers(*, include_all: bool) -> Select[Any]:
 
 
 CHUNK_IDS: list[BindParameter[Any]] = [bindparam(f"id_{i}") for i in range(r.CHUNK)]
+
+PLACEMENT_READS: dict[str, Prepared] = {
+    p.DEVICE_TOTALS: Prepared(
+        # an empty table where no worker registered a device
+        select(func.count().label("n"), func.coalesce(func.sum(devices.c.held), 0).label("held"))
+    ),
+    p.DEVICE_ROWS: Prepared(select(devices).order_by(devices.c.host, devices.c.idx)),
+    p.DEVICE_HOLDERS: Prepared(
+        select(
+            device_holds.c.device_uuid,
+            device_holds.c.job_id,
+            device_holds.c.attempt_id,
+            device_holds.c.worker_id,
+            device_holds.c.units,
+        ).order_by(device_holds.c.id)
+    ),
+    p.ASKING: Prepared(
+        # the partial index ix_jobs_requests alone (tables.REQUESTS_WHERE): empty
+        # where no queued job asks for resources
+        select(
+            jobs.c.id,
+            jobs.c.queue,
+            jobs.c.weight,
+            jobs.c.gpus,
+            jobs.c.gpu_share,
+            jobs.c.gpu_memory_bytes,
+            jobs.c.gpu_model,
+            jobs.c.memory_bytes,
+        )
+        .where(
+            jobs.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
+            or_(
+                jobs.c.weight.is_not(None),
+                jobs.c.gpus.is_not(None),
+                jobs.c.memory_bytes.is_not(None),
+            ),
+        )
+        .order_by(jobs.c.id)
+    ),
+    p.LIVE_INVENTORIES: Prepared(
+        select(workers.c.id, workers.c.queue, workers.c.concurrency, workers.c.inventory).where(
+            workers.c.state == WorkerState.RUNNING.value,
+            workers.c.heartbeat_at >= bindparam("since"),
+        )
+    ),
+    p.JOB_HOLDS: Prepared(
+        # the job's attempts (their unique index), then ix_device_holds_attempt_id
+        select(device_holds.c.attempt_id, device_holds.c.device_uuid)
+        .join(attempts, attempts.c.id == device_holds.c.attempt_id)
+        .where(attempts.c.job_id == bindparam("job_id"))
+        .order_by(device_holds.c.id)
+    ),
+    p.RUNNING_PLACES: Prepared(
+        select(attempts.c.job_id, attempts.c.host, attempts.c.devices).where(
+            attempts.c.job_id.in_(CHUNK_IDS), attempts.c.state == AttemptState.RUNNING.value
+        )
+    ),
+}
+"""What the views read of placement (`services/placement_views.py` names them)."""
 
 READS: dict[str, Prepared] = {
     r.LANE_COUNTS: Prepared(
@@ -191,6 +263,7 @@ READS: dict[str, Prepared] = {
         .order_by(job_dependencies.c.job_id, job_dependencies.c.after_job_id)
     ),
     **{r.list_name(shape): Prepared(list_statement(shape)) for shape in r.LIST_SHAPES},
+    **PLACEMENT_READS,
 }
 """The reads of `status`, `list` and `show`, by the name `readings.py` gives them."""
 

@@ -304,6 +304,7 @@ def busy_queue(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ["add", "--queue", "gpu", "--", "sleep", "9"],
         ["add", "--queue", "gpu", "--key", "k", "--cwd", "/tmp", "--", "false"],
         ["add", "--queue", "gpu", "--", "sleep", "10"],
+        ["add", "--queue", "gpu", "--", "big"],
         ["pause", "other", "--reason", "deploy"],
         ["schedule", "add", "nightly", "--every", "1h", "--", "true"],
         ["schedule", "add", "weekly", "--every", "7d", "--", "true"],
@@ -348,6 +349,22 @@ def busy_queue(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "INSERT INTO job_events (job_id, at, event, worker_id, detail) VALUES "
         "(NULL, 2.0, 'waited_for_server', 'w1', "
         '\'{"waited_s": 3.5, "failed_tries": 2, "error": "down"}\')',
+    )
+    gpus = ", ".join(
+        f'{{"uuid": "GPU-{i}", "index": {i}, "model": "Fake A100", "memory_bytes": 1024}}'
+        for i in (0, 1)
+    )
+    inventory = f'{{"slots": 2, "memory_bytes": null, "host": "h", "devices": [{gpus}]}}'
+    _tamper(  # w1 has two GPUs, job 8 holds half of one, job 11 asks for 16
+        db,
+        f"UPDATE workers SET inventory = '{inventory}' WHERE id = 'w1'",
+        "INSERT INTO devices (uuid, host, idx, model, memory_bytes, held, seen_at) VALUES "
+        "('GPU-0', 'h', 0, 'Fake A100', 1024, 360360, 1.0), "
+        "('GPU-1', 'h', 1, 'Fake A100', 1024, 0, 1.0)",
+        "UPDATE attempts SET host = 'h', devices = 'GPU-0' WHERE job_id = 8",
+        "INSERT INTO device_holds (device_uuid, attempt_id, job_id, units, worker_id, held_at) "
+        "SELECT 'GPU-0', id, 8, 360360, 'w1', 5.0 FROM attempts WHERE job_id = 8",
+        "UPDATE jobs SET gpus = 16 WHERE id = 11",
     )
     return db
 
@@ -490,9 +507,17 @@ def test_the_busy_queue_holds_what_the_reads_show(
         (8, False, None),
     ]
     assert lean.answer(["list", "--db", str(busy_queue)]) == 0
-    assert "suspended" in capsys.readouterr().out.splitlines()[1]
+    assert "suspended" in capsys.readouterr().out.splitlines()[2]
     assert lean.answer(["show", "--db", str(busy_queue), "--json", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["data"]["job"]["suspended_at"] is None
+    assert data["devices"] == {"count": 2, "held": 0.5, "free": 1.5}
+    assert [j["job_id"] for j in data["unplaceable"]["jobs"]] == [11]
+    assert worker["inventory"]["devices"][0]["holders"][0]["job_id"] == 8
+    assert [(j["id"], j["devices"]) for j in running] == [(10, []), (8, ["GPU-0"])]
+    assert lean.answer(["show", "--db", str(busy_queue), "--json", "8"]) == 0
+    assert json.loads(capsys.readouterr().out)["data"]["attempts"][0]["holds"] == ["GPU-0"]
+    assert lean.answer(["show", "--db", str(busy_queue), "--json", "11"]) == 0
+    assert "16 GPU(s)" in json.loads(capsys.readouterr().out)["data"]["unplaceable"]
 
 
 def test_a_read_of_no_queue_goes_the_full_way_which_warns(
