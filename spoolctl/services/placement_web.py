@@ -10,14 +10,13 @@ hold it even idle (a lane without a live worker is not counted).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, literal_column, or_, select
+from sqlalchemy import Connection, bindparam, column, select, text
 
-from spoolctl.db.tables import devices, jobs
+from spoolctl.db.tables import REQUESTS_WHERE, devices
 from spoolctl.resources import Inventory, Request, gpus_text
 from spoolctl.services.placement import holds_of, live_inventories
 from spoolctl.services.placement_reads import device_table, unplaceable
@@ -47,35 +46,34 @@ def why_unplaceable(request: Request, lane: str, serving: Sequence[Inventory]) -
     return f"no live worker of lane {lane!r} can hold it: {why}"
 
 
-def _asking_by_lane() -> Any:
-    """Queued jobs that ask for resources: the partial index ix_jobs_requests
-    (its own condition, with the state a literal, so SQLite sees it covers it)."""
-    return select(
-        jobs.c.queue,
-        jobs.c.weight,
-        jobs.c.gpus,
-        jobs.c.gpu_share,
-        jobs.c.gpu_memory_bytes,
-        jobs.c.gpu_model,
-        jobs.c.memory_bytes,
-    ).where(
-        jobs.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
-        or_(jobs.c.weight.is_not(None), jobs.c.gpus.is_not(None), jobs.c.memory_bytes.is_not(None)),
+REQUEST_COLUMNS = ("weight", "gpus", "gpu_share", "gpu_memory_bytes", "gpu_model", "memory_bytes")
+ASKING_WHERE = f"state = '{JobState.QUEUED.value}' AND ({REQUESTS_WHERE})"
+"""The partial index ix_jobs_requests's own condition, word for word."""
+
+
+def _asking(dialect: str) -> Any:
+    """The requests of a lane's queued jobs that ask for resources: a range
+    of the partial index ix_jobs_requests. SQLite is told to use it (by its
+    guesses the claim index, on state and lane, looks better, and that one
+    holds every queued job of the lane)."""
+    source = "jobs INDEXED BY ix_jobs_requests" if dialect == "sqlite" else "jobs"
+    return (
+        select(*(column(name) for name in REQUEST_COLUMNS))
+        .select_from(text(source))
+        .where(column("queue") == bindparam("lane"), text(ASKING_WHERE))
     )
 
 
 def unplaceable_by_lane(conn: Connection, now: float, threshold_s: float) -> dict[str, int]:
     """How many queued jobs of each lane no live worker of it could hold
-    (lanes with none left out)."""
-    by_lane = lane_inventories(conn, now, threshold_s)
-    if not by_lane:
-        return {}
-    found: Counter[str] = Counter()
-    for row in conn.execute(_asking_by_lane()):
-        lane = str(row.queue)
-        if why_unplaceable(Request.of_row(row), lane, by_lane.get(lane, ())) is not None:
-            found[lane] += 1
-    return dict(sorted(found.items()))
+    (lanes without one are not read: none of their jobs is counted)."""
+    found: dict[str, int] = {}
+    for lane, serving in sorted(lane_inventories(conn, now, threshold_s).items()):
+        rows = conn.execute(_asking(conn.dialect.name), {"lane": lane})
+        count = sum(why_unplaceable(Request.of_row(r), lane, serving) is not None for r in rows)
+        if count:
+            found[lane] = count
+    return found
 
 
 def request_of(job: Mapping[str, Any]) -> dict[str, Any] | None:
