@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, column, select, text
+from sqlalchemy import Connection, literal_column, or_, select
 
-from spoolctl.db.tables import REQUESTS_WHERE, devices
+from spoolctl.db.tables import devices, jobs
 from spoolctl.resources import Inventory, Request, gpus_text
 from spoolctl.services.placement import holds_of, live_inventories
 from spoolctl.services.placement_reads import device_table, unplaceable
@@ -46,21 +46,22 @@ def why_unplaceable(request: Request, lane: str, serving: Sequence[Inventory]) -
     return f"no live worker of lane {lane!r} can hold it: {why}"
 
 
-REQUEST_COLUMNS = ("weight", "gpus", "gpu_share", "gpu_memory_bytes", "gpu_model", "memory_bytes")
-ASKING_WHERE = f"state = '{JobState.QUEUED.value}' AND ({REQUESTS_WHERE})"
-"""The partial index ix_jobs_requests's own condition, word for word."""
-
-
-def _asking(dialect: str) -> Any:
-    """The requests of a lane's queued jobs that ask for resources: a range
-    of the partial index ix_jobs_requests. SQLite is told to use it (by its
-    guesses the claim index, on state and lane, looks better, and that one
-    holds every queued job of the lane)."""
-    source = "jobs INDEXED BY ix_jobs_requests" if dialect == "sqlite" else "jobs"
-    return (
-        select(*(column(name) for name in REQUEST_COLUMNS))
-        .select_from(text(source))
-        .where(column("queue") == bindparam("lane"), text(ASKING_WHERE))
+def _asking(lane: str) -> Any:
+    """The requests of a lane's queued jobs that ask for resources
+    (`tables.REQUESTS_WHERE`): a range of the claim index (state, lane),
+    which SQLite prefers to the partial index ix_jobs_requests by its
+    guesses, so the lane's queued jobs are read, not only those that ask."""
+    return select(
+        jobs.c.weight,
+        jobs.c.gpus,
+        jobs.c.gpu_share,
+        jobs.c.gpu_memory_bytes,
+        jobs.c.gpu_model,
+        jobs.c.memory_bytes,
+    ).where(
+        jobs.c.queue == lane,
+        jobs.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
+        or_(jobs.c.weight.is_not(None), jobs.c.gpus.is_not(None), jobs.c.memory_bytes.is_not(None)),
     )
 
 
@@ -69,18 +70,27 @@ def unplaceable_by_lane(conn: Connection, now: float, threshold_s: float) -> dic
     (lanes without one are not read: none of their jobs is counted)."""
     found: dict[str, int] = {}
     for lane, serving in sorted(lane_inventories(conn, now, threshold_s).items()):
-        rows = conn.execute(_asking(conn.dialect.name), {"lane": lane})
+        rows = conn.execute(_asking(lane))
         count = sum(why_unplaceable(Request.of_row(r), lane, serving) is not None for r in rows)
         if count:
             found[lane] = count
     return found
 
 
+def stored_request(job: Mapping[str, Any]) -> Request | None:
+    """The request a job row carries (None: a damaged row's, not numbers)."""
+    try:
+        return Request.of_row(SimpleNamespace(**job))
+    except (ValueError, TypeError):
+        return None
+
+
 def request_of(job: Mapping[str, Any]) -> dict[str, Any] | None:
-    """A job's request as its page shows it (None: it asks for one slot only).
-    `memory_bytes` is left out: the page shows it as the job's memory."""
-    request = Request.of_row(SimpleNamespace(**job))
-    if request.weight == 1 and not request.gpus:
+    """A job's request as its page shows it (None: it asks for one slot only,
+    or the row is damaged). `memory_bytes` is left out: the page shows it as
+    the job's memory."""
+    request = stored_request(job)
+    if request is None or (request.weight == 1 and not request.gpus):
         return None
     return {
         "weight": request.weight,
@@ -106,8 +116,8 @@ def job_placement(
     reason = None
     if job.get("state") == JobState.QUEUED.value:
         lane = str(job.get("queue"))
-        request = Request.of_row(SimpleNamespace(**job))
-        if not request.plain:
+        request = stored_request(job)
+        if request is not None and not request.plain:
             serving = lane_inventories(conn, now, threshold_s).get(lane, [])
             reason = why_unplaceable(request, lane, serving)
     return {
