@@ -45,6 +45,7 @@ class _Snapshot:
         yield from window_metrics(self.snapshot)
         yield from ledger_metrics(self.snapshot)
         yield from schedule_metrics(self.snapshot)
+        yield from device_metrics(self.snapshot)
 
 
 def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
@@ -59,6 +60,12 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     suspended = GaugeMetricFamily(
         "spoolctl_jobs_suspended",
         "Running jobs whose processes are suspended (counted among the running).",
+        labels=["queue"],
+    )
+    unplaceable = GaugeMetricFamily(
+        "spoolctl_jobs_unplaceable",
+        "Queued jobs asking for more than any live worker of the lane has "
+        "(GPUs, a GPU model, slots, memory): none could ever hold them.",
         labels=["queue"],
     )
     oldest = GaugeMetricFamily(
@@ -93,6 +100,7 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
             jobs.add_metric([name, state], count)
         scheduled.add_metric([name], lane.scheduled)
         suspended.add_metric([name], lane.suspended)
+        unplaceable.add_metric([name], lane.unplaceable)
         oldest.add_metric([name], lane.oldest_due_age_s)
         running.add_metric([name], lane.running)
         paused.add_metric([name], 1 if lane.paused else 0)
@@ -100,7 +108,7 @@ def lane_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         if lane.cap is not None:
             cap.add_metric([name], lane.cap)
             free.add_metric([name], max(0, lane.cap - lane.running))
-    yield from (jobs, scheduled, suspended, oldest, running, paused, live, cap, free)
+    yield from (jobs, scheduled, suspended, unplaceable, oldest, running, paused, live, cap, free)
 
 
 def worker_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
@@ -208,6 +216,27 @@ def schedule_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         paused.add_metric([name], 1.0 if is_paused else 0.0)
     yield upcoming
     yield paused
+
+
+def device_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
+    held = GaugeMetricFamily(
+        "spoolctl_device_held_share",
+        "How much of the device attempts hold, 0 to 1 (a 1/k share holds 1/k).",
+        labels=["host", "uuid", "index", "model"],
+    )
+    count = GaugeMetricFamily(
+        "spoolctl_devices", "Devices (GPUs) registered by the host's workers.", labels=["host"]
+    )
+    per_host: dict[str, int] = {}
+    for device in snap.devices:
+        held.add_metric(
+            [device.host, device.uuid, str(device.index), device.model], device.held_share
+        )
+        per_host[device.host] = per_host.get(device.host, 0) + 1
+    for host, n in sorted(per_host.items()):
+        count.add_metric([host], n)
+    yield held
+    yield count
 
 
 def _bound(bound: float) -> str:

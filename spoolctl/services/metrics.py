@@ -21,6 +21,8 @@ from sqlalchemy import Connection, func, select
 from spoolctl.db.backends import statements
 from spoolctl.db.tables import attempts, jobs, lanes, workers
 from spoolctl.services import schedules as schedule_facts
+from spoolctl.services.placement_reads import device_table
+from spoolctl.services.placement_web import unplaceable_by_lane
 from spoolctl.services.query import lane_summary, unconfirmed_orphans
 from spoolctl.services.totals import EndedTotals
 from spoolctl.states import AttemptState, JobState, WorkerState
@@ -55,6 +57,8 @@ class LaneFacts:
     declares (None: no cap)."""
     suspended: int = 0
     """Running jobs of the lane that are suspended (counted among the running)."""
+    unplaceable: int = 0
+    """Queued jobs of the lane that no live worker of it could hold."""
 
     @property
     def running(self) -> int:
@@ -69,6 +73,17 @@ class WorkerFacts:
     concurrency: int
     running_attempts: int
     heartbeat_age_s: float
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    """A registered device and how much of it attempts hold (0 … 1)."""
+
+    host: str
+    uuid: str
+    index: int
+    model: str
+    held_share: float
 
 
 @dataclass
@@ -86,6 +101,8 @@ class MetricsSnapshot:
     window_s: float = WINDOW_S
     schedules: list[tuple[str, float, bool]] = field(default_factory=list)
     """(name, next fire time, paused) of each schedule."""
+    devices: list[DeviceFacts] = field(default_factory=list)
+    """Every registered device, by host and index."""
 
 
 def empty_snapshot(now: float) -> MetricsSnapshot:
@@ -110,6 +127,8 @@ def collect(
         lane.live_workers += 1
     for name, cap in _lane_caps(conn, now, live_within_s).items():
         lane_facts.setdefault(name, LaneFacts(_zero_counts())).cap = cap
+    for name, count in unplaceable_by_lane(conn, now, live_within_s).items():
+        lane_facts.setdefault(name, LaneFacts(_zero_counts())).unplaceable = count
     ended = (totals or EndedTotals()).read(conn)
     return MetricsSnapshot(
         now=now,
@@ -122,7 +141,15 @@ def collect(
         pickups=histogram(recent_pickups(conn, now), PICKUP_BUCKETS_S),
         ledger_lag=statements(conn).ledger_lag(conn),
         schedules=schedule_facts.fire_times(conn),
+        devices=_devices(conn),
     )
+
+
+def _devices(conn: Connection) -> list[DeviceFacts]:
+    return [
+        DeviceFacts(str(d["host"]), str(d["uuid"]), d["index"], str(d["model"]), d["held_share"])
+        for d in device_table(conn)
+    ]
 
 
 def _zero_counts() -> dict[str, int]:

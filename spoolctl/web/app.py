@@ -137,7 +137,7 @@ class Dashboard:
         if root is None or reader is None:
             return None, now
         detail = self.access.read(
-            lambda conn: views.job_page(conn, job_id, attempt, root, reader), None
+            lambda conn: views.job_page(conn, job_id, attempt, root, reader, now), None
         )
         return detail, now
 

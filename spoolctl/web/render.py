@@ -75,6 +75,13 @@ def seconds(value: Any) -> str:
     return f"{value / 3600:.1f} h"
 
 
+def share(value: Any) -> str:
+    """Devices or a part of one, as few digits as it takes: 2, 0.5, 0.3333."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "?"
+    return f"{round(float(value), 4):g}"
+
+
 def command(argv: Any) -> str:
     """The command as the shell reads it back, escaped (`shown_argv`)."""
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
@@ -139,6 +146,7 @@ def make_environment() -> Environment:
         exit_label=attempt_exit,
         output=output,
         size=size_text,
+        share=share,
         shown_state=shown_state,
     )
     env.globals.update(

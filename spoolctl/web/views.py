@@ -22,6 +22,7 @@ from spoolctl.services import (
     job_spec,
     lanes,
     ledger,
+    placement_web,
     query,
     readings,
 )
@@ -73,7 +74,8 @@ def overview(conn: Connection, now: float) -> dict[str, Any]:
             lane["queue"], {"counts": empty_counts(), "scheduled": 0, "suspended": 0}
         )
     by_name = {lane["queue"]: lane for lane in paused}
-    serving = serving_workers(data["workers"], Timing.from_env().reap_threshold_s)
+    threshold_s = Timing.from_env().reap_threshold_s
+    serving = serving_workers(data["workers"], threshold_s)
     for name, entry in by_lane.items():
         entry["paused"] = by_name.get(name)
         entry["workers"] = serving.get(name, 0)
@@ -85,6 +87,7 @@ def overview(conn: Connection, now: float) -> dict[str, Any]:
     data["lanes"] = sorted(by_lane.items())
     data["paused_lanes"] = paused
     data["now"] = now
+    data.update(placement_web.overview(conn, data["workers"], now, threshold_s))
     return data
 
 
@@ -112,6 +115,8 @@ def empty_overview(now: float) -> dict[str, Any]:
         "paused_lanes": [],
         "running": {},
         "now": now,
+        "gpus": None,
+        "unplaceable": {"count": 0, "jobs": []},
     }
 
 
@@ -225,13 +230,23 @@ def job_list(conn: Connection, filters: Filters) -> dict[str, Any]:
 
 
 def job_page(
-    conn: Connection, job_id: int, attempt_no: int | None, output_root: Path, reader: OutputReader
+    conn: Connection,
+    job_id: int,
+    attempt_no: int | None,
+    output_root: Path,
+    reader: OutputReader,
+    now: float,
 ) -> dict[str, Any] | None:
-    """`show`'s data, the jobs it waits for and that wait for it, and the end
-    of the chosen attempt's output (None: no such job)."""
+    """`show`'s data, the jobs it waits for and that wait for it, its request
+    and its attempts' devices, and the end of the chosen attempt's output
+    (None: no such job)."""
     detail = query.job_detail(conn, job_id)
     if detail is None:
         return None
+    threshold_s = Timing.from_env().reap_threshold_s
+    detail["placement"] = placement_web.job_placement(
+        conn, detail["job"], detail["attempts"], now, threshold_s
+    )
     detail["after_jobs"] = dependencies.waits_for(conn, [job_id]).get(job_id, [])
     detail["dependents"] = dependencies.dependents_of(conn, job_id)
     detail["terminal"] = detail["job"]["state"] in TERMINAL_JOB_STATES

@@ -1,0 +1,209 @@
+"""What the web and `metrics` read of placement beyond `placement_reads`: one
+job's request, its attempts' devices and whether they are still held, and
+why it cannot be placed; the unplaceable jobs counted per lane; the workers'
+inventories with who holds each device.
+
+The rule for unplaceable is `placement_reads.unplaceable`'s: a queued job
+that asks for resources, in a lane with live workers none of which could
+hold it even idle (a lane without a live worker is not counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from sqlalchemy import Connection, literal_column, or_, select
+
+from spoolctl.db.tables import devices, jobs
+from spoolctl.resources import Inventory, Request, gpus_text
+from spoolctl.services.placement import holds_of, live_inventories
+from spoolctl.services.placement_reads import device_table, unplaceable
+from spoolctl.states import JobState
+
+
+def lane_inventories(
+    conn: Connection, now: float, threshold_s: float
+) -> dict[str, list[Inventory]]:
+    """The live workers' inventories, per lane."""
+    by_lane: dict[str, list[Inventory]] = {}
+    for _, lane, inventory in live_inventories(conn, now, threshold_s):
+        by_lane.setdefault(lane, []).append(inventory)
+    return by_lane
+
+
+def why_unplaceable(request: Request, lane: str, serving: Sequence[Inventory]) -> str | None:
+    """Why no live worker of the lane could hold the request (None: one could,
+    or none serves the lane), in `placement_reads.unplaceable`'s words."""
+    if request.plain or not serving:
+        return None
+    reasons = [inventory.cannot_hold(request) for inventory in serving]
+    if any(reason is None for reason in reasons):
+        return None
+    largest = max(serving, key=lambda inv: (len(inv.devices), inv.slots))
+    why = largest.cannot_hold(request) or reasons[0] or ""
+    return f"no live worker of lane {lane!r} can hold it: {why}"
+
+
+def _asking(lane: str) -> Any:
+    """The requests of a lane's queued jobs that ask for resources
+    (`tables.REQUESTS_WHERE`): a range of the claim index (state, lane),
+    which SQLite prefers to the partial index ix_jobs_requests by its
+    guesses, so the lane's queued jobs are read, not only those that ask."""
+    return select(
+        jobs.c.weight,
+        jobs.c.gpus,
+        jobs.c.gpu_share,
+        jobs.c.gpu_memory_bytes,
+        jobs.c.gpu_model,
+        jobs.c.memory_bytes,
+    ).where(
+        jobs.c.queue == lane,
+        jobs.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
+        or_(jobs.c.weight.is_not(None), jobs.c.gpus.is_not(None), jobs.c.memory_bytes.is_not(None)),
+    )
+
+
+def unplaceable_by_lane(conn: Connection, now: float, threshold_s: float) -> dict[str, int]:
+    """How many queued jobs of each lane no live worker of it could hold
+    (lanes without one are not read: none of their jobs is counted)."""
+    found: dict[str, int] = {}
+    for lane, serving in sorted(lane_inventories(conn, now, threshold_s).items()):
+        rows = conn.execute(_asking(lane))
+        count = sum(why_unplaceable(Request.of_row(r), lane, serving) is not None for r in rows)
+        if count:
+            found[lane] = count
+    return found
+
+
+def stored_request(job: Mapping[str, Any]) -> Request | None:
+    """The request a job row carries (None: a damaged row's, not numbers)."""
+    try:
+        return Request.of_row(SimpleNamespace(**job))
+    except (ValueError, TypeError):
+        return None
+
+
+def request_of(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A job's request as its page shows it (None: it asks for one slot only,
+    or the row is damaged). `memory_bytes` is left out: the page shows it as
+    the job's memory."""
+    request = stored_request(job)
+    if request is None or (request.weight == 1 and not request.gpus):
+        return None
+    return {
+        "weight": request.weight,
+        "gpus": gpus_text(request.gpus, request.share),
+        "gpu_memory_bytes": request.gpu_memory_bytes,
+        "gpu_model": request.gpu_model,
+    }
+
+
+def job_placement(
+    conn: Connection,
+    job: Mapping[str, Any],
+    attempts: Sequence[Mapping[str, Any]],
+    now: float,
+    threshold_s: float,
+) -> dict[str, Any]:
+    """One job's request, the devices each attempt still holds (attempt id ->
+    UUIDs), the registered devices its attempts name (UUID -> host, index,
+    model), and why it cannot be placed (a queued job only; None: it can,
+    or no live worker serves its lane)."""
+    held = holds_of(conn, [int(a["id"]) for a in attempts])
+    named = [u for a in attempts for u in str(a.get("devices") or "").split(",") if u]
+    reason = None
+    if job.get("state") == JobState.QUEUED.value:
+        lane = str(job.get("queue"))
+        request = stored_request(job)
+        if request is not None and not request.plain:
+            serving = lane_inventories(conn, now, threshold_s).get(lane, [])
+            reason = why_unplaceable(request, lane, serving)
+    return {
+        "request": request_of(job),
+        "held": held,
+        "named": devices_named(conn, named),
+        "unplaceable": reason,
+    }
+
+
+def devices_named(conn: Connection, uuids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The registered devices among these UUIDs: host, index and model."""
+    wanted = sorted(set(uuids))
+    if not wanted:
+        return {}
+    query = select(devices.c.uuid, devices.c.host, devices.c.idx, devices.c.model).where(
+        devices.c.uuid.in_(wanted)
+    )
+    return {
+        str(r.uuid): {"host": r.host, "index": int(r.idx), "model": r.model}
+        for r in conn.execute(query)
+    }
+
+
+def inventory_of(raw: Any, slots: Any) -> dict[str, Any] | None:
+    """A worker row's inventory as plain data (None: it declared none beyond
+    its slots); a damaged one says so instead of failing the page."""
+    try:
+        inventory = Inventory.from_json(raw, int(slots or 1))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return {"damaged": f"inventory: not readable {str(raw)[:80]!r}"}
+    if not inventory.devices and inventory.memory_bytes is None:
+        return None
+    return {
+        "slots": inventory.slots,
+        "memory_bytes": inventory.memory_bytes,
+        "host": inventory.host,
+        "devices": [d.as_dict() for d in inventory.devices],
+    }
+
+
+def with_holders(
+    inventory: dict[str, Any] | None, table: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The inventory's devices, each with its held share and holders from
+    `placement_reads.device_table` (a device not registered: nothing held)."""
+    if inventory is None or "devices" not in inventory:
+        return inventory
+    by_uuid = {str(d["uuid"]): d for d in table}
+    shown = []
+    for device in inventory["devices"]:
+        row = by_uuid.get(str(device["uuid"]), {})
+        shown.append(
+            {**device, "held_share": row.get("held_share", 0.0), "holders": row.get("holders", [])}
+        )
+    return {**inventory, "devices": shown}
+
+
+def gpu_totals(table: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The overview's GPU card: devices registered, the sum of their held
+    shares, what is free of them, and how many are wholly free (None: no
+    device is registered)."""
+    if not table:
+        return None
+    held = round(sum(float(d["held_share"]) for d in table), 4)
+    return {
+        "devices": len(table),
+        "held": held,
+        "free": round(len(table) - held, 4),
+        "idle": sum(1 for d in table if not d["holders"] and float(d["held_share"]) == 0),
+    }
+
+
+def overview(
+    conn: Connection, workers: list[dict[str, Any]], now: float, threshold_s: float
+) -> dict[str, Any]:
+    """The web overview's part: the GPU card (None: no device registered),
+    the unplaceable jobs (an exact count, the first ones named), and each
+    worker's inventory with who holds each of its devices
+    (`inventory_shown`, set on each worker's entry)."""
+    table = device_table(conn)
+    for worker in workers:
+        found = inventory_of(worker.get("inventory"), worker.get("concurrency"))
+        worker["inventory_shown"] = with_holders(found, table)
+    stuck = unplaceable(conn, now, threshold_s)
+    return {
+        "gpus": gpu_totals(table),
+        "unplaceable": {"count": stuck.count, "jobs": [job.as_dict() for job in stuck.jobs]},
+    }
