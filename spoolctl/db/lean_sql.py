@@ -45,8 +45,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "SELECT jobs.id, jobs.queue, jobs.weight, jobs.gpus, jobs.gpu_share, "
         "jobs.gpu_memory_bytes, jobs.gpu_model, jobs.memory_bytes \nFROM jobs \nWHERE "
         "jobs.state = 'queued' AND (jobs.weight IS NOT NULL OR jobs.gpus IS NOT NULL OR "
-        "jobs.memory_bytes IS NOT NULL) ORDER BY jobs.id",
-        "",
+        "jobs.memory_bytes IS NOT NULL) AND jobs.queue = ? AND jobs.next_run_at <= ? "
+        "ORDER BY jobs.id",
+        "queue before",
         {},
     ),
     "attempt_counts": (

@@ -34,8 +34,9 @@ GPU_UUIDS_ENV = b"SPOOLCTL_GPUS"
 
 
 class NoPlace(RuntimeError):
-    """An attempt was given a place while its slots were taken: a worker
-    claims only what `Capacity.room` says fits, so this is a bug."""
+    """An attempt was given a place while its slots were taken, or a place
+    was released twice: a worker claims only what `Capacity.room` says fits
+    and releases each place once, so this is a bug."""
 
 
 @dataclass(frozen=True)
@@ -148,10 +149,10 @@ class Capacity:
         return place
 
     def release(self, place: Place) -> None:
-        """The attempt in `place` is over: its slots are free again (KeyError:
+        """The attempt in `place` is over: its slots are free again (NoPlace:
         it holds none)."""
         if place not in self._places:
-            raise KeyError(place.slots)
+            raise NoPlace(f"slots {place.slots} were released already")
         for slot in place.slots:
             self._taken.pop(slot, None)
         self._places.remove(place)

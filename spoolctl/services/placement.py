@@ -25,6 +25,7 @@ fleet goes on; for slots and memory every worker that could hold it does.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Integer, bindparam, delete, insert, select, update
@@ -32,7 +33,7 @@ from sqlalchemy import Connection, Integer, bindparam, delete, insert, select, u
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.tables import attempts, device_holds, devices, workers
 from spoolctl.resources import DEVICE_UNITS, Free, Inventory, Request
-from spoolctl.services import lingering
+from spoolctl.services import lease, lingering
 from spoolctl.states import AttemptState, WorkerState
 
 
@@ -145,17 +146,29 @@ def release(conn: Connection, attempt_ids: Iterable[int]) -> int:
     return len(rows)
 
 
-def release_lingering(conn: Connection, now: float, threshold_s: float) -> list[int]:
+@dataclass(frozen=True)
+class Here:
+    """Who sweeps: its host, and the rules by which a worker elsewhere is
+    judged (the reap threshold: alive; the hang threshold: its lease)."""
+
+    host: str
+    live_within_s: float
+    hang_threshold_s: float
+
+
+def release_lingering(conn: Connection, now: float, here: Here) -> list[int]:
     """Release the holds of attempts ended by someone else (canceled,
-    reaped) whose worker is gone too, once their processes are gone
-    (`lingering.still_running`, the rule the claim follows before a rerun):
-    their own worker would have released them with its record of the end.
-    The attempts released."""
+    reaped) whose worker is gone too, once their processes are gone: on this
+    host, when `lingering.still_running` finds none (the rule the claim
+    follows before a rerun); on another host, when the worker's lease ran
+    out (`services/lease.py`: by then its own rule killed its jobs; with
+    fencing off, never). Their own worker would have released them with its
+    record of the end. The attempts released."""
     alive = (
         select(workers.c.id)
         .where(
             workers.c.state == WorkerState.RUNNING.value,
-            workers.c.heartbeat_at >= now - threshold_s,
+            workers.c.heartbeat_at >= now - here.live_within_s,
         )
         .scalar_subquery()
     )
@@ -168,17 +181,31 @@ def release_lingering(conn: Connection, now: float, threshold_s: float) -> list[
             attempts.c.job_started_at,
             attempts.c.worker_id,
             attempts.c.started_at,
+            attempts.c.finished_at,
+            attempts.c.host,
+            workers.c.heartbeat_at,
         )
         .distinct()
-        .select_from(device_holds.join(attempts, attempts.c.id == device_holds.c.attempt_id))
+        .select_from(
+            device_holds.join(attempts, attempts.c.id == device_holds.c.attempt_id).outerjoin(
+                workers, workers.c.id == device_holds.c.worker_id
+            )
+        )
         .where(
             attempts.c.state != AttemptState.RUNNING.value,
             device_holds.c.worker_id.not_in(alive),
         )
     )
-    gone = [int(a.id) for a in conn.execute(query) if not lingering.still_running(a, now)]
+    gone = [int(a.id) for a in conn.execute(query) if _gone(a, now, here)]
     release(conn, gone)
     return gone
+
+
+def _gone(attempt: Any, now: float, here: Here) -> bool:
+    if attempt.host == here.host:
+        return not lingering.still_running(attempt, now)
+    last_sign = attempt.heartbeat_at if attempt.heartbeat_at is not None else attempt.finished_at
+    return last_sign is not None and lease.lease_expired(now, last_sign, here.hang_threshold_s)
 
 
 def holds_of(conn: Connection, attempt_ids: Iterable[int]) -> dict[int, list[str]]:
@@ -205,10 +232,16 @@ def live_inventories(
     query = select(workers.c.id, workers.c.queue, workers.c.concurrency, workers.c.inventory).where(
         workers.c.state == WorkerState.RUNNING.value, workers.c.heartbeat_at >= now - threshold_s
     )
-    return [
-        (str(r.id), str(r.queue), Inventory.from_json(r.inventory, int(r.concurrency or 1)))
-        for r in conn.execute(query)
-    ]
+    return [(str(r.id), str(r.queue), _inventory(r)) for r in conn.execute(query)]
+
+
+def _inventory(row: Any) -> Inventory:
+    """A worker row's inventory; a damaged one counts as its slots alone."""
+    slots = int(row.concurrency or 1)
+    try:
+        return Inventory.from_json(row.inventory, slots)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return Inventory(slots)
 
 
 class Walk:

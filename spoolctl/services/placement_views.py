@@ -41,7 +41,10 @@ DEVICE_ROWS = "device_rows"
 DEVICE_HOLDERS = "device_holders"
 """Every hold: device_uuid, job_id, attempt_id, worker_id, units."""
 ASKING = "asking"
-"""The queued jobs that ask for resources (ix_jobs_requests), by id."""
+"""The queued jobs of lane `queue` that ask for resources (ix_jobs_requests),
+by id: binds `before` (ANY_TIME)."""
+ANY_TIME = 1e300
+"""`before` for every queued job, due or not."""
 LIVE_INVENTORIES = "live_inventories"
 """The running workers heard from since `since`: id, queue, concurrency, inventory."""
 JOB_HOLDS = "job_holds"
@@ -230,25 +233,31 @@ class _Row:
         self.__dict__.update(row)
 
 
+def unplaceable_by_lane(
+    run: Reads, now: float, threshold_s: float, *, limit: int = UNPLACEABLE_LIMIT
+) -> dict[str, Unplaceables]:
+    """Each lane's queued jobs that ask for resources no live worker of the
+    lane has (16 GPUs where the largest has 8, a model nobody has), the
+    first `limit` named. Lanes without a live worker are not read: a worker
+    may join, and `status` says no worker serves them."""
+    found: dict[str, Unplaceables] = {}
+    for lane, serving in sorted(_serving(run, now, threshold_s).items()):
+        judged = [
+            j
+            for row in run.all(ASKING, {"queue": lane, "before": ANY_TIME})
+            if (j := _judged(row, serving)) is not None
+        ]
+        if judged:
+            found[lane] = Unplaceables(len(judged), judged[:limit])
+    return found
+
+
 def unplaceable_of(run: Reads, now: float, threshold_s: float) -> Unplaceables:
-    """The queued jobs that ask for resources no live worker of their lane
-    has (16 GPUs where the largest has 8, a model nobody has). A lane with
-    no live worker at all is not counted: a worker may join, and `status`
-    says no worker serves it."""
-    asking = run.all(ASKING, {})
-    if not asking:
-        return NONE_UNPLACEABLE
-    by_lane = _serving(run, now, threshold_s)
-    found: list[Unplaceable] = []
-    count = 0
-    for row in asking:
-        serving = by_lane.get(str(row["queue"]))
-        judged = _judged(row, serving) if serving else None
-        if judged is not None:
-            count += 1
-            if len(found) < UNPLACEABLE_LIMIT:
-                found.append(judged)
-    return Unplaceables(count, found)
+    """The queued jobs no live worker of their lane could hold, in every
+    lane (`unplaceable_by_lane`), the first UNPLACEABLE_LIMIT by id named."""
+    lanes = unplaceable_by_lane(run, now, threshold_s).values()
+    named = sorted((u for found in lanes for u in found.jobs), key=lambda u: u.job_id)
+    return Unplaceables(sum(found.count for found in lanes), named[:UNPLACEABLE_LIMIT])
 
 
 def unplaceable_summary(run: Reads, now: float, threshold_s: float) -> dict[str, Any]:

@@ -3,9 +3,9 @@ job's request, its attempts' devices and whether they are still held, and
 why it cannot be placed; the unplaceable jobs counted per lane; the workers'
 inventories with who holds each device.
 
-The rule for unplaceable is `placement_reads.unplaceable`'s: a queued job
-that asks for resources, in a lane with live workers none of which could
-hold it even idle (a lane without a live worker is not counted).
+The rule for unplaceable is `placement_views`' (one for every view): a
+queued job that asks for resources, in a lane with live workers none of
+which could hold it even idle (a lane without a live worker is not counted).
 """
 
 from __future__ import annotations
@@ -14,67 +14,21 @@ from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, literal_column, or_, select
+from sqlalchemy import Connection, select
 
-from spoolctl.db.tables import devices, jobs
+from spoolctl.db.tables import devices
 from spoolctl.resources import Inventory, Request, gpus_text
-from spoolctl.services.placement import holds_of, live_inventories
+from spoolctl.services import placement_views
+from spoolctl.services.placement import holds_of
 from spoolctl.services.placement_reads import device_table, unplaceable
-from spoolctl.states import JobState
-
-
-def lane_inventories(
-    conn: Connection, now: float, threshold_s: float
-) -> dict[str, list[Inventory]]:
-    """The live workers' inventories, per lane."""
-    by_lane: dict[str, list[Inventory]] = {}
-    for _, lane, inventory in live_inventories(conn, now, threshold_s):
-        by_lane.setdefault(lane, []).append(inventory)
-    return by_lane
-
-
-def why_unplaceable(request: Request, lane: str, serving: Sequence[Inventory]) -> str | None:
-    """Why no live worker of the lane could hold the request (None: one could,
-    or none serves the lane), in `placement_reads.unplaceable`'s words."""
-    if request.plain or not serving:
-        return None
-    reasons = [inventory.cannot_hold(request) for inventory in serving]
-    if any(reason is None for reason in reasons):
-        return None
-    largest = max(serving, key=lambda inv: (len(inv.devices), inv.slots))
-    why = largest.cannot_hold(request) or reasons[0] or ""
-    return f"no live worker of lane {lane!r} can hold it: {why}"
-
-
-def _asking(lane: str) -> Any:
-    """The requests of a lane's queued jobs that ask for resources
-    (`tables.REQUESTS_WHERE`): a range of the claim index (state, lane),
-    which SQLite prefers to the partial index ix_jobs_requests by its
-    guesses, so the lane's queued jobs are read, not only those that ask."""
-    return select(
-        jobs.c.weight,
-        jobs.c.gpus,
-        jobs.c.gpu_share,
-        jobs.c.gpu_memory_bytes,
-        jobs.c.gpu_model,
-        jobs.c.memory_bytes,
-    ).where(
-        jobs.c.queue == lane,
-        jobs.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
-        or_(jobs.c.weight.is_not(None), jobs.c.gpus.is_not(None), jobs.c.memory_bytes.is_not(None)),
-    )
+from spoolctl.services.statements import reads
 
 
 def unplaceable_by_lane(conn: Connection, now: float, threshold_s: float) -> dict[str, int]:
     """How many queued jobs of each lane no live worker of it could hold
     (lanes without one are not read: none of their jobs is counted)."""
-    found: dict[str, int] = {}
-    for lane, serving in sorted(lane_inventories(conn, now, threshold_s).items()):
-        rows = conn.execute(_asking(lane))
-        count = sum(why_unplaceable(Request.of_row(r), lane, serving) is not None for r in rows)
-        if count:
-            found[lane] = count
-    return found
+    found = placement_views.unplaceable_by_lane(reads(conn), now, threshold_s, limit=0)
+    return {lane: lane_found.count for lane, lane_found in found.items()}
 
 
 def stored_request(job: Mapping[str, Any]) -> Request | None:
@@ -114,12 +68,8 @@ def job_placement(
     held = holds_of(conn, [int(a["id"]) for a in attempts])
     named = [u for a in attempts for u in str(a.get("devices") or "").split(",") if u]
     reason = None
-    if job.get("state") == JobState.QUEUED.value:
-        lane = str(job.get("queue"))
-        request = stored_request(job)
-        if request is not None and not request.plain:
-            serving = lane_inventories(conn, now, threshold_s).get(lane, [])
-            reason = why_unplaceable(request, lane, serving)
+    if stored_request(job) is not None:  # a damaged row's request reads as none
+        reason = placement_views.unplaceable_reason(reads(conn), job, now, threshold_s)
     return {
         "request": request_of(job),
         "held": held,

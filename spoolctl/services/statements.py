@@ -119,8 +119,11 @@ PLACEMENT_READS: dict[str, Prepared] = {
         ).order_by(device_holds.c.id)
     ),
     p.ASKING: Prepared(
-        # the partial index ix_jobs_requests alone (tables.REQUESTS_WHERE): empty
-        # where no queued job asks for resources
+        # the partial index ix_jobs_requests alone (tables.REQUESTS_WHERE), for
+        # one lane: empty where no queued job asks for resources. `before`
+        # bounds next_run_at as the index does (placement_views.ANY_TIME): with
+        # that third term SQLite's planner prefers it to ix_jobs_claim and
+        # ix_jobs_state_id, which would read every queued job
         select(
             jobs.c.id,
             jobs.c.queue,
@@ -138,6 +141,8 @@ PLACEMENT_READS: dict[str, Prepared] = {
                 jobs.c.gpus.is_not(None),
                 jobs.c.memory_bytes.is_not(None),
             ),
+            jobs.c.queue == bindparam("queue"),
+            jobs.c.next_run_at <= bindparam("before"),
         )
         .order_by(jobs.c.id)
     ),

@@ -93,7 +93,9 @@ class Heartbeat:
         done = shift.report.executed
         lost = heartbeat.beat(conn, shift.worker_id, pairs, now, done)
         reaper.release_forgotten(conn, shift.worker_id, shift.identity.pid, set(shift.running), now)
-        placement.release_lingering(conn, now, shift.timing.reap_threshold_s)
+        timing = shift.timing
+        here = placement.Here(shift.hostname, timing.reap_threshold_s, timing.hang_threshold_s)
+        placement.release_lingering(conn, now, here)
         return lost
 
     def _check_database_file(self) -> None:

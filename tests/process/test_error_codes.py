@@ -55,7 +55,8 @@ ALLOWED: dict[tuple[str, str], str] = {
         "a worker built with no slot: --concurrency is checked first, so no user value reaches it"
     ),
     ("runner/capacity.py", "NoPlace"): (
-        "a place given past the worker's slots: the claim takes only what fits, so a bug"
+        "a place given past the worker's slots or released twice: the claim takes only"
+        " what fits and each end releases once, so a bug"
     ),
     ("cli/job_flags.py", "AssertionError"): (
         "guards the declaration of a job's attributes as the CLI is built: no user value reaches it"

@@ -379,7 +379,7 @@ OLD_RELEASE = (
     ".returning(attempts.c.id, attempts.c.job_id)); "
     "import spoolctl.services.placement as placement; "
     "placement.release = lambda conn, attempt_ids: 0; "
-    "placement.release_lingering = lambda conn, now, threshold_s: []; "
+    "placement.release_lingering = lambda conn, now, here: []; "
     "import spoolctl.services.control as control; "
     "control.pending = lambda conn, attempt_ids: []; "
     "del sql._TAKEN['suspended_at']; from sqlalchemy import update, bindparam, insert; "

@@ -43,7 +43,7 @@ def test_a_place_is_released_once() -> None:
     capacity = Capacity(1)
     place = capacity.allocate(claim(1))
     capacity.release(place)
-    with pytest.raises(KeyError):
+    with pytest.raises(NoPlace):
         capacity.release(place)
 
 
