@@ -25,6 +25,7 @@ from spoolctl.resources import (
     model_matches,
     parse_gpus,
 )
+from spoolctl.runner import procs
 from spoolctl.runner.capacity import Capacity, Place
 from spoolctl.services import claim, placement
 from spoolctl.services.job_spec import JobSpec
@@ -251,3 +252,51 @@ def test_one_job_wanted_may_take_several_slots(queue: Queue) -> None:
     heavy = add(queue, priority=9, weight=3)
     add(queue, priority=5)
     assert [c.job_id for c in host.take(1)] == [heavy]
+
+
+def _end_elsewhere(queue: Queue, taken: claim.Claim, pid: int, started_at: float | None) -> None:
+    """The attempt was canceled by someone else; its process is `pid`."""
+
+    def run(conn: Connection) -> None:
+        conn.execute(
+            update(attempts)
+            .where(attempts.c.id == taken.attempt_id)
+            .values(
+                state="canceled", job_pid=pid, job_started_at=started_at, finished_at=time.time()
+            )
+        )
+
+    queue.write(run)
+
+
+@pytest.mark.both_backends
+def test_the_sweep_releases_a_hold_only_once_its_processes_are_gone(queue: Queue) -> None:
+    here = placement.Here("a", live_within_s=30, hang_threshold_s=60)
+    host = Host(queue, "a", gpus=1)
+    add(queue, gpus=1)
+    (taken,) = host.take()
+    # its worker is gone (no live row) and a live process still carries it
+    me = procs.self_identity()
+    _end_elsewhere(queue, taken, me.pid, me.started_at)
+    assert queue.write(lambda conn: placement.release_lingering(conn, time.time(), here)) == []
+    assert held(queue) == {"GPU-a-0": DEVICE_UNITS}
+    # the process is gone: its pid is another process's now (started later)
+    _end_elsewhere(queue, taken, me.pid, (me.started_at or 0.0) - 1000.0)
+    swept = queue.write(lambda conn: placement.release_lingering(conn, time.time(), here))
+    assert swept == [taken.attempt_id]
+    assert held(queue) == {"GPU-a-0": 0}
+
+
+@pytest.mark.both_backends
+def test_another_hosts_hold_is_released_once_its_workers_lease_ran_out(queue: Queue) -> None:
+    host = Host(queue, "b", gpus=1)
+    add(queue, gpus=1)
+    (taken,) = host.take()
+    _end_elsewhere(queue, taken, 1, 0.0)  # a pid that means nothing on this machine
+    finished = time.time()
+    here = placement.Here("a", live_within_s=30, hang_threshold_s=60)
+    assert queue.write(lambda conn: placement.release_lingering(conn, finished, here)) == []
+    later = finished + 61  # beyond the hang threshold: its own rule killed its jobs
+    swept = queue.write(lambda conn: placement.release_lingering(conn, later, here))
+    assert swept == [taken.attempt_id]
+    assert held(queue) == {"GPU-b-0": 0}
