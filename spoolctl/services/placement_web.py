@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from spoolctl.db.tables import devices
-from spoolctl.resources import Inventory, Request, gpus_text
+from spoolctl.resources import Request, gpus_text, parse_gpus
 from spoolctl.services import placement_views
 from spoolctl.services.placement import holds_of
 from spoolctl.services.placement_reads import device_table, unplaceable
@@ -32,9 +32,13 @@ def unplaceable_by_lane(conn: Connection, now: float, threshold_s: float) -> dic
 
 
 def stored_request(job: Mapping[str, Any]) -> Request | None:
-    """The request a job row carries (None: a damaged row's, not numbers)."""
+    """The request of a job as the views read it (`gpus` as `--gpus` takes
+    it: "2", "0.5"), or as its row stores it (None: a damaged row's)."""
+    row = dict(job)
     try:
-        return Request.of_row(SimpleNamespace(**job))
+        if isinstance(row.get("gpus"), str):
+            row["gpus"], row["gpu_share"] = parse_gpus(row["gpus"])
+        return Request.of_row(SimpleNamespace(**row))
     except (ValueError, TypeError):
         return None
 
@@ -66,7 +70,7 @@ def job_placement(
     model), and why it cannot be placed (a queued job only; None: it can,
     or no live worker serves its lane)."""
     held = holds_of(conn, [int(a["id"]) for a in attempts])
-    named = [u for a in attempts for u in str(a.get("devices") or "").split(",") if u]
+    named = [u for a in attempts for u in a.get("devices") or ()]
     reason = None
     if stored_request(job) is not None:  # a damaged row's request reads as none
         reason = placement_views.unplaceable_reason(reads(conn), job, now, threshold_s)
@@ -92,21 +96,15 @@ def devices_named(conn: Connection, uuids: Sequence[str]) -> dict[str, dict[str,
     }
 
 
-def inventory_of(raw: Any, slots: Any) -> dict[str, Any] | None:
-    """A worker row's inventory as plain data (None: it declared none beyond
-    its slots); a damaged one says so instead of failing the page."""
-    try:
-        inventory = Inventory.from_json(raw, int(slots or 1))
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return {"damaged": f"inventory: not readable {str(raw)[:80]!r}"}
-    if not inventory.devices and inventory.memory_bytes is None:
+def inventory_of(shown: Any) -> dict[str, Any] | None:
+    """A worker's inventory as its entry carries it
+    (`placement_views.inventory_view`: None where it registered none or the
+    stored value is damaged), kept only where it has more than slots."""
+    if not isinstance(shown, Mapping):
         return None
-    return {
-        "slots": inventory.slots,
-        "memory_bytes": inventory.memory_bytes,
-        "host": inventory.host,
-        "devices": [d.as_dict() for d in inventory.devices],
-    }
+    if not shown.get("devices") and shown.get("memory_bytes") is None:
+        return None
+    return dict(shown)
 
 
 def with_holders(
@@ -150,7 +148,7 @@ def overview(
     (`inventory_shown`, set on each worker's entry)."""
     table = device_table(conn)
     for worker in workers:
-        found = inventory_of(worker.get("inventory"), worker.get("concurrency"))
+        found = inventory_of(worker.get("inventory"))
         worker["inventory_shown"] = with_holders(found, table)
     stuck = unplaceable(conn, now, threshold_s)
     return {
