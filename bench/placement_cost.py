@@ -30,15 +30,13 @@ import argparse
 import json
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from filesystems import DISK_SCRATCH, SHM, mount_of  # noqa: E402
-from placement_hosts import Host, add_jobs, open_queue  # noqa: E402
+from filesystems import DISK_SCRATCH, SHM, mount_of
+from placement_hosts import Host, add_jobs, open_queue
 
 ARMS: dict[str, tuple[dict[str, Any], int, int]] = {
     "plain": ({}, 8, 0),

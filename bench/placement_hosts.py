@@ -75,7 +75,14 @@ class Host:
             live_within_s=live_s,
         )
         info = WorkerInfo(
-            self.worker_id, name, os.getpid(), None, "boot", "default", None, slots,
+            self.worker_id,
+            name,
+            os.getpid(),
+            None,
+            "boot",
+            "default",
+            None,
+            slots,
             inventory=inventory,
         )
         queue.write(lambda conn: register_worker(conn, info, now))
@@ -92,9 +99,7 @@ class Host:
         if room.slots <= 0:
             return []
         want = self.capacity.take()
-        got = self.queue.write(
-            lambda conn: claim.claim_up_to(conn, self.claimant, want, now, room)
-        )
+        got = self.queue.write(lambda conn: claim.claim_up_to(conn, self.claimant, want, now, room))
         for c in got:
             self.places[c.attempt_id] = (c, self.capacity.allocate(c))
         return got
