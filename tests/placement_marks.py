@@ -12,11 +12,20 @@ intervals that finds a device over its share has found an over-hold.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, update
+
+from spoolctl.db.queue import Queue
+from spoolctl.db.tables import jobs
+from spoolctl.services.job_spec import JobSpec
+from spoolctl.services.submit import submit
 
 MARK = r"""
 s=$(date +%s.%N)
@@ -85,3 +94,17 @@ def peaks_by_key(held: Iterable[tuple[str, float, float, Fraction]]) -> dict[str
     for key, start, end, amount in held:
         by_key[key].append((start, end, amount))
     return {key: peak(intervals) for key, intervals in by_key.items()}
+
+
+def add_with_request(queue: Queue, argv: list[str], request: dict[str, Any]) -> int:
+    """Submit one job carrying `request` (its columns: weight, gpus,
+    gpu_share, gpu_memory_bytes, gpu_model) in one transaction, so no worker
+    ever sees it without its request."""
+
+    def run(conn: Connection) -> int:
+        job_id = int(submit(conn, JobSpec(argv=argv, timeout_seconds=300), time.time()).job_id)
+        if request:
+            conn.execute(update(jobs).where(jobs.c.id == job_id).values(**request))
+        return job_id
+
+    return queue.write(run)
