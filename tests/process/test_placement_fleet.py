@@ -251,6 +251,9 @@ def test_a_big_job_starts_within_the_bound_under_a_stream_of_small_ones(
 ) -> None:
     folder = tmp_path / "marks"
     folder.mkdir()
+    made = open_write(str(db))
+    made.write(lambda conn: None)  # the queue exists before anyone reads it
+    made.engine.dispose()
     env = {**KNOBS, "SPOOLCTL_TEST_HOSTNAME": "solo"}
     env["SPOOLCTL_TEST_GPUS"] = json.dumps(inventory("solo", 4, "Fake A100", 80))
     worker = start_worker(
