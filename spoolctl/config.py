@@ -260,6 +260,12 @@ ENV_VARS: dict[str, dict[str, Any]] = {
         "type": "text",
         "test_knob": True,
     },
+    "SPOOLCTL_TEST_GPUS": {
+        "description": "test knob: the GPUs `work --gpus` finds instead of asking NVML, a JSON "
+        'list of {"uuid", "index", "model", "memory"} (memory in bytes or a size like 80G)',
+        "type": "json",
+        "test_knob": True,
+    },
     "NO_COLOR": {"description": "disables colour in text output", "type": "flag"},
 }
 

@@ -35,6 +35,10 @@ leave out what is slow or needs more than Python; the inner loop is
   it fails (_marks_tell_the_truth), so the mark cannot go stale.
 - `browser` is set here on tests/browser/ (and any test using its `chromium`
   fixture).
+- `gpu` is put on by hand, on tests that need a real NVIDIA GPU: they run
+  where `nvidia-smi -L` lists one (or SPOOLCTL_GPU_TESTS=1 says to), and
+  elsewhere are left out of the run (deselected, not skipped), with one
+  line at the end saying so and why (`gpu_tests_left_out`).
 - `slow` is put on by hand, on tests of five seconds or more (grace periods,
   timeouts, the chaos runs, the differential suite): -m "not slow" skips them.
 - `subprocess` is set here on tests/process/ and tests/compat/, and put on by
@@ -73,6 +77,7 @@ import gc
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -164,9 +169,9 @@ CHEAP_SHARED = frozenset({"backend", "_collect_after_module"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects and xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Sets the pg, browser and xdist_group marks (see the module docstring),
-    then the pg_xfail ones."""
+    then the pg_xfail ones; leaves out the gpu tests where no GPU is."""
     for item in items:
         kind = kind_of(item)
         if kind == "pg" or _needs_pg(item):
@@ -179,6 +184,51 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(_module_id(item)))
         _scale_timeout(item)
     _mark_pg_xfails(items)
+    if gpu_tests_left_out() is not None:
+        left = [item for item in items if item.get_closest_marker("gpu") is not None]
+        if left:
+            config.hook.pytest_deselected(items=left)
+            items[:] = [item for item in items if item.get_closest_marker("gpu") is None]
+            GPU_TESTS_LEFT_OUT.extend(item.nodeid for item in left)
+
+
+GPU_TESTS_ENV = "SPOOLCTL_GPU_TESTS"
+GPU_TESTS_LEFT_OUT: list[str] = []
+"""The gpu tests this process left out of its run (an xdist worker's own)."""
+
+
+@functools.cache
+def gpu_tests_left_out() -> str | None:
+    """Why the tests marked gpu do not run here (None: they do): they need a
+    GPU that `nvidia-smi -L` lists, unless SPOOLCTL_GPU_TESTS=1 says to run them."""
+    if os.environ.get(GPU_TESTS_ENV) == "1":
+        return None
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return "no NVIDIA GPU here (no nvidia-smi)"
+    try:
+        listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"nvidia-smi -L failed ({exc})"
+    if listed.returncode != 0 or not re.search(r"^GPU \d+", listed.stdout, re.MULTILINE):
+        return "nvidia-smi -L lists no GPU"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """One line where the gpu tests were left out, and why (in a run without
+    xdist, only where some were collected; the xdist controller collects
+    nothing itself, so there it says so whenever the machine has no GPU)."""
+    why = gpu_tests_left_out()
+    if why is None or hasattr(config, "workerinput"):
+        return
+    if not GPU_TESTS_LEFT_OUT and config.pluginmanager.getplugin("dsession") is None:
+        return
+    count = f"{len(GPU_TESTS_LEFT_OUT)} " if GPU_TESTS_LEFT_OUT else ""
+    terminalreporter.write_line(
+        f"gpu: {count}tests marked gpu left out: {why}; "
+        f"{GPU_TESTS_ENV}=1 runs them anyway (tests/README.md)"
+    )
 
 
 def _scale_timeout(item: pytest.Item) -> None:

@@ -22,6 +22,10 @@ OPERATORS_VERBS = frozenset({"migrate", "copy-to", "web", "metrics", "prune", "s
 """Verbs an operator runs by hand, rarely a program's loop: the brief lists
 them without their flags (`schema --verb` and `--help` give every verb's),
 so the loop's verbs keep theirs within the budget."""
+WORKER_SETUP_FLAGS = frozenset({"gpu_spec", "memory_budget"})
+"""A worker's inventory (`work --gpus`, `work --memory`): set once where a
+worker is started, not in a program's loop; the brief leaves them out to
+stay within its budget, `work --help` and `schema --verb work` give them."""
 SHARED_LINES = {"signal": ("suspend", "continue")}
 """Verbs the brief lists on one line, the first's: they take the same
 arguments, and the line's flags are the first's (the others take fewer)."""
@@ -47,6 +51,7 @@ def usage(name: str, command: SpoolCommand) -> str:
         and p.name not in COMMON_FLAGS
         and p.name not in command.for_people
         and name not in OPERATORS_VERBS
+        and p.name not in WORKER_SETUP_FLAGS
     ]
     if len(flags) == 1:
         parts.append(f"[{flags[0]}]")

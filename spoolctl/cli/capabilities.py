@@ -50,6 +50,7 @@ from spoolctl.errors import (
     WARNING_CODES,
     StorageFault,
 )
+from spoolctl.runner import gpus
 from spoolctl.services import backoff, fire_times, firing
 from spoolctl.services.job_spec import (
     DEFAULT_LANE,
@@ -181,6 +182,7 @@ def capabilities_data() -> dict[str, Any]:
         "scheduling": scheduling(),
         "execution": EXECUTION,
         "containment": containment_data(),
+        "gpus": gpus.discovery(),
         "features": FEATURES,
         "output_modes": OUTPUT_MODES,
         "probe_vocabularies": PROBE_VOCABULARIES,

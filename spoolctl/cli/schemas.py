@@ -282,14 +282,27 @@ WORK_TIMINGS = obj({"db_s": NUM, "spawn_s": NUM, "wall_s": NUM, "jobs": INT})
 """`work --drain` and loop mode: seconds in the database, spawning, and in all,
 over `jobs` attempts started (spoolctl/worker/report.py, WorkTimings)."""
 
+DEVICE = obj({"uuid": STR, "index": INT, "model": STR, "memory_bytes": opt(INT)})
+"""A GPU as a worker found it (`resources.Device`)."""
+INVENTORY = obj({"slots": INT, "memory_bytes": opt(INT), "gpus": INT, "devices": arr(DEVICE)})
+"""What a worker with GPUs (`--gpus`) or a memory budget (`--memory`) places jobs on."""
 WORK = {
     "anyOf": [
         obj(
             {"claimed": BOOL},
-            {"job_id": INT, "attempt_no": INT, "result": STR, "job_state": opt(STR)},
+            {
+                "job_id": INT,
+                "attempt_no": INT,
+                "result": STR,
+                "job_state": opt(STR),
+                "inventory": INVENTORY,
+            },
         ),
-        obj({"drained": BOOL, "executed": INT, "timings": WORK_TIMINGS}, {"paused": BOOL}),
-        obj({"stopped": BOOL, "executed": INT, "timings": WORK_TIMINGS}),
+        obj(
+            {"drained": BOOL, "executed": INT, "timings": WORK_TIMINGS},
+            {"paused": BOOL, "inventory": INVENTORY},
+        ),
+        obj({"stopped": BOOL, "executed": INT, "timings": WORK_TIMINGS}, {"inventory": INVENTORY}),
     ]
 }
 
@@ -579,7 +592,13 @@ DATA_SCHEMAS: dict[str, Schema] = {
                 "scheduling",
                 "config",
             )
-        }
+        },
+        {
+            "gpus": obj(
+                {"available": BOOL, "library": STR, "module": STR, "extra": STR},
+                {"flag": STR, "limited_by": STR, "test_knob": STR},
+            )
+        },
     ),
     "schema": obj(
         {

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import gc
-import json
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,21 +13,30 @@ from spoolctl.cli.options import (
     BoundedInt,
     BoundedText,
     QueueName,
+    Rule,
     Seconds,
     db_option,
     json_option,
     verb,
 )
 from spoolctl.cli.outages import outage_notice
-from spoolctl.cli.read_text import command_text
 from spoolctl.cli.render import ProgressLine
 from spoolctl.cli.reply import Reply, emit
+from spoolctl.cli.work_lines import (
+    clearing,
+    containment_notice,
+    job_lines,
+    json_lines,
+    stopping_notice,
+    with_inventory,
+)
 from spoolctl.config import Timing
 from spoolctl.db.engine import RevisionMismatch
 from spoolctl.db.outage import ONE_SHOT_WAIT_S
 from spoolctl.db.queue import diagnose, prepare
-from spoolctl.services.outcome import signal_name
-from spoolctl.text import shown
+from spoolctl.resources import Device
+from spoolctl.runner import gpus
+from spoolctl.validate import LIMITS, memory_size
 from spoolctl.worker import AttemptResult, Mode, Worker, WorkerOptions, WorkReport
 
 MAX_CONCURRENCY = 256
@@ -45,6 +52,7 @@ MAX_CONCURRENCY = 256
         "spoolctl work",
         "spoolctl work --drain --concurrency 4",
         "spoolctl work --queue gpu --slots 1",
+        "spoolctl work --gpus all --memory 64G --concurrency 8",
     ),
 )
 @click.option("--once", is_flag=True, help="Run at most one job, then exit.")
@@ -83,6 +91,21 @@ MAX_CONCURRENCY = 256
     help="Jobs this one worker process runs at once.",
 )
 @click.option(
+    "--gpus",
+    "gpu_spec",
+    type=Rule("gpus", gpus.read_spec, {"grammar": gpus.SPEC_GRAMMAR, "max_length": gpus.SPEC_MAX}),
+    default=None,
+    help="GPUs to place jobs on: all (found through NVML, within CUDA_VISIBLE_DEVICES), none, "
+    "or NVML indexes and UUIDs (0,1). Without it jobs' environment is left as it is.",
+)
+@click.option(
+    "--memory",
+    "memory_budget",
+    type=Rule("size", memory_size, LIMITS["memory_bytes"]),
+    default=None,
+    help="Memory budget (64G): jobs' --memory is reserved against it.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(["text", "json"]),
     default="text",
@@ -109,6 +132,8 @@ def work(
     worker_id: str | None,
     poll_interval: float,
     concurrency: int,
+    gpu_spec: gpus.Spec | None,
+    memory_budget: int | None,
     log_format: str,
     quiet: bool,
     verbose: bool,
@@ -135,9 +160,14 @@ def work(
     without end, or up to 60 s with --once or --drain (then UNREACHABLE,
     exit 4). A refused login or a missing database is not waited for
     (DB_UNUSABLE, exit 3).
+
+    --gpus finds GPUs through NVML (the gpu extra: nvidia-ml-py). A job then
+    sees CUDA_VISIBLE_DEVICES naming exactly the devices it was given (none:
+    empty) and SPOOLCTL_GPUS their UUIDs (docs/operations.md).
     """
     timing = Timing.from_env()
     mode: Mode = "once" if once else "drain" if drain else "loop"
+    devices = gpus.find(gpu_spec)
     queue_file = open_write(db)
     options = WorkerOptions(
         lane=queue,
@@ -147,7 +177,10 @@ def work(
         poll_interval_s=poll_interval,
         concurrency=concurrency,
         server_wait_s=None if mode == "loop" else ONE_SHOT_WAIT_S,
+        gpus=devices,
+        memory_bytes=memory_budget,
     )
+    inventory = inventory_data(options, looked=gpu_spec is not None)
     text_log = log_format == "text" and (verbose or (not quiet and sys.stderr.isatty()))
     progress = ProgressLine(as_json or mode != "drain" or log_format == "json" or text_log)
     worker = Worker(
@@ -159,8 +192,14 @@ def work(
         else None,
         prepare=lambda: prepare(queue_file.driver),
         on_wait=outage_notice(),
-        on_log=json_lines if log_format == "json" else job_lines if text_log else None,
-        on_containment=None if as_json or log_format == "json" else containment_notice,
+        on_log=with_inventory(json_lines, inventory)
+        if log_format == "json"
+        else job_lines
+        if text_log
+        else None,
+        on_containment=None
+        if as_json or log_format == "json"
+        else containment_notice(gpus.summary(devices, memory_budget, looked=gpu_spec is not None)),
         on_stopping=None if log_format == "json" else clearing(progress, stopping_notice),
     )
     # A worker lives long: collect cycles again, but never rescan what import made.
@@ -173,128 +212,24 @@ def work(
         raise
     finally:
         progress.done()
-    return emit(Reply(report_data(report, mode), text=lambda: report_text(report, mode)), as_json)
+    data = report_data(report, mode)
+    if inventory is not None:
+        data["inventory"] = inventory
+    return emit(Reply(data, text=lambda: report_text(report, mode)), as_json)
 
 
-def json_lines(record: dict[str, Any]) -> None:
-    """One log record as one JSON line on stderr, flushed (a log shipper
-    reads lines as they come)."""
-    sys.stderr.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
-    sys.stderr.flush()
-
-
-def job_lines(record: dict[str, Any]) -> None:
-    """A job's start or end (or a reap) as one line for people on stderr."""
-    line = job_line(record)
-    if line is not None:
-        click.echo(line, err=True)
-
-
-def job_line(record: dict[str, Any]) -> str | None:
-    """The text of one log record (`worker/report.py`'s LogSink): None for
-    what a person's log leaves out (containment is said once, by itself)."""
-    event, job_id = record.get("event"), record.get("job_id")
-    if event == "attempt_started":
-        where = f"attempt {record['attempt_no']}"
-        if record["error"] is not None:
-            return f"job {job_id} {where} could not start: {shown(record['error'])}"
-        return f"job {job_id} started ({where}, pid {record['pid']})"
-    if event == "attempt_ended":
-        took = elapsed(record["duration_s"])
-        return f"job {job_id} ended: {ended_how(record)}, after {took} -> {after(record)}"
-    if event == "reaped":
-        dead = shown(record["dead_worker"])
-        return f"job {job_id} reaped from dead worker {dead} -> {record['job_state']}"
-    return None
-
-
-def ended_how(record: dict[str, Any]) -> str:
-    """How an attempt ended, in a few words: its exit, or the signal that ended it."""
-    result, code, sig = record["result"], record["exit_code"], record["signal"]
-    killed = None if sig is None else signal_name(sig)
-    if result == "timeout":
-        return f"timed out ({killed})" if killed else "timed out"
-    if result == "worker_crash":
-        return f"stopped by its worker ({killed})" if killed else "stopped by its worker"
-    if result == "lost_ownership" and code is None and killed is None:
-        return "killed"
-    if killed is not None and code is not None and code < 0:
-        return f"killed by {killed}"
-    if code is not None:
-        return f"exit {code}"
-    return f"killed by {killed}" if killed else shown(result)
-
-
-def after(record: dict[str, Any]) -> str:
-    """The job's state after the attempt, and what it means for the job."""
-    state = record["job_state"]
-    if state is None:
-        return "taken from this worker (canceled, retried or reaped)"
-    if state == "queued" and record["result"] == "worker_crash":
-        return "queued (a worker crash: its retries are kept)"
-    if state == "queued":
-        return "queued for a retry"
-    return str(state)
-
-
-def elapsed(seconds: float | None) -> str:
-    """1.2s, 12s, 3m05s, 2h04m."""
-    if seconds is None:
-        return "-"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-
-
-SHOWN_COMMAND = 40
-"""How much of a job's command the stop notice shows."""
-SHOWN_JOBS = 10
-"""How many of the jobs it waits for the stop notice names."""
-
-
-def clearing(
-    progress: ProgressLine, tell: Callable[[list[tuple[int, list[str]]]], None]
-) -> Callable[[list[tuple[int, list[str]]]], None]:
-    """`tell`, on a line of its own: the progress line (if drawn) is cleared
-    first and drawn again at its next update."""
-
-    def told(waited: list[tuple[int, list[str]]]) -> None:
-        progress.done()
-        tell(waited)
-
-    return told
-
-
-def stopping_notice(waited: list[tuple[int, list[str]]]) -> None:
-    """At the first Ctrl-C (or SIGTERM): what the worker waits for, and how
-    to stop it now."""
-    jobs = ", ".join(f"{job_id} ({short_command(argv)})" for job_id, argv in waited[:SHOWN_JOBS])
-    if len(waited) > SHOWN_JOBS:
-        jobs += f" and {len(waited) - SHOWN_JOBS} more"
-    what = "job" if len(waited) == 1 else f"{len(waited)} jobs"
-    them = "it" if len(waited) == 1 else "them"
-    click.echo(
-        f"stopping: waiting for the running {what} to end: {jobs}\n"
-        f"press Ctrl-C again (or send SIGTERM) to kill {them} now; "
-        "killed jobs are requeued as a worker crash, their retries kept",
-        err=True,
-    )
-
-
-def short_command(argv: list[str]) -> str:
-    text = command_text(argv)
-    return text if len(text) <= SHOWN_COMMAND else text[: SHOWN_COMMAND - 1] + "…"
-
-
-def containment_notice(status: Any) -> None:
-    """Said once, on stderr, as the worker starts: which containment its jobs
-    get, and why."""
-    click.echo(status.line(), err=True)
+def inventory_data(options: WorkerOptions, *, looked: bool) -> dict[str, Any] | None:
+    """What a worker given --gpus (`looked`) or --memory places jobs on (its
+    `--json` report's and its JSON log's `inventory`); None: neither."""
+    devices: tuple[Device, ...] = options.gpus
+    if not looked and options.memory_bytes is None:
+        return None
+    return {
+        "slots": options.concurrency,
+        "memory_bytes": options.memory_bytes,
+        "gpus": len(devices),
+        "devices": [d.as_dict() for d in devices],
+    }
 
 
 def report_data(report: WorkReport, mode: str) -> dict[str, Any]:

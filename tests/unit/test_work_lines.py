@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from spoolctl.cli.work import elapsed, job_line, short_command
+from spoolctl.cli.work_lines import elapsed, job_line, short_command
 
 
 def ended(**fields: Any) -> dict[str, Any]:
