@@ -26,6 +26,9 @@ WORKER_SETUP_FLAGS = frozenset({"gpu_spec", "memory_budget"})
 """A worker's inventory (`work --gpus`, `work --memory`): set once where a
 worker is started, not in a program's loop; the brief leaves them out to
 stay within its budget, `work --help` and `schema --verb work` give them."""
+REQUEST_FLAGS = frozenset({"weight", "gpus", "gpu_memory_bytes", "gpu_model"})
+"""The flags of a job's request (slots and GPUs): the brief leaves them out
+to stay within its budget; `add --help` and `schema --verb add` give them."""
 SHARED_LINES = {"signal": ("suspend", "continue")}
 """Verbs the brief lists on one line, the first's: they take the same
 arguments, and the line's flags are the first's (the others take fewer)."""
@@ -49,6 +52,7 @@ def usage(name: str, command: SpoolCommand) -> str:
         for p in command.params
         if isinstance(p, click.Option)
         and p.name not in COMMON_FLAGS
+        and p.name not in REQUEST_FLAGS
         and p.name not in command.for_people
         and name not in OPERATORS_VERBS
         and p.name not in WORKER_SETUP_FLAGS

@@ -172,4 +172,20 @@ def list_text(jobs: list[dict[str, Any]], width: int | None = None) -> str:
         for j in jobs
     ]
     headers = ["ID", "STATE", "QUEUE", "PRI", "ATTEMPTS", "FAILURES", "CREATED", "COMMAND"]
+    needs = [needs_cell(j) for j in jobs]
+    if any(needs):  # a column only where some job on the page asks for more than a slot
+        headers.insert(7, "NEEDS")
+        rows = [[*row[:7], cell or "-", row[7]] for row, cell in zip(rows, needs, strict=True)]
+        return table(headers, rows, width, {2: NAME_MIN, 8: TEXT_MIN}, (3, 5, 4, 6, 7))
     return table(headers, rows, width, {2: NAME_MIN, 7: TEXT_MIN}, (3, 5, 4, 6))
+
+
+def needs_cell(job: dict[str, Any]) -> str:
+    """A job's request in `list`: its GPUs and weight (`0.5 GPU`, `2 GPU w4`);
+    `show` says the rest (model, GPU memory). Empty: one slot, no GPU."""
+    parts = []
+    if job.get("gpus"):
+        parts.append(f"{shown(job['gpus'])} GPU")
+    if (job.get("weight") or 1) != 1:
+        parts.append(f"w{shown(job['weight'])}")
+    return " ".join(parts)

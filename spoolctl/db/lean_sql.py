@@ -18,6 +18,10 @@ LISTED = (
     "tags",
     "note",
     "cwd",
+    "weight",
+    "gpus",
+    "gpu_memory_bytes",
+    "gpu_model",
 )
 """The job attributes declared `listed` (services/job_spec.py), which `list`
 shows: here, so that reading them loads no declaration of attributes."""
@@ -74,12 +78,13 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "INSERT INTO jobs (argv, state, queue, priority, next_run_at, created_at, "
         "max_retries, max_crashes, timeout_seconds, idempotency_key, tags, note, cwd, "
         "env, memory_bytes, cpus, require_limits, signal_before_timeout, "
-        "signal_before_timeout_s, requeue_exits, max_requeues) VALUES (?, ?, ?, ?, ?, "
-        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        "signal_before_timeout_s, requeue_exits, max_requeues, weight, gpus, gpu_share, "
+        "gpu_memory_bytes, gpu_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         "argv state queue priority next_run_at created_at max_retries max_crashes "
         "timeout_seconds idempotency_key tags note cwd env memory_bytes cpus "
         "require_limits signal_before_timeout signal_before_timeout_s requeue_exits "
-        "max_requeues",
+        "max_requeues weight gpus gpu_share gpu_memory_bytes gpu_model",
         {},
     ),
     "job_attempts": (
@@ -132,8 +137,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs ORDER BY "
-        "jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "ORDER BY jobs.id DESC",
         "",
         {},
     ),
@@ -142,8 +148,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.queue = ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.queue = ? ORDER BY jobs.id DESC",
         "lane",
         {},
     ),
@@ -152,8 +159,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.queue = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.queue = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "lane limit param_1",
         {"param_1": 0},
     ),
@@ -162,8 +170,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
         "lane priority_min",
         {},
     ),
@@ -172,8 +181,10 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? "
+        "OFFSET ?",
         "lane priority_min limit param_1",
         {"param_1": 0},
     ),
@@ -182,8 +193,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs ORDER BY "
-        "jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "limit param_1",
         {"param_1": 0},
     ),
@@ -192,8 +204,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.priority >= ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.priority >= ? ORDER BY jobs.id DESC",
         "priority_min",
         {},
     ),
@@ -202,8 +215,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "priority_min limit param_1",
         {"param_1": 0},
     ),
@@ -212,8 +226,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.state = ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.state = ? ORDER BY jobs.id DESC",
         "state",
         {},
     ),
@@ -222,8 +237,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.state = ? AND jobs.queue = ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.state = ? AND jobs.queue = ? ORDER BY jobs.id DESC",
         "state lane",
         {},
     ),
@@ -232,8 +248,10 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.state = ? AND jobs.queue = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.state = ? AND jobs.queue = ? ORDER BY jobs.id DESC\n LIMIT ? "
+        "OFFSET ?",
         "state lane limit param_1",
         {"param_1": 0},
     ),
@@ -242,8 +260,10 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.state = ? AND jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.state = ? AND jobs.queue = ? AND jobs.priority >= ? ORDER BY "
+        "jobs.id DESC",
         "state lane priority_min",
         {},
     ),
@@ -252,9 +272,10 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.state = ? AND jobs.queue = ? AND jobs.priority >= ? ORDER BY jobs.id "
-        "DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.state = ? AND jobs.queue = ? AND jobs.priority >= ? ORDER BY "
+        "jobs.id DESC\n LIMIT ? OFFSET ?",
         "state lane priority_min limit param_1",
         {"param_1": 0},
     ),
@@ -263,8 +284,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.state = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.state = ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
         "state limit param_1",
         {"param_1": 0},
     ),
@@ -273,8 +295,9 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.state = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.state = ? AND jobs.priority >= ? ORDER BY jobs.id DESC",
         "state priority_min",
         {},
     ),
@@ -283,8 +306,10 @@ STATEMENTS: dict[str, tuple[str, str, dict[str, Any]]] = {
         "jobs.next_run_at, jobs.created_at, jobs.started_at, jobs.finished_at, "
         "jobs.attempts, jobs.crashes, jobs.max_retries, jobs.timeout_seconds, "
         "jobs.idempotency_key, jobs.tags, jobs.note, jobs.cwd, jobs.env, "
-        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at \nFROM jobs \nWHERE "
-        "jobs.state = ? AND jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? OFFSET ?",
+        "jobs.last_exit_code, jobs.last_error, jobs.suspended_at, jobs.weight, "
+        "jobs.gpus, jobs.gpu_share, jobs.gpu_memory_bytes, jobs.gpu_model \nFROM jobs "
+        "\nWHERE jobs.state = ? AND jobs.priority >= ? ORDER BY jobs.id DESC\n LIMIT ? "
+        "OFFSET ?",
         "state priority_min limit param_1",
         {"param_1": 0},
     ),

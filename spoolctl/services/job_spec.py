@@ -33,6 +33,7 @@ from spoolctl import validate
 from spoolctl.db import codec
 from spoolctl.errors import InvalidInput
 from spoolctl.states import JobState
+from spoolctl.text import size_text
 
 DEFAULT_TIMEOUT_S = 300
 DEFAULT_MAX_RETRIES = 3
@@ -41,6 +42,14 @@ DEFAULT_MAX_REQUEUES = 10
 """How many times a job is requeued on a `--requeue-exit` code unless
 `--max-requeues` says otherwise: enough for a long run checkpointed at
 each timeout, few enough to stop a job that only ever checkpoints."""
+MAX_WEIGHT = 1024
+"""`--weight`'s bound: `resources.MAX_WEIGHT`, kept here too because the lean
+path cannot import resources (dataclasses); tests/unit/test_job_request.py
+holds the two equal."""
+GPU_MODEL_LIMITS = {"min_length": 1, "max_length": 200}
+NO_GPUS = "0"
+"""`--gpus 0` as kept: no GPUs, said so (a default's --gpu-model does not
+make the job ask for one)."""
 
 
 class Whole(NamedTuple):
@@ -269,7 +278,8 @@ FIELDS: tuple[JobField, ...] = (
         "memory_bytes",
         Checked("size", validate.memory_size, validate.LIMITS["memory_bytes"], True),
         flag="--memory",
-        help="Memory limit of each attempt (512M, 2G) through its cgroup; over it, OOM-killed.",
+        help="Memory of each attempt (512M, 2G): held of a worker's memory budget where it "
+        "has one, and its cgroup's limit (over it, OOM-killed).",
         label="memory",
     ),
     JobField(
@@ -287,6 +297,52 @@ FIELDS: tuple[JobField, ...] = (
         flag="--require-limits",
         help="Only a worker that can enforce --memory/--cpus claims the job.",
         stored=lambda required: 1 if required else None,
+    ),
+    JobField(
+        "weight",
+        Whole(1, MAX_WEIGHT),
+        1,
+        flag="--weight",
+        help=f"Slots of a worker the job takes (1-{MAX_WEIGHT}): it starts where that many "
+        "are free.",
+        listed=True,
+        label="needs",
+        stored=lambda weight: None if weight == 1 else weight,
+        describe=lambda job: needs_text(job),
+    ),
+    JobField(
+        "gpus",
+        Checked(
+            "gpus", lambda raw: gpus_kept(raw), {"devices_max": 64, "share_divisor_max": 16}, True
+        ),
+        json="string",
+        flag="--gpus",
+        help="GPUs the job takes: whole devices (1, 2) or a share of one (0.5, 1/3); 0: none. "
+        "It sees only those (CUDA_VISIBLE_DEVICES).",
+        listed=True,
+        stored=lambda kept: gpus_parts(kept)[0] or None,
+    ),
+    JobField(
+        "gpus",
+        Part(),
+        column="gpu_share",
+        scheduled=False,  # the schedule keeps --gpus once, with the field before
+        stored=lambda kept: gpu_share_of(kept),
+    ),
+    JobField(
+        "gpu_memory_bytes",
+        Checked("size", lambda raw: gpu_memory(raw), validate.LIMITS["memory_bytes"], True),
+        flag="--gpu-memory",
+        help="Only GPUs with at least this much memory (40G); without --gpus: --gpus 1.",
+        listed=True,
+    ),
+    JobField(
+        "gpu_model",
+        Checked("text", lambda raw: gpu_model(raw), GPU_MODEL_LIMITS),
+        json="string",
+        flag="--gpu-model",
+        help="Only GPUs whose model matches (A100, *H100*; no case); without --gpus: --gpus 1.",
+        listed=True,
     ),
     JobField(
         "signal_before_timeout",
@@ -352,11 +408,75 @@ LABELLED = tuple(f for f in FIELDS if f.label)
 def labelled(job: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """(label, value) of each labelled attribute a job row (as `show` reads
     it) sets: what `show`'s text and the web's job page list."""
-    return [
+    found = [
         (f.label, job[f.key] if f.describe is None else f.describe(job))
         for f in LABELLED
         if job.get(f.key) is not None
     ]
+    return [(label, value) for label, value in found if value is not None]
+
+
+def gpus_kept(raw: str) -> str:
+    """`--gpus` as a job keeps it: as `resources.gpus_text` writes it ("2",
+    "0.5", "1/3"), NO_GPUS for none; a malformed one is INVALID_INPUT naming
+    the flag. resources is imported only for a job that gives --gpus (the
+    lean path of a plain `add` stays without dataclasses)."""
+    from spoolctl.resources import BadRequest, gpus_text, parse_gpus
+
+    try:
+        devices, share = parse_gpus(raw)
+    except BadRequest as exc:
+        raise InvalidInput(str(exc), field="gpus", value=raw) from None
+    return gpus_text(devices, share) or NO_GPUS
+
+
+def gpus_parts(kept: str | None) -> tuple[int, int]:
+    """Kept --gpus as (devices, share divisor k): (0, 1) for none."""
+    if kept is None or kept == NO_GPUS:
+        return 0, 1
+    from spoolctl.resources import parse_gpus
+
+    return parse_gpus(kept)
+
+
+def gpu_share_of(kept: str | None) -> int | None:
+    """Kept --gpus as its `gpu_share` column: k for a 1/k share, None for whole."""
+    share = gpus_parts(kept)[1]
+    return share if share > 1 else None
+
+
+def gpu_memory(raw: str) -> int:
+    """`--gpu-memory`: a size, by `--memory`'s rule."""
+    try:
+        return validate.memory_size(raw)
+    except InvalidInput as exc:
+        raise InvalidInput(f"gpu {exc.message}", field="gpu_memory", **exc.detail) from None
+
+
+def gpu_model(raw: str) -> str:
+    """`--gpu-model`: a pattern of GPU model names (`resources.model_matches`)."""
+    return validate.bounded_text(raw, "gpu model", GPU_MODEL_LIMITS["max_length"])
+
+
+def needs_text(job: Mapping[str, Any]) -> str | None:
+    """What a job asks of a worker beyond one slot and its memory, as `show`
+    reads it (`2 GPUs (model A100, 40G memory), weight 2`); None: nothing."""
+    parts = []
+    gpus = job.get("gpus")
+    if gpus:
+        kind = []
+        if job.get("gpu_model") is not None:
+            kind.append(f"model {job['gpu_model']}")
+        if job.get("gpu_memory_bytes") is not None:
+            kind.append(f"{size_text(job['gpu_memory_bytes'])} memory")
+        amount = {"1": "1 GPU"}.get(gpus) or (
+            f"{gpus} GPUs" if gpus.isdigit() else f"{gpus} of a GPU"
+        )
+        parts.append(amount + (f" ({', '.join(kind)})" if kind else ""))
+    weight = job.get("weight") or 1
+    if weight != 1:
+        parts.append(f"weight {weight}")
+    return ", ".join(parts) or None
 
 
 def max_requeues_of(stored: int | None) -> int:
@@ -401,11 +521,20 @@ class JobSpec(NamedTuple):
     """--requeue-exit: the exit codes that requeue the job (sorted, distinct)."""
     max_requeues: int | None = None
     """--max-requeues (None: DEFAULT_MAX_REQUEUES)."""
+    weight: int = 1
+    """--weight: the worker's slots it takes."""
+    gpus: str | None = None
+    """--gpus as kept (`gpus_kept`): "2", "0.5", "1/3", NO_GPUS; None: not given."""
+    gpu_memory_bytes: int | None = None
+    gpu_model: str | None = None
+    """--gpu-memory, --gpu-model: which devices it may take (with --gpus)."""
 
     def check(self) -> JobSpec:
         """The spec, where its attributes agree with each other (INVALID_INPUT
         where not): a warning before the timeout needs a timeout longer than
-        it; --max-requeues needs --requeue-exit."""
+        it; --max-requeues needs --requeue-exit. --gpu-memory or --gpu-model
+        without --gpus asks for one GPU; with --gpus 0 they are dropped (no
+        device to qualify)."""
         if self.signal_before_timeout is not None:
             _, before_s = validate.warning_parts(self.signal_before_timeout)
             if self.timeout_seconds == validate.NO_TIMEOUT:
@@ -426,6 +555,11 @@ class JobSpec(NamedTuple):
                 "--requeue-exit CODE with it",
                 field="max_requeues",
             )
+        qualified = self.gpu_memory_bytes is not None or self.gpu_model is not None
+        if qualified and self.gpus == NO_GPUS:
+            return self._replace(gpu_memory_bytes=None, gpu_model=None)
+        if qualified and self.gpus is None:
+            return self._replace(gpus="1")
         return self
 
     def row(self, now: float) -> dict[str, Any]:

@@ -82,9 +82,9 @@ LIST_FIELDS = (
 )
 """What `list` shows of a job: its record, then the attributes declared
 `listed` (`services/job_spec.py`, as `db/lean_sql.py` keeps them)."""
-LIST_COLUMNS = frozenset({*LIST_FIELDS, "argv", "tags", "env", "suspended_at"})
-"""The columns `list` reads: what it shows, what it checks for damage, and
-whether a running job is suspended."""
+LIST_COLUMNS = frozenset({*LIST_FIELDS, "argv", "tags", "env", "suspended_at", "gpu_share"})
+"""The columns `list` reads: what it shows, what it checks for damage,
+whether a running job is suspended, and the share its `gpus` are held in."""
 SUSPENDED = "suspended"
 """What views call a running job whose processes are stopped (`suspend`): its
 state stays `running` in the JSON; `list --state suspended` finds them."""
@@ -152,7 +152,21 @@ def decode_job(job: dict[str, Any]) -> dict[str, Any]:
     if "suspended_at" in job:
         job["suspended_at"] = suspended_since(job)
         job["suspended"] = job["suspended_at"] is not None
+    if "weight" in job:
+        job["weight"] = job["weight"] or 1
+    if isinstance(job.get("gpus"), int):
+        job["gpus"] = gpus_shown(job["gpus"], job.get("gpu_share"))
     return job
+
+
+def gpus_shown(devices: int, share: Any) -> str | None:
+    """A job's `gpus` as `--gpus` takes it ("2", "0.5", "1/3"; None: none).
+    resources is imported only for a job that asks for GPUs."""
+    if not devices:
+        return None
+    from spoolctl.resources import gpus_text
+
+    return gpus_text(devices, share if isinstance(share, int) else None)
 
 
 def suspended_since(job: Mapping[str, Any]) -> float | None:

@@ -41,6 +41,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("db/backends/postgresql/limits.py", "ValueError"): (
         "guards inlining the SQL of our own durations (f'{n}ms'): no user value reaches it"
     ),
+    ("resources.py", "BadRequest"): (
+        "caught by services/job_spec.py's gpus_kept: INVALID_INPUT naming --gpus"
+    ),
     ("cli/options.py", "NotImplementedError"): "the abstract check of a parameter type",
     ("cli/options.py", "SpoolUsage"): "carries one of our errors through click's parser",
     ("cli/contract.py", "click.BadParameter"): "click's parse error: an input error",

@@ -31,6 +31,10 @@ SAMPLES = {
     "cpus": ("1.5", 1.5),
     "signal_before_timeout": ("usr1@1m30s", "SIGUSR1@90"),
     "max_requeues": ("5", 5),
+    "weight": ("3", 3),
+    "gpus": ("1/2", "0.5"),
+    "gpu_memory_bytes": ("40G", 40 << 30),
+    "gpu_model": ("A100", "A100"),
 }
 """A flag's text and the value it reads to, per declared attribute with a value."""
 
