@@ -262,6 +262,10 @@ class Walk:
         self.lane, self.now, self.threshold_s = lane, now, threshold_s
         self.reserved_for: int | None = None
         """The job this walk reserved for (at most one per claim)."""
+        self._fleet: tuple[list[Inventory], dict[str, int]] | None = None
+        """The lane's live inventories and every device's free units, read
+        once per walk, the first time a GPU job does not fit."""
+        self._chosen: dict[Request, str | None] = {}
 
     @property
     def full(self) -> bool:
@@ -285,25 +289,34 @@ class Walk:
             return False
         if not request.gpus:
             return True
-        return self._chosen_host(request) == self.inventory.host
+        if request not in self._chosen:
+            self._chosen[request] = self._chosen_host(request)
+        return self._chosen[request] == self.inventory.host
+
+    def _read_fleet(self) -> tuple[list[Inventory], dict[str, int]]:
+        if self._fleet is None:
+            live = live_inventories(self.conn, self.now, self.threshold_s)
+            lane = [self.inventory, *(inv for _, queue, inv in live if queue == self.lane)]
+            free = {
+                r.uuid: DEVICE_UNITS - int(r.held)
+                for r in self.conn.execute(select(devices.c.uuid, devices.c.held))
+            }
+            self._fleet = (lane, free)
+        return self._fleet
 
     def _chosen_host(self, request: Request) -> str | None:
         """The live host that reserves for a GPU job: of those with enough
         devices of its kind, the one with most of them free (ties: name)."""
+        lane, free = self._read_fleet()
         by_host: dict[str, dict[str, Any]] = {}
-        live = live_inventories(self.conn, self.now, self.threshold_s)
-        for lane, inventory in [(self.lane, self.inventory), *((r[1], r[2]) for r in live)]:
-            if lane != self.lane or inventory.cannot_hold(request) is not None:
+        for inventory in lane:
+            if inventory.cannot_hold(request) is not None:
                 continue
             for device in inventory.devices:
                 if request.eligible(device):
                     by_host.setdefault(inventory.host, {})[device.uuid] = device
         if not by_host:
             return None
-        free = {
-            r.uuid: DEVICE_UNITS - int(r.held)
-            for r in self.conn.execute(select(devices.c.uuid, devices.c.held))
-        }
 
         def room(host: str) -> tuple[int, str]:
             best = sorted((free.get(u, 0) for u in by_host[host]), reverse=True)
