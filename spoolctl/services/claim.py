@@ -15,14 +15,15 @@ beside it (`services/settle.py`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Select, case, delete, func, select, update
+from sqlalchemy import Connection, case, delete, func, select, update
 
 from spoolctl import layout
 from spoolctl.db import codec
 from spoolctl.db.backends import statements
-from spoolctl.db.prepared import Sent, item_binds
+from spoolctl.db.prepared import Sent, item_bind, item_binds
 from spoolctl.db.tables import attempts, job_events, jobs
 from spoolctl.resources import PLAIN, Free, Inventory, Request
 from spoolctl.services import claim_limits, lingering, placement
@@ -148,10 +149,6 @@ def _decode(row: Any) -> _Decoded:
     )
 
 
-def _claimable_skipping(skip: list[int]) -> Select[Any]:
-    return sql.CLAIMABLE_QUERY.where(jobs.c.id.not_in(skip))
-
-
 MAX_PASSED = 64
 """The one-at-a-time claim passes over at most this many due jobs that do
 not fit (or whose previous attempt lingers) before it gives up until the
@@ -177,7 +174,8 @@ def _look_again(
     walk = placement.Walk(
         conn, inventory, room, lane=queue, now=now, threshold_s=claimant.live_within_s
     )
-    claims: list[Claim] = []
+    chosen: list[_Taken] = []
+    placed: dict[int, tuple[Request, tuple[str, ...]]] = {}
     skip: list[int] = []
     params = {
         "queue": queue,
@@ -187,16 +185,14 @@ def _look_again(
         "w_memory": inventory.memory_bytes or sql.UNBOUNDED,
         **claim_limits.binds(claimant.enforces, ""),
     }
-    while not walk.full and len(claims) < most and len(skip) <= MAX_PASSED:
-        if skip:
-            row = conn.execute(_claimable_skipping(skip), params).first()
-        else:
-            row = sql.CLAIMABLE.first(conn, params)
+    while not walk.full and len(chosen) < most and len(skip) - len(chosen) <= MAX_PASSED:
+        passed = {item_bind("s", i): job_id for i, job_id in enumerate(skip)}
+        row = sql.CLAIMABLE.of(len(skip)).first(conn, {**params, **passed})
         if row is None:
             break
+        skip.append(row.id)
         previous = lingering.latest_attempt(conn, row.id)
         if lingering.still_running(previous, now):
-            skip.append(row.id)
             continue
         try:
             decoded = _decode(row)
@@ -206,24 +202,36 @@ def _look_again(
         request = Request.of_row(row)
         devices = walk.take(row.id, request)
         if devices is None:
-            skip.append(row.id)
             continue
-        taken = {"b_id": row.id, "b_worker": claimant.worker_id, "b_pid": claimant.worker_pid}
-        sql.TAKE.execute(conn, {**taken, "b_now": now})
-        attempt_no = 1 if previous is None else previous.attempt_no + 1
-        placed = (request, devices)
-        claim = _begin_attempts(conn, [(row, attempt_no, decoded)], claimant, now, placed)[0]
-        if devices:
-            placement.hold(
-                conn, claim.attempt_id, row.id, request, devices, (claimant.worker_id, now)
-            )
-        claims.append(claim)
-        skip.append(row.id)
+        chosen.append((row, 1 if previous is None else previous.attempt_no + 1, decoded))
+        placed[row.id] = (request, devices)
+    return _take_placed(conn, chosen, placed, claimant, now)
+
+
+def _take_placed(
+    conn: Connection,
+    chosen: list[_Taken],
+    placed: dict[int, tuple[Request, tuple[str, ...]]],
+    claimant: Claimant,
+    now: float,
+) -> list[Claim]:
+    """The jobs the walk chose become running, with their attempts and
+    `claimed` events (a statement each for all of them), and their devices
+    are held."""
+    taken = {"b_worker": claimant.worker_id, "b_pid": claimant.worker_pid, "b_now": now}
+    for row, _, _ in chosen:
+        sql.TAKE.execute(conn, {**taken, "b_id": row.id})
+    claims = _begin_attempts(conn, chosen, claimant, now, placed)
+    for claim in claims:
+        if claim.devices:
+            who = (claimant.worker_id, now)
+            placement.hold(conn, claim.attempt_id, claim.job_id, claim.request, claim.devices, who)
     return claims
 
 
 _Taken = tuple[Any, int, _Decoded]
 """A taken job: its row, its new attempt's number, its decoded command."""
+UNPLACED: tuple[Request, tuple[str, ...]] = (PLAIN, ())
 
 
 def _begin_attempts(
@@ -231,15 +239,15 @@ def _begin_attempts(
     taken: list[_Taken],
     claimant: Claimant,
     now: float,
-    placed: tuple[Request, tuple[str, ...]] = (PLAIN, ()),
+    placed: Mapping[int, tuple[Request, tuple[str, ...]]] | None = None,
     *,
     begun: bool = False,
 ) -> list[Claim]:
     """The taken jobs' attempt rows and their `claimed` events (a statement
     each for all of them; `begun`: the claim's statement made both), in the
     order given; and for a job with limits the claimant cannot enforce,
-    `limits_not_enforced`. placed: the request and devices of the one job
-    the walk placed (the claim's statement takes plain jobs only)."""
+    `limits_not_enforced`. placed: job id -> the request and devices of
+    each job the walk placed (the claim's statement takes plain jobs only)."""
     if not taken:
         return []
     worker_id, enforces = claimant.worker_id, claimant.enforces
@@ -249,11 +257,12 @@ def _begin_attempts(
     else:
         root = claimant.output_root
         paths = [layout.attempt_paths(root, row.id, no) for row, no, _ in taken]
-        made = _insert_attempts(conn, taken, paths, claimant, now, placed[1])
+        made = _insert_attempts(conn, taken, paths, claimant, now, placed or {})
     claims = []
     for (row, attempt_no, decoded), (stdout_path, stderr_path) in zip(taken, paths, strict=True):
         argv, env, timeout_seconds, cwd = decoded
         attempt_id = made[row.id]
+        request, devices = (placed or {}).get(row.id, UNPLACED)
         limits = claim_limits.limits_of(row)
         if limits.any:
             who = (worker_id, now)
@@ -272,8 +281,8 @@ def _begin_attempts(
                 stderr_path=stderr_path,
                 token=attempt_token(worker_id, attempt_id, now),
                 limits=limits,
-                request=placed[0],
-                devices=placed[1],
+                request=request,
+                devices=devices,
                 **steering_of(row),
             )
         )
@@ -286,14 +295,20 @@ def _insert_attempts(
     paths: list[tuple[str, str]],
     claimant: Claimant,
     now: float,
-    devices: tuple[str, ...] = (),
+    placed: Mapping[int, tuple[Request, tuple[str, ...]]],
 ) -> dict[int, int]:
     """The attempts' rows and `claimed` events: each job's new attempt id
-    (devices: the GPUs of the one job the walk placed)."""
+    (placed: the GPUs of each job the walk placed)."""
     worker_id = claimant.worker_id
-    held = ",".join(devices) or None
+    devices = {job_id: uuids for job_id, (_, uuids) in placed.items() if uuids}
     items = [
-        {"b_job": row.id, "b_no": no, "b_stdout": stdout, "b_stderr": stderr, "b_devices": held}
+        {
+            "b_job": row.id,
+            "b_no": no,
+            "b_stdout": stdout,
+            "b_stderr": stderr,
+            "b_devices": ",".join(devices.get(row.id, ())) or None,
+        }
         for (row, no, _), (stdout, stderr) in zip(taken, paths, strict=True)
     ]
     params = {**item_binds(items), "b_worker": worker_id, "b_pid": claimant.worker_pid}
@@ -304,10 +319,15 @@ def _insert_attempts(
         [
             event_row(row.id, EventKind.CLAIMED, now, worker_id=worker_id, detail=detail)
             for row, no, _ in taken
-            for detail in [{"attempt": no, **({"devices": list(devices)} if devices else {})}]
+            for detail in [{"attempt": no, **_devices_of(devices.get(row.id))}]
         ],
     )
     return made
+
+
+def _devices_of(uuids: tuple[str, ...] | None) -> dict[str, list[str]]:
+    """A `claimed` event's `devices`, where the attempt was given some."""
+    return {"devices": list(uuids)} if uuids else {}
 
 
 def _unbegin(conn: Connection, row: Any) -> None:

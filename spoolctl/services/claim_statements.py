@@ -73,11 +73,22 @@ CLAIMABLE_QUERY = (
     .limit(1)
     .with_for_update(skip_locked=True)
 )
-CLAIMABLE = Prepared(CLAIMABLE_QUERY)
-"""Built once: the hot path binds values instead of rebuilding statements.
-It passes over jobs the worker could never hold (`w_slots`, `w_gpus`,
+"""The lane's first due job in claim order that this worker could hold: it
+passes over jobs the worker could never hold (`w_slots`, `w_gpus`,
 `w_memory`: all it has), so a worker without GPUs in a lane of GPU jobs
 still reaches the plain jobs behind them."""
+
+
+def _claimable_skipping(n: int) -> Any:
+    """`CLAIMABLE_QUERY` passing over n jobs already looked at (binds s_0 …)."""
+    if n == 0:
+        return CLAIMABLE_QUERY
+    return CLAIMABLE_QUERY.where(jobs.c.id.not_in([bindparam(item_bind("s", i)) for i in range(n)]))
+
+
+CLAIMABLE = PreparedFor(_claimable_skipping)
+"""Built and compiled once per number of jobs passed over (the hot path
+binds values instead of rebuilding statements)."""
 UNBOUNDED = 1 << 62
 """`w_memory` of a worker without a memory budget."""
 

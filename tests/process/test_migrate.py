@@ -357,7 +357,6 @@ OLD_RELEASE = (
     "sql.CLAIMABLE_QUERY = sql.CLAIMABLE_QUERY.with_only_columns("
     "*list(sql.CLAIMABLE_QUERY.selected_columns)[:5]); "
     "sql.CLAIMABLE_QUERY._where_criteria = sql.CLAIMABLE_QUERY._where_criteria[:3]; "
-    "sql.CLAIMABLE = Prepared(sql.CLAIMABLE_QUERY); "
     "from spoolctl.db import tables; from spoolctl.db.tables import jobs, attempts; "
     "tables.metadata; "
     "jobs.indexes -= {i for i in jobs.indexes if i.name == 'ix_jobs_needs_limits'}; "
