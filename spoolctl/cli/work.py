@@ -178,6 +178,7 @@ def work(
         concurrency=concurrency,
         server_wait_s=None if mode == "loop" else ONE_SHOT_WAIT_S,
         gpus=devices,
+        manages_gpus=gpu_spec is not None,
         memory_bytes=memory_budget,
     )
     inventory = inventory_data(options, looked=gpu_spec is not None)

@@ -80,12 +80,15 @@ class Capacity:
         memory_bytes: int | None = None,
         devices: Iterable[Device] = (),
         host: str = "",
+        manages_gpus: bool = False,
     ) -> None:
         if slots < 1:
             raise ValueError(f"a worker needs at least one slot, not {slots}")
         self.inventory = Inventory(slots, memory_bytes, tuple(devices), host)
         self.lane_cap = lane_cap
         self._devices = {d.uuid: d for d in self.inventory.devices}
+        self._manages_gpus = manages_gpus or bool(self._devices)
+        """Its jobs' environments name their GPUs (`work --gpus`, even `none`)."""
         self._taken: dict[int, Place] = {}
         """Slot -> the place holding it."""
         self._places: list[Place] = []
@@ -141,7 +144,7 @@ class Capacity:
             tuple(free),
             claim.request.memory_bytes,
             tuple(self._devices[uuid] for uuid in claim.devices if uuid in self._devices),
-            gpu_worker=bool(self._devices),
+            gpu_worker=self._manages_gpus,
         )
         for slot in free:
             self._taken[slot] = place

@@ -33,6 +33,9 @@ class WorkerOptions:
     concurrency: int = 1
     gpus: tuple[Device, ...] = ()
     """The GPUs it places jobs on (`work --gpus`, found by `runner/gpus.py`)."""
+    manages_gpus: bool = False
+    """`work --gpus` was given (`none` or finding none included): every job's
+    environment names its GPUs, and one without a GPU request sees none."""
     memory_bytes: int | None = None
     """Its memory budget (`work --memory`): jobs' --memory is reserved against it."""
     server_wait_s: float | None = None

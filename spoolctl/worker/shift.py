@@ -112,6 +112,7 @@ class Shift:
             memory_bytes=options.memory_bytes,
             devices=options.gpus,
             host=self.hostname,
+            manages_gpus=options.manages_gpus,
         )
 
     @property

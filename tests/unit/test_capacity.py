@@ -79,3 +79,10 @@ def test_a_place_gives_the_job_its_slot() -> None:
 def test_a_worker_has_at_least_one_slot() -> None:
     with pytest.raises(ValueError):
         Capacity(0)
+
+
+def test_a_worker_told_gpus_none_hides_every_gpu_from_its_jobs() -> None:
+    hidden = Capacity(2, manages_gpus=True).allocate(claim(1)).environment
+    assert hidden[b"CUDA_VISIBLE_DEVICES"] == b"" and hidden[b"SPOOLCTL_GPUS"] == b""
+    untouched = Capacity(2).allocate(claim(1)).environment  # no --gpus: as before
+    assert b"CUDA_VISIBLE_DEVICES" not in untouched
