@@ -276,8 +276,13 @@ def test_events_prune_reap_and_claim_name_their_indexes(engine: Engine, db: Path
         "SEARCH job_events USING INDEX ix_job_events_job_id (job_id=? AND id>?)"
     ]
     # prune: old finished jobs by (state, finished_at), then their own rows
+    # (less the jobs an attempt of which holds a device: the few holds, read
+    # once as a list)
     assert plan_of(plans, "jobs.finished_at <") == [
-        "SEARCH jobs USING COVERING INDEX ix_jobs_state_finished (state=? AND finished_at<?)"
+        "SEARCH jobs USING COVERING INDEX ix_jobs_state_finished (state=? AND finished_at<?)",
+        "LIST SUBQUERY 1",
+        "SCAN device_holds USING COVERING INDEX ix_device_holds_attempt_id",
+        "SEARCH attempts USING INTEGER PRIMARY KEY (rowid=?)",
     ]
     # reap: the running rows only (as many as busy slots); adopted rows without
     # a heartbeat are judged by their lock or start time, so no range on it
@@ -294,21 +299,25 @@ CLAIM_PLAN = [
     "SEARCH jobs USING INTEGER PRIMARY KEY (rowid=?)",
     # the lane's first due jobs in claim order: the claim index's first
     # entries, then those few rows of the CTE (not a table) read back
-    "LIST SUBQUERY 3",
+    "LIST SUBQUERY 4",
     "CO-ROUTINE picked",
     "SEARCH pick USING COVERING INDEX ix_jobs_claim (state=? AND queue=?)",
     # jobs that require limits this worker cannot enforce: the partial index
     # of jobs that require limits (empty in the common case), read once
     "LIST SUBQUERY 1",
     "SEARCH needing USING INDEX ix_jobs_needs_limits (require_limits=? AND state=?)",
+    # whether a due job of the lane asks for resources (the walk places it):
+    # the partial index of requests (empty in the common case), read once
+    "SCALAR SUBQUERY 2",
+    "SEARCH asking USING INDEX ix_jobs_requests (state=? AND queue=? AND next_run_at<?)",
     "SCAN picked",
     # the lane's pause row: one primary-key lookup
-    "SCALAR SUBQUERY 4",
+    "SCALAR SUBQUERY 5",
     "SEARCH lanes USING INDEX sqlite_autoindex_lanes_1 (queue=?)",
     # each job's newest attempt (was it ended elsewhere?), then its number
-    "CORRELATED SCALAR SUBQUERY 5",
-    "SEARCH attempts USING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
     "CORRELATED SCALAR SUBQUERY 6",
+    "SEARCH attempts USING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
+    "CORRELATED SCALAR SUBQUERY 7",
     "SEARCH attempts USING COVERING INDEX sqlite_autoindex_attempts_1 (job_id=?)",
 ]
 """The claim as one UPDATE ... RETURNING: every part a search by an index;
