@@ -26,9 +26,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    or_,
     text,
 )
 
+from spoolctl.resources import DEVICE_UNITS
 from spoolctl.states import (
     AttemptState,
     CatchUp,
@@ -57,12 +59,19 @@ Int = Integer().with_variant(BigInteger(), "postgresql")
 there it is BIGINT (timeouts, budgets and ids take the same range on both)."""
 
 NEEDS_LIMITS_WHERE = "require_limits = 1"
-REQUESTS_WHERE = "weight IS NOT NULL OR gpus IS NOT NULL OR memory_bytes IS NOT NULL"
-"""A job the claim places (`services/placement.py`): it asks for more than one
-slot, for GPUs, or for memory. The same text in the partial index and in the
-claim's test, so that SQLite sees the index covers the test."""
-DEVICE_UNITS = 720720
-"""A device's capacity in units: divisible by every share 1/k, k = 1 … 16."""
+REQUESTED = ("weight", "gpus", "memory_bytes")
+"""A job the claim places (`services/placement.py`) has one of these: it asks
+for more than one slot, for GPUs, or for memory."""
+REQUESTS_WHERE = " OR ".join(f"{column} IS NOT NULL" for column in REQUESTED)
+"""`REQUESTED` as the partial index's text; `asks_for_resources` writes the
+same test, so that SQLite sees the index covers it."""
+
+
+def asks_for_resources(table: Any) -> Any:
+    """The test of `REQUESTS_WHERE` on `table` (the jobs table or an alias)."""
+    return or_(*(table.c[column].is_not(None) for column in REQUESTED))
+
+
 ACTIVE_KEY_WHERE = "idempotency_key IS NOT NULL AND state IN ('queued', 'running', 'waiting')"
 """An idempotency key is unique among unfinished jobs, waiting ones included."""
 

@@ -24,7 +24,6 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
-    or_,
     select,
     update,
 )
@@ -33,7 +32,7 @@ from spoolctl import layout
 from spoolctl.db.backends import statements
 from spoolctl.db.backends.base import STREAMS
 from spoolctl.db.prepared import Prepared, PreparedFor, item_bind
-from spoolctl.db.tables import attempts, job_events, jobs, lanes
+from spoolctl.db.tables import asks_for_resources, attempts, job_events, jobs, lanes
 from spoolctl.services import claim_limits, lingering
 from spoolctl.states import AttemptState, EventKind, JobState
 
@@ -145,11 +144,7 @@ _PICK = jobs.alias("pick")
 _ASKING = jobs.alias("asking")
 NO_REQUEST_DUE = ~exists().where(
     _ASKING.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
-    or_(
-        _ASKING.c.weight.is_not(None),
-        _ASKING.c.gpus.is_not(None),
-        _ASKING.c.memory_bytes.is_not(None),
-    ),
+    asks_for_resources(_ASKING),
     _ASKING.c.queue == bindparam("b_queue"),
     _ASKING.c.next_run_at <= bindparam("b_now"),
 )

@@ -26,16 +26,19 @@ def attempt_token(worker_id: str, attempt_id: int, started_at: float) -> str:
     return f"{worker_id}/{attempt_id}/{started_at:.6f}"
 
 
+PROCESS_COLUMNS = (
+    attempts.c.id,
+    attempts.c.attempt_no,
+    attempts.c.state,
+    attempts.c.job_pid,
+    attempts.c.job_started_at,
+    attempts.c.worker_id,
+    attempts.c.started_at,
+)
+"""What `still_running` reads of an attempt."""
+
 _LATEST_ATTEMPT = Prepared(
-    select(
-        attempts.c.id,
-        attempts.c.attempt_no,
-        attempts.c.state,
-        attempts.c.job_pid,
-        attempts.c.job_started_at,
-        attempts.c.worker_id,
-        attempts.c.started_at,
-    )
+    select(*PROCESS_COLUMNS)
     .where(attempts.c.job_id == bindparam("job_id"))
     .order_by(attempts.c.attempt_no.desc())
     .limit(1)

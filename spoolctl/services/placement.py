@@ -174,13 +174,7 @@ def release_lingering(conn: Connection, now: float, here: Here) -> list[int]:
     )
     query = (
         select(
-            attempts.c.id,
-            attempts.c.attempt_no,
-            attempts.c.state,
-            attempts.c.job_pid,
-            attempts.c.job_started_at,
-            attempts.c.worker_id,
-            attempts.c.started_at,
+            *lingering.PROCESS_COLUMNS,
             attempts.c.finished_at,
             attempts.c.host,
             workers.c.heartbeat_at,

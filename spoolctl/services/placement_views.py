@@ -31,6 +31,10 @@ class Reads(Protocol):
 
 DEVICE_UNITS = 720720
 """A device's capacity in units (`resources.DEVICE_UNITS`, the CHECK's)."""
+REQUESTED = ("weight", "gpus", "memory_bytes")
+"""The columns of which a job that asks for resources has one
+(`tables.REQUESTED`). Both copies here keep this module free of SQLAlchemy
+and dataclasses; tests/unit/test_placement.py holds them equal."""
 UNPLACEABLE_LIMIT = 100
 """At most this many unplaceable jobs are named (the count is exact)."""
 
@@ -271,7 +275,7 @@ def unplaceable_reason(
 ) -> str | None:
     """Why no live worker could hold this queued job (None: one could, it
     asks for nothing, or no live worker serves its lane)."""
-    asks = any(job.get(c) is not None for c in ("weight", "gpus", "memory_bytes"))
+    asks = any(job.get(c) is not None for c in REQUESTED)
     if job.get("state") != "queued" or not asks:
         return None
     serving = _serving(run, now, threshold_s).get(str(job.get("queue")))

@@ -23,7 +23,6 @@ from sqlalchemy import (
     insert,
     literal,
     literal_column,
-    or_,
     select,
 )
 from sqlalchemy.dialects import sqlite
@@ -32,6 +31,7 @@ from sqlalchemy.sql.elements import BindParameter
 from spoolctl.db.prepared import Prepared
 from spoolctl.db.revisions import HEAD_REVISION
 from spoolctl.db.tables import (
+    asks_for_resources,
     attempts,
     device_holds,
     devices,
@@ -136,11 +136,7 @@ PLACEMENT_READS: dict[str, Prepared] = {
         )
         .where(
             jobs.c.state == literal_column(f"'{JobState.QUEUED.value}'"),
-            or_(
-                jobs.c.weight.is_not(None),
-                jobs.c.gpus.is_not(None),
-                jobs.c.memory_bytes.is_not(None),
-            ),
+            asks_for_resources(jobs),
             jobs.c.queue == bindparam("queue"),
             jobs.c.next_run_at <= bindparam("before"),
         )

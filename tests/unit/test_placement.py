@@ -300,3 +300,12 @@ def test_another_hosts_hold_is_released_once_its_workers_lease_ran_out(queue: Qu
     swept = queue.write(lambda conn: placement.release_lingering(conn, later, here))
     assert swept == [taken.attempt_id]
     assert held(queue) == {"GPU-b-0": 0}
+
+
+def test_the_light_views_copy_the_schemas_constants() -> None:
+    from spoolctl.db import tables
+    from spoolctl.resources import DEVICE_UNITS as UNITS
+    from spoolctl.services import placement_views
+
+    assert placement_views.DEVICE_UNITS == UNITS == tables.DEVICE_UNITS
+    assert placement_views.REQUESTED == tables.REQUESTED
