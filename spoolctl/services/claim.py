@@ -158,8 +158,8 @@ next pass: its cost stays bounded however long the lane."""
 def _look_again(
     conn: Connection, claimant: Claimant, now: float, room: Free, most: int
 ) -> list[Claim]:
-    """Claim one job at a time, in claim order, at most `most` of them while
-    `room` has slots: where
+    """Look at the lane's due jobs one at a time, in claim order, and take at
+    most `most` of them while `room` has slots, together at the end: where
     the claim's statement came up short (the lane is paused, it has nothing
     due, its first job's previous attempt was ended elsewhere: checked here
     for a lingering process) or a due job asks for resources. A job that does
