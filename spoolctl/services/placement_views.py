@@ -203,17 +203,27 @@ def job_holds(run: Reads, job_id: int) -> dict[int, list[str]]:
 # -- unplaceable jobs ---------------------------------------------------------------
 
 
-def _serving(run: Reads, now: float, threshold_s: float) -> dict[str, list[Inventory]]:
+def _live_by_lane(run: Reads, now: float, threshold_s: float) -> dict[str, list[dict[str, Any]]]:
+    """The rows of the live workers (id, queue, concurrency, inventory), per lane."""
+    by_lane: dict[str, list[dict[str, Any]]] = {}
+    for row in run.all(LIVE_INVENTORIES, {"since": now - threshold_s}):
+        by_lane.setdefault(str(row["queue"]), []).append(row)
+    return by_lane
+
+
+def _inventories(rows: list[dict[str, Any]]) -> list[Inventory]:
+    """Those workers' inventories (a damaged one: its slots alone); the rules
+    are loaded only here, where some job of their lane asks for resources."""
     from spoolctl.resources import Inventory
 
-    by_lane: dict[str, list[Inventory]] = {}
-    for row in run.all(LIVE_INVENTORIES, {"since": now - threshold_s}):
+    found = []
+    for row in rows:
+        slots = int(row["concurrency"] or 1)
         try:
-            inventory = Inventory.from_json(row["inventory"], int(row["concurrency"] or 1))
+            found.append(Inventory.from_json(row["inventory"], slots))
         except (ValueError, TypeError, KeyError, AttributeError):
-            inventory = Inventory(int(row["concurrency"] or 1))
-        by_lane.setdefault(str(row["queue"]), []).append(inventory)
-    return by_lane
+            found.append(Inventory(slots))
+    return found
 
 
 def _judged(row: Mapping[str, Any], serving: list[Inventory]) -> Unplaceable | None:
@@ -245,12 +255,10 @@ def unplaceable_by_lane(
     first `limit` named. Lanes without a live worker are not read: a worker
     may join, and `status` says no worker serves them."""
     found: dict[str, Unplaceables] = {}
-    for lane, serving in sorted(_serving(run, now, threshold_s).items()):
-        judged = [
-            j
-            for row in run.all(ASKING, {"queue": lane, "before": ANY_TIME})
-            if (j := _judged(row, serving)) is not None
-        ]
+    for lane, live in sorted(_live_by_lane(run, now, threshold_s).items()):
+        asking = run.all(ASKING, {"queue": lane, "before": ANY_TIME})
+        serving = _inventories(live) if asking else []
+        judged = [j for row in asking if (j := _judged(row, serving)) is not None]
         if judged:
             found[lane] = Unplaceables(len(judged), judged[:limit])
     return found
@@ -278,6 +286,6 @@ def unplaceable_reason(
     asks = any(job.get(c) is not None for c in REQUESTED)
     if job.get("state") != "queued" or not asks:
         return None
-    serving = _serving(run, now, threshold_s).get(str(job.get("queue")))
-    judged = _judged(job, serving) if serving else None
+    live = _live_by_lane(run, now, threshold_s).get(str(job.get("queue")))
+    judged = _judged(job, _inventories(live)) if live else None
     return None if judged is None else judged.reason
